@@ -1,0 +1,27 @@
+"""fp8kit: bit-exact low-precision floating point (float8, bfloat16, float16) for numpy.
+
+Formats are data (:class:`FloatFormat`); :func:`encode`, :func:`decode`, :func:`round_to`
+and :func:`astype` run compiled Numba kernels built on first use (nothing compiles at
+import).
+"""
+
+from ._parallel import get_num_threads, num_threads, set_num_threads
+from .codec import astype, decode, encode, round_to
+from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FloatFormat",
+    "astype",
+    "decode",
+    "encode",
+    "format_table",
+    "get_format",
+    "get_num_threads",
+    "num_threads",
+    "register_format",
+    "registered_formats",
+    "round_to",
+    "set_num_threads",
+]

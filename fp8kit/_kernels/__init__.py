@@ -1,0 +1,1 @@
+"""Numba CPU kernels.  Nothing here compiles at import: factories build kernels on first use."""

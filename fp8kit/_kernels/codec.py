@@ -1,0 +1,253 @@
+"""Kernel factories for encode, decode and round-to-format.
+
+Every kernel is a plain serial loop over 1-D contiguous arrays with the signature
+``kernel(x, lut, table, out)``, compiled for exactly one signature on first use, cached on
+disk, and run without the GIL so that :mod:`fp8kit._parallel` can split large arrays across
+threads.  A kernel closes over plain numbers only (never over other dispatchers), so Numba's
+disk cache can key it by those numbers.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+from numba import from_dtype, njit, types
+
+from ..formats import FloatFormat
+from .bits import cast_like, encode_fast, encode_generic
+
+# Source float layouts the kernels round from: (bits, mantissa bits, exponent bits, bias).
+_SOURCES = {
+    "float32": (32, 23, 8, 127),
+    "float64": (64, 52, 11, 1023),
+}
+
+# How a kernel loads one input element before rounding it.
+LOAD_DIRECT = 0  # the input's own bits (float32 or float64)
+LOAD_BF16 = 1  # bfloat16 bits, widened exactly to float32 bits by a shift
+LOAD_LUT = 2  # float16 bits, widened exactly to float32 bits through a 65,536-entry table
+
+_CODE_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16)}
+_BITS_DTYPE = {
+    np.dtype(np.float64): np.dtype(np.uint64),
+    np.dtype(np.float32): np.dtype(np.uint32),
+    np.dtype(np.float16): np.dtype(np.uint16),
+    np.dtype(ml_dtypes.bfloat16): np.dtype(np.uint16),
+}
+#: Output/input float dtypes the codec handles, and the unsigned dtype of their bits.
+FLOAT_DTYPES = tuple(_BITS_DTYPE)
+
+
+def bits_dtype(dtype: np.dtype) -> np.dtype:
+    """The unsigned integer dtype with the same width as a float dtype."""
+    return _BITS_DTYPE[np.dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to round data of one input dtype to one format."""
+
+    source: str  # "float32" or "float64": the layout the kernel rounds from
+    load: int  # LOAD_* constant
+    widen_first: bool  # the API must convert the input to float64 before the kernel
+    strategy: str  # "fast" or "generic"
+
+
+def _src_limits(source: str) -> tuple[int, int]:
+    _, _, ebits, bias = _SOURCES[source]
+    return 1 - bias, (1 << ebits) - 2 - bias
+
+
+def _strategy(fmt: FloatFormat, source: str) -> str | None:
+    """Which rounding algorithm is exact for fmt on this source, or None if it does not fit."""
+    src_emin, src_emax = _src_limits(source)
+    if fmt.minexp < src_emin or fmt.maxexp - 1 > src_emax:
+        return None
+    # The FPU trick sees source subnormals; only use it when they all round to zero in fmt,
+    # so that a flush-to-zero/denormals-are-zero mode cannot change a result.
+    if fmt.minexp == src_emin or fmt.minexp - fmt.mantissa_bits - 1 >= src_emin:
+        return "fast"
+    return "generic"
+
+
+@functools.cache
+def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
+    """Choose source layout, load step and algorithm for rounding ``in_dtype`` data to fmt."""
+    in_dtype = np.dtype(in_dtype)
+    if in_dtype == np.float64:
+        return Plan("float64", LOAD_DIRECT, False, _strategy(fmt, "float64") or "generic")
+    load = {
+        np.dtype(np.float32): LOAD_DIRECT,
+        np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
+        np.dtype(np.float16): LOAD_LUT,
+    }[in_dtype]
+    if _strategy(fmt, "float32") == "fast":
+        return Plan("float32", load, False, "fast")
+    return Plan("float64", LOAD_DIRECT, True, _strategy(fmt, "float64") or "generic")
+
+
+def _params(fmt: FloatFormat, source: str, saturate: bool):
+    width, src_m, src_e, src_bias = _SOURCES[source]
+    u = np.uint32 if width == 32 else np.uint64
+    f = np.float32 if width == 32 else np.float64
+    wmask = (1 << width) - 1
+    m = fmt.mantissa_bits
+    sh = src_m - m
+    rebias = src_bias - fmt.bias
+    src_emin, _ = _src_limits(source)
+    use_magic = fmt.minexp != src_emin
+    magic = f(2.0 ** (fmt.minexp - m + src_m))
+    max_mag = fmt.max_code
+    nan_mag = fmt.nan_code
+    inf_mag = fmt.inf_code if fmt.has_inf else nan_mag
+    if saturate:
+        ovf = max_mag
+        # ONNX Cast-21, saturate=True: "+/- Inf -> +/- FLT_MAX" for E4M3FN and E5M2, but
+        # "NaN" for the fnuz formats.
+        inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
+    else:
+        ovf = inf_res = inf_mag
+    p = (
+        u((1 << (width - 1)) - 1),  # abs_mask
+        u(1),  # one
+        u(sh),
+        u(((1 << (sh - 1)) - 1 - (rebias << src_m)) & wmask),  # rb: rounding bias and rebias
+        u(((fmt.minexp + src_bias) << src_m) if use_magic else 0),  # min_normal
+        magic,
+        u(int(np.array(magic).view(u))),  # magic_bits
+        bool(use_magic),
+        u(((1 << src_e) - 1) << src_m),  # src_inf
+        u(max_mag),
+        u(ovf),
+        u(inf_res),
+        u(nan_mag),
+        u(1 << (width - 1)),  # sign_bit
+        u(width - fmt.bits),  # sign_shift
+        bool(fmt.has_negative_zero),
+        u(0),  # zero
+    )
+    q = (
+        u(src_m),
+        u((1 << src_m) - 1),
+        u(1 << src_m),
+        u(fmt.minexp + src_bias),  # biased source exponent of fmt's smallest normal
+        u(src_m + 2),  # larger shifts all give zero
+        u(m),
+        u(sh),
+    )
+    return p, q
+
+
+@functools.cache
+def source_version() -> int:
+    """A hash of the kernel sources.  Numba's disk cache only notices edits to the file of
+    the cached function itself, not to the helpers it inlines; every kernel closes over this
+    number so that an edit to any kernel source invalidates the cached machine code."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return int.from_bytes(digest.digest()[:6], "little") + 1
+
+
+def _array(dtype, readonly=False):
+    return types.Array(from_dtype(np.dtype(dtype)), 1, "C", readonly=readonly)
+
+
+def _signature(in_bits, lut_dtype, table_dtype, out_dtype):
+    return types.void(
+        _array(in_bits, readonly=True),
+        _array(lut_dtype, readonly=True),
+        _array(table_dtype, readonly=True),
+        _array(out_dtype),
+    )
+
+
+@functools.cache
+def f16_lut() -> np.ndarray:
+    """float16 bits -> float32 bits, exact (float16 widens to float32 without rounding)."""
+    lut = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    lut.flags.writeable = False
+    return lut.view(np.uint32)
+
+
+_DUMMY = {}
+
+
+def dummy(dtype) -> np.ndarray:
+    """A one-element read-only array standing in for an unused kernel argument."""
+    dtype = np.dtype(dtype)
+    if dtype not in _DUMMY:
+        a = np.zeros(1, dtype)
+        a.flags.writeable = False
+        _DUMMY[dtype] = a
+    return _DUMMY[dtype]
+
+
+@functools.cache
+def encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, strategy=None,
+                  table_dtype=None):
+    """Kernel rounding ``in_dtype`` data to ``fmt`` codes.
+
+    With ``table_dtype`` set, the kernel instead writes ``table[code]`` (a decode table of
+    that dtype's bits): that is round-to-format in one pass.
+    Returns ``(kernel, plan)``; ``strategy`` forces "generic" (used by tests).
+    """
+    pl = plan(fmt, np.dtype(in_dtype))
+    strategy = strategy or pl.strategy
+    p, q = _params(fmt, pl.source, saturate)
+    load = pl.load
+    generic = strategy == "generic"
+    lookup = table_dtype is not None
+    width = _SOURCES[pl.source][0]
+    in_bits = {LOAD_DIRECT: np.dtype(f"uint{width}"), LOAD_BF16: np.uint16, LOAD_LUT: np.uint16}[
+        load
+    ]
+    out_dtype = np.dtype(table_dtype) if lookup else _CODE_DTYPES[8 if fmt.bits <= 8 else 16]
+    sig = _signature(in_bits, np.uint32, out_dtype if lookup else np.uint8, out_dtype)
+
+    version = source_version()
+
+    @njit(sig, nogil=True, cache=True, error_model="numpy")
+    def kernel(x, lut, table, out):
+        if version == 0:  # never true; makes the source hash part of the cache key
+            return
+        one = p[1]
+        for i in range(x.size):
+            if load == LOAD_BF16:
+                v = cast_like(cast_like(x[i], one) << 16, one)
+            elif load == LOAD_LUT:
+                v = lut[x[i]]
+            else:
+                v = x[i]
+            if generic:
+                code = encode_generic(v, p, q)
+            else:
+                code = encode_fast(v, p)
+            if lookup:
+                out[i] = table[code]
+            else:
+                out[i] = code
+
+    return kernel, pl
+
+
+@functools.cache
+def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype):
+    """Kernel writing ``table[x[i]]``: decoding is a table lookup (256 or 65,536 entries)."""
+    sig = _signature(code_dtype, np.uint32, table_dtype, table_dtype)
+    version = source_version()
+
+    @njit(sig, nogil=True, cache=True, error_model="numpy", boundscheck=False)
+    def kernel(x, lut, table, out):
+        if version == 0:  # see source_version
+            return
+        for i in range(x.size):
+            out[i] = table[x[i]]
+
+    return kernel

@@ -1,0 +1,78 @@
+"""Decode tables: the value of every code of a format, as bits of an output float dtype."""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from ..formats import FloatFormat, get_format
+from .codec import bits_dtype, dummy, encode_kernel
+
+# Canonical quiet NaN bits (positive) of each output dtype.  fp8kit does not carry NaN
+# payloads: every NaN becomes the canonical NaN of the destination, with its sign, as
+# ml_dtypes does for float8.
+_QNAN = {
+    np.dtype(np.float64): 0x7FF8000000000000,
+    np.dtype(np.float32): 0x7FC00000,
+    np.dtype(np.float16): 0x7E00,
+    np.dtype(ml_dtypes.bfloat16): 0x7FC0,
+}
+
+
+@functools.cache
+def code_values(fmt: FloatFormat) -> np.ndarray:
+    """float64 value of every code 0 .. 2**bits - 1 (exact: formats fit float64)."""
+    codes = np.arange(1 << fmt.bits, dtype=np.int64)
+    m_bits = fmt.mantissa_bits
+    mag = codes & (fmt.sign_mask - 1)
+    e = mag >> m_bits
+    m = mag & ((1 << m_bits) - 1)
+    values = np.where(
+        e == 0,
+        np.ldexp(m.astype(np.float64), fmt.minexp - m_bits),
+        np.ldexp((m + (1 << m_bits)).astype(np.float64), (e - fmt.bias - m_bits).astype(np.int32)),
+    )
+    negative = codes >= fmt.sign_mask
+    values = np.where(negative, -values, values)
+    if fmt.specials == "ieee":
+        top = e == (1 << fmt.exponent_bits) - 1
+        values = np.where(top & (m == 0), np.copysign(np.inf, values), values)
+        values = np.where(top & (m != 0), np.copysign(np.nan, values), values)
+    elif fmt.specials == "fn":
+        values = np.where(mag == fmt.sign_mask - 1, np.copysign(np.nan, values), values)
+    else:
+        values[fmt.sign_mask] = -np.nan  # the -0 code; the sign bit is set, as in ml_dtypes
+    values.flags.writeable = False
+    return values
+
+
+@functools.cache
+def decode_table(fmt: FloatFormat, out_dtype: np.dtype) -> np.ndarray:
+    """Bits (unsigned ints) of every code's value in ``out_dtype``, padded to 256 or 65,536
+    entries with NaN so that a lookup with any uint8/uint16 index stays in bounds.
+
+    Values not exact in ``out_dtype`` are rounded once to nearest-even, overflowing to Inf
+    (IEEE), which only happens for formats wider than the output.
+    """
+    out_dtype = np.dtype(out_dtype)
+    values = code_values(fmt)
+    size = 256 if fmt.bits <= 8 else 1 << 16
+    if out_dtype in (np.dtype(np.float64), np.dtype(np.float32)):
+        with np.errstate(over="ignore"):
+            bits = values.astype(out_dtype).view(bits_dtype(out_dtype)).copy()
+    else:
+        target = get_format(out_dtype)
+        kernel, _ = encode_kernel(target, np.dtype(np.float64), False)
+        bits = np.empty(values.size, bits_dtype(out_dtype))
+        kernel(values.view(np.uint64), dummy(np.uint32), dummy(np.uint8), bits)
+    qnan = _QNAN[out_dtype]
+    sign = np.signbit(values)
+    width = out_dtype.itemsize * 8
+    nan_bits = np.where(sign, qnan | (1 << (width - 1)), qnan).astype(bits.dtype)
+    bits = np.where(np.isnan(values), nan_bits, bits)
+    table = np.full(size, qnan, dtype=bits.dtype)
+    table[: bits.size] = bits
+    table.flags.writeable = False
+    return table

@@ -1,0 +1,369 @@
+"""encode, decode, round_to and astype: validation, broadcasting and dispatch to kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import _parallel
+from ._kernels.codec import FLOAT_DTYPES, bits_dtype, dummy, encode_kernel, f16_lut, lookup_kernel
+from ._kernels.codec import LOAD_LUT
+from ._kernels.tables import decode_table
+from .formats import FloatFormat, _NUMPY_DTYPES, get_format
+
+__all__ = ["encode", "decode", "round_to", "astype"]
+
+_FLOAT_NAMES = "float16, bfloat16, float32 or float64"
+_FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    if a.dtype.byteorder not in "=|" and a.dtype.isnative is False:
+        return a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def _float_input(x: Any, func: str, *, allow_float8: bool) -> np.ndarray:
+    """x as a native-order float array the kernels accept, or a clear TypeError."""
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{func}: x must be an array of floats; got {type(x).__name__}") from exc
+    dt = arr.dtype
+    if dt in FLOAT_DTYPES or (dt.kind == "f" and dt.newbyteorder("=") in FLOAT_DTYPES):
+        return _native(arr)
+    if allow_float8 and dt in _FORMAT_DTYPES:
+        # Widening a float8 array to float32 is exact, so encoding it is a single rounding.
+        return decode(arr, dtype=np.float32)
+    allowed = _FLOAT_NAMES + (" (or an ml_dtypes float8 array)" if allow_float8 else "")
+    hint = ""
+    if dt.kind in "iub":
+        hint = "; convert integers explicitly, e.g. x.astype(np.float64)"
+    raise TypeError(f"{func}: x must have dtype {allowed}; got {dt}{hint}")
+
+
+def _check_out(out: Any, shape: tuple, allowed: tuple[np.dtype, ...], func: str) -> np.ndarray:
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{func}: out must be a numpy array, got {type(out).__name__}")
+    if out.dtype not in allowed:
+        names = ", ".join(str(d) for d in allowed)
+        raise TypeError(f"{func}: out has dtype {out.dtype}; allowed: {names}")
+    if not out.flags.writeable:
+        raise ValueError(f"{func}: out is read-only")
+    try:
+        ok = np.broadcast_shapes(shape, out.shape) == out.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{func}: out has shape {out.shape}, but x of shape {shape} does not broadcast to it"
+        )
+    return out
+
+
+def _contiguous_order(a: np.ndarray) -> str | None:
+    if a.flags.c_contiguous:
+        return "C"
+    if a.flags.f_contiguous:
+        return "F"
+    return None
+
+
+def _apply(kernel, x: np.ndarray, lut, table, out_bits: np.dtype, out: np.ndarray | None):
+    """Run an elementwise kernel on x (bits view) into out (bits view) with numpy semantics:
+    any shape, strides and layout; broadcasting of x to out; overlap-safe."""
+    if out is None:
+        order = _contiguous_order(x)
+        if order is None:
+            x = np.ascontiguousarray(x)
+            order = "C"
+        result = np.empty(x.shape, dtype=out_bits, order=order)
+        _parallel.run(kernel, x.ravel(order=order), lut, table, result.ravel(order=order))
+        return result
+    target = out.view(out_bits)
+    order = _contiguous_order(target)
+    direct = (
+        order is not None
+        and x.shape == target.shape
+        and _contiguous_order(x) == order
+        and (x.ndim < 2 or x.flags.c_contiguous == target.flags.c_contiguous)
+    )
+    if direct and np.may_share_memory(x, target):
+        same = (
+            x.__array_interface__["data"][0] == target.__array_interface__["data"][0]
+            and x.itemsize == target.itemsize
+        )
+        direct = same  # exactly in place is safe elementwise; partial overlap is not
+        if not same:
+            x = x.copy(order=order)
+            direct = True
+    if direct:
+        _parallel.run(kernel, x.ravel(order=order), lut, table, target.ravel(order=order))
+        return out
+    src = np.ascontiguousarray(np.broadcast_to(x, target.shape))
+    tmp = np.empty(target.shape, dtype=out_bits)
+    _parallel.run(kernel, src.ravel(), lut, table, tmp.ravel())
+    np.copyto(target, tmp)
+    return out
+
+
+def _result(value: np.ndarray, was_scalar: bool):
+    return value[()] if was_scalar else value
+
+
+def _lut_for(load: int) -> np.ndarray:
+    return f16_lut() if load == LOAD_LUT else dummy(np.uint32)
+
+
+def encode(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = None):
+    """Round floats to the nearest value of a format and return its codes.
+
+    Rounding is to nearest, ties to even, from the exact input value (float64 input is not
+    first rounded to float32).  Overflow, Inf, NaN and -0 follow the float8 tables of ONNX
+    Cast-21, extended to every format in the registry.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16, float32 or float64 data (or an ml_dtypes float8 array, widened
+        exactly first), of any shape and memory layout.
+    fmt : str, FloatFormat or dtype
+        Target format, e.g. ``"float8_e4m3fn"``; see :func:`fp8kit.get_format`.
+    saturate : bool, default True
+        True: values beyond the largest finite value become +-max; Inf becomes +-max too,
+        except in ``fnuz`` formats (NaN).  False: they become +-Inf where the format has
+        Inf, NaN otherwise.
+    out : ndarray, optional
+        Where to write the codes: dtype uint8 (formats of up to 8 bits) or uint16, or the
+        format's ml_dtypes dtype; x is broadcast to its shape.
+
+    Returns
+    -------
+    ndarray
+        The codes (uint8 or uint16), shaped like x; ``out`` if given; a numpy scalar for a
+        0-d input.
+
+    Raises
+    ------
+    TypeError
+        If x is not floating point, or ``out`` has the wrong type or dtype.
+    ValueError
+        If the format is unknown, or ``out`` has an incompatible shape or is read-only.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> fp8kit.encode(np.array([1.0, 448.0, 1e9, -np.inf], np.float32), "float8_e4m3fn")
+    array([ 56, 126, 126, 254], dtype=uint8)
+    >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
+    array([124, 124], dtype=uint8)
+    """
+    fmt = get_format(fmt, argname="fmt")
+    was_scalar = np.ndim(x) == 0 and out is None
+    x = _float_input(x, "encode", allow_float8=True)
+    code_dtype = fmt.code_dtype
+    if out is not None:
+        allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
+        _check_out(out, x.shape, allowed, "encode")
+    kernel, pl = encode_kernel(fmt, x.dtype, bool(saturate))
+    if pl.widen_first:
+        x = x.astype(np.float64)
+    xb = x.view(bits_dtype(x.dtype))
+    res = _apply(kernel, xb, _lut_for(pl.load), dummy(np.uint8), code_dtype, out)
+    return _result(res, was_scalar)
+
+
+def _code_input(codes: Any, fmt: FloatFormat | None) -> tuple[np.ndarray, FloatFormat]:
+    arr = np.asarray(codes)
+    dt = arr.dtype
+    if dt in _FORMAT_DTYPES:
+        own = _FORMAT_DTYPES[dt]
+        if fmt is not None and fmt != own:
+            raise ValueError(f"decode: codes have dtype {dt} but fmt is {fmt.name!r}")
+        return arr.view(own.code_dtype), own
+    if fmt is None:
+        raise TypeError(
+            f"decode: fmt is required for codes of dtype {dt}; it can be omitted only for "
+            "ml_dtypes/float16 arrays"
+        )
+    if dt.kind not in "ui":
+        raise TypeError(
+            f"decode: codes must be unsigned integers ({fmt.code_dtype}) or an array of the "
+            f"format's dtype; got {dt}"
+        )
+    arr = _native(arr)
+    limit = 1 << fmt.bits
+    if dt != fmt.code_dtype or fmt.bits not in (8, 16):
+        if arr.size and (arr.min() < 0 or arr.max() >= limit):
+            bad = np.flatnonzero((arr.ravel() < 0) | (arr.ravel() >= limit))[0]
+            raise ValueError(
+                f"decode: codes[{np.unravel_index(bad, arr.shape)}] = {arr.ravel()[bad]} is not "
+                f"a code of {fmt.name} (0..{limit - 1})"
+            )
+        arr = arr.astype(fmt.code_dtype)
+    return arr, fmt
+
+
+def _float_dtype(dtype: Any, argname: str, func: str) -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{func}: {argname} must be a dtype ({_FLOAT_NAMES}); got {dtype!r}") from None
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{func}: {argname} must be {_FLOAT_NAMES}; got {dt}")
+    return dt
+
+
+def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | None = None):
+    """Return the value of each code of a format.
+
+    NaN codes decode to the canonical quiet NaN of ``dtype`` with the code's sign bit;
+    decoding is exact whenever ``dtype`` holds every value of the format (float32 and float64
+    hold every built-in format), otherwise rounded once to nearest-even.
+
+    Parameters
+    ----------
+    codes : array_like
+        Integer codes (uint8/uint16 or any integer dtype whose values are valid codes), or an
+        ml_dtypes array of the format (then ``fmt`` may be omitted).
+    fmt : str, FloatFormat or dtype, optional
+        The codes' format.
+    dtype : dtype, optional
+        float16, bfloat16, float32 or float64; default float32 (or ``out``'s dtype).
+    out : ndarray, optional
+        Output array; the codes are broadcast to its shape.
+
+    Returns
+    -------
+    ndarray
+        Values of dtype ``dtype``; ``out`` if given; a numpy scalar for a 0-d input.
+
+    Raises
+    ------
+    TypeError
+        If the codes are not integers, ``fmt`` is missing, or a dtype is not allowed.
+    ValueError
+        If a code is out of range, the format is unknown, or ``out`` does not fit.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> fp8kit.decode(np.array([56, 126, 127, 128], np.uint8), "float8_e4m3fn")
+    array([  1., 448.,  nan,  -0.], dtype=float32)
+    """
+    fmt = None if fmt is None else get_format(fmt, argname="fmt")
+    was_scalar = np.ndim(codes) == 0 and out is None
+    arr, fmt = _code_input(codes, fmt)
+    if dtype is None:
+        dtype = out.dtype if isinstance(out, np.ndarray) else np.float32
+    dt = _float_dtype(dtype, "dtype", "decode")
+    if out is not None:
+        _check_out(out, arr.shape, (dt,), "decode")
+    table = decode_table(fmt, dt)
+    kernel = lookup_kernel(arr.dtype, table.dtype)
+    res = _apply(kernel, arr, dummy(np.uint32), table, table.dtype, out)
+    if out is None:
+        res = res.view(dt)
+    return _result(res, was_scalar)
+
+
+def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = None):
+    """Round floats to the nearest value of a format, keeping their dtype.
+
+    Equivalent to ``decode(encode(x, fmt, saturate=saturate), fmt, dtype=x.dtype)`` in a
+    single pass.  If a rounded value does not exist in x's dtype (only possible when the
+    format is wider than it) it is rounded again to x's dtype, IEEE-style.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16, float32 or float64 data.
+    fmt : str, FloatFormat or dtype
+        The format to round to.
+    saturate : bool, default True
+        As in :func:`encode`.
+    out : ndarray, optional
+        Output array of x's dtype; x is broadcast to its shape.
+
+    Returns
+    -------
+    ndarray
+        Rounded values, dtype of x; ``out`` if given; a numpy scalar for a 0-d input.
+
+    Raises
+    ------
+    TypeError
+        If x is not floating point or ``out`` has another dtype.
+    ValueError
+        If the format is unknown or ``out`` does not fit.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2")
+    array([ 0.3125, 1024.    , -0.    ])
+    """
+    fmt = get_format(fmt, argname="fmt")
+    was_scalar = np.ndim(x) == 0 and out is None
+    x = _float_input(x, "round_to", allow_float8=False)
+    dt = x.dtype
+    if out is not None:
+        _check_out(out, x.shape, (dt,), "round_to")
+    table = decode_table(fmt, dt)
+    kernel, pl = encode_kernel(fmt, dt, bool(saturate), table_dtype=table.dtype)
+    if pl.widen_first:
+        x = x.astype(np.float64)
+    xb = x.view(bits_dtype(x.dtype))
+    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out)
+    if out is None:
+        res = res.view(dt)
+    return _result(res, was_scalar)
+
+
+def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
+    """Convert floats to a format's numpy/ml_dtypes dtype (e.g. ``ml_dtypes.float8_e4m3fn``).
+
+    The result is a view of the codes from :func:`encode` (no copy).
+
+    Parameters
+    ----------
+    x : array_like
+        Floating-point data, as for :func:`encode`.
+    fmt : str, FloatFormat or dtype
+        A format that has a numpy or ml_dtypes dtype.
+    saturate : bool, default True
+        As in :func:`encode`.  (``x.astype(ml_dtypes.float8_e4m3fn)`` does not saturate.)
+
+    Returns
+    -------
+    ndarray
+        Array of dtype ``fmt.dtype``.
+
+    Raises
+    ------
+    TypeError
+        If the format has no numpy/ml_dtypes dtype, or x is not floating point.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> fp8kit.astype(np.array([1.0, 500.0]), "float8_e4m3fn")
+    array([1, 448], dtype=float8_e4m3fn)
+    """
+    fmt = get_format(fmt, argname="fmt")
+    if fmt.dtype is None:
+        raise TypeError(
+            f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its "
+            "codes"
+        )
+    codes = np.asarray(encode(x, fmt, saturate=saturate))
+    res = codes.view(fmt.dtype)
+    return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res
+
+
+_ = (FloatFormat, ml_dtypes)

@@ -1,0 +1,490 @@
+"""Floating-point formats as data: :class:`FloatFormat` and the format registry.
+
+A format is described by its raw fields only (exponent and mantissa widths, bias and the
+convention used for the special values); everything else is derived, with the names used by
+:class:`numpy.finfo` and ``ml_dtypes.finfo``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Any, Literal
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "FloatFormat",
+    "SPECIALS",
+    "get_format",
+    "register_format",
+    "registered_formats",
+    "format_table",
+]
+
+#: Special-value conventions.  ``"ieee"``: the all-ones exponent holds +-Inf (mantissa 0) and
+#: NaN (mantissa != 0).  ``"fn"`` (finite): no Inf; only the all-ones exponent *and* mantissa
+#: is NaN, every other code is finite.  ``"fnuz"`` (finite, unsigned zero): no Inf and no -0;
+#: the code that would be -0 (sign bit alone) is the single NaN.
+SPECIALS = ("ieee", "fn", "fnuz")
+
+Specials = Literal["ieee", "fn", "fnuz"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FloatFormat:
+    """A binary floating-point format of at most 16 bits.
+
+    Only the raw fields are stored; limits such as :attr:`max` or :attr:`eps` are derived
+    properties named as in :class:`numpy.finfo`.  Instances are immutable and hashable, so a
+    format is its own cache key.
+
+    Parameters
+    ----------
+    name : str
+        Canonical name, e.g. ``"float8_e4m3fn"`` (ml_dtypes' spelling for the built-ins).
+    exponent_bits : int
+        Width of the exponent field, 1 to 11.
+    mantissa_bits : int
+        Width of the stored mantissa (fraction) field, 0 to 14.
+    bias : int
+        Exponent bias: a normal code with exponent field ``e`` has the value
+        ``2**(e - bias) * (1 + m / 2**mantissa_bits)``.
+    specials : {"ieee", "fn", "fnuz"}
+        How Inf, NaN and -0 are encoded; see :data:`SPECIALS`.
+
+    Raises
+    ------
+    ValueError
+        If a field is out of range, the format has more than 16 bits, or its values are not
+        all exactly representable in float64.
+
+    Examples
+    --------
+    >>> from fp8kit import FloatFormat
+    >>> e3m4 = FloatFormat(name="e3m4", exponent_bits=3, mantissa_bits=4, bias=3, specials="ieee")
+    >>> e3m4.max, e3m4.smallest_subnormal, e3m4.bits
+    (15.5, 0.015625, 8)
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int
+    specials: Specials = "ieee"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        for field in ("exponent_bits", "mantissa_bits", "bias"):
+            value = getattr(self, field)
+            if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+                raise TypeError(f"{field} must be an int, got {value!r}")
+            object.__setattr__(self, field, int(value))
+        if not 1 <= self.exponent_bits <= 11:
+            raise ValueError(
+                f"exponent_bits must be in 1..11 (the range of float64), got {self.exponent_bits}"
+            )
+        if not 0 <= self.mantissa_bits <= 14:
+            raise ValueError(f"mantissa_bits must be in 0..14, got {self.mantissa_bits}")
+        if self.specials not in SPECIALS:
+            raise ValueError(
+                f"specials must be one of {', '.join(SPECIALS)}; got {self.specials!r}"
+            )
+        if self.bits > 16:
+            raise ValueError(
+                f"a format has at most 16 bits; 1 + exponent_bits + mantissa_bits = {self.bits}"
+            )
+        if self.specials == "ieee" and (self.exponent_bits < 2 or self.mantissa_bits < 1):
+            raise ValueError(
+                "an 'ieee' format needs exponent_bits >= 2 (finite normals) and "
+                "mantissa_bits >= 1 (a NaN code)"
+            )
+        if self.specials == "fn" and self.exponent_bits + self.mantissa_bits < 2:
+            raise ValueError("an 'fn' format needs at least 2 bits besides the sign")
+        # Every finite value must be exact in float64, so that decoding to float64 and the
+        # exact reference are lossless and encoding from float64 never needs normalisation.
+        if self.max_exponent_field - self.bias > 1023 or self.minexp - self.mantissa_bits < -1074:
+            raise ValueError(
+                f"format {self.name!r} has values outside float64's range "
+                f"(bias={self.bias}); choose a bias so that 2**{self.minexp - self.mantissa_bits}"
+                f" and {self.max_exponent_field - self.bias} fit float64"
+            )
+        if self.minexp < -1022:
+            raise ValueError(
+                f"format {self.name!r}: smallest normal 2**{self.minexp} is below float64's "
+                "smallest normal"
+            )
+
+    # ---------------------------------------------------------------- raw layout
+    @property
+    def bits(self) -> int:
+        """Total width in bits (sign, exponent and mantissa)."""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def has_inf(self) -> bool:
+        """Whether the format encodes +-Inf."""
+        return self.specials == "ieee"
+
+    @property
+    def has_negative_zero(self) -> bool:
+        """Whether -0 is a distinct code (false for ``fnuz`` formats)."""
+        return self.specials != "fnuz"
+
+    @property
+    def max_exponent_field(self) -> int:
+        """Largest exponent field that holds finite normal numbers."""
+        top = (1 << self.exponent_bits) - 1
+        return top - 1 if self.specials == "ieee" else top
+
+    @property
+    def sign_mask(self) -> int:
+        """The sign bit as an integer code."""
+        return 1 << (self.bits - 1)
+
+    @property
+    def max_code(self) -> int:
+        """Code of the largest finite value (positive sign)."""
+        top = (self.max_exponent_field << self.mantissa_bits) | ((1 << self.mantissa_bits) - 1)
+        return top - 1 if self.specials == "fn" else top
+
+    @property
+    def inf_code(self) -> int | None:
+        """Code of +Inf, or None when the format has no Inf."""
+        if not self.has_inf:
+            return None
+        return ((1 << self.exponent_bits) - 1) << self.mantissa_bits
+
+    @property
+    def nan_code(self) -> int:
+        """Code of the canonical (positive, quiet) NaN.
+
+        ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz``: the
+        sign bit alone (this NaN has no sign).
+        """
+        if self.specials == "fnuz":
+            return self.sign_mask
+        if self.specials == "fn":
+            return self.sign_mask - 1
+        quiet = 1 << (self.mantissa_bits - 1) if self.mantissa_bits else 0
+        if not quiet:
+            raise ValueError(f"format {self.name!r} has no NaN code")  # pragma: no cover
+        return self.inf_code | quiet  # type: ignore[operator]
+
+    # ---------------------------------------------------------------- finfo-style limits
+    @property
+    def nmant(self) -> int:
+        """Number of mantissa bits (as numpy.finfo)."""
+        return self.mantissa_bits
+
+    @property
+    def nexp(self) -> int:
+        """Number of exponent bits (as numpy.finfo)."""
+        return self.exponent_bits
+
+    iexp = nexp
+
+    @property
+    def minexp(self) -> int:
+        """Exponent of the smallest normal number: ``smallest_normal == 2**minexp``."""
+        return 1 - self.bias
+
+    @property
+    def maxexp(self) -> int:
+        """Smallest power of two exponent that overflows: ``max < 2**maxexp``."""
+        return self.max_exponent_field - self.bias + 1
+
+    @property
+    def machep(self) -> int:
+        """Exponent of :attr:`eps`."""
+        return -self.mantissa_bits
+
+    @property
+    def negep(self) -> int:
+        """Exponent of :attr:`epsneg`."""
+        return -self.mantissa_bits - 1
+
+    @property
+    def max(self) -> float:
+        """Largest finite value."""
+        return float(self.code_value(self.max_code))
+
+    @property
+    def min(self) -> float:
+        """Most negative finite value, ``-max``."""
+        return -self.max
+
+    @property
+    def smallest_normal(self) -> float:
+        """Smallest positive normal value, ``2**minexp``."""
+        return math.ldexp(1.0, self.minexp)
+
+    tiny = smallest_normal
+
+    @property
+    def smallest_subnormal(self) -> float:
+        """Smallest positive value, ``2**(minexp - nmant)``."""
+        return math.ldexp(1.0, self.minexp - self.mantissa_bits)
+
+    @property
+    def eps(self) -> float:
+        """Distance from 1.0 to the next larger value, ``2**-nmant``."""
+        return math.ldexp(1.0, -self.mantissa_bits)
+
+    @property
+    def epsneg(self) -> float:
+        """Distance from 1.0 to the next smaller value, ``2**(-nmant - 1)``."""
+        return math.ldexp(1.0, -self.mantissa_bits - 1)
+
+    @property
+    def precision(self) -> int:
+        """Approximate number of exact decimal digits, ``floor(-log10(eps))``."""
+        return int(math.floor(-math.log10(self.eps)))
+
+    @property
+    def resolution(self) -> float:
+        """``10**-precision``, as numpy.finfo."""
+        return 10.0**-self.precision
+
+    @property
+    def code_dtype(self) -> np.dtype:
+        """Unsigned integer dtype that holds one code: uint8 up to 8 bits, else uint16."""
+        return np.dtype(np.uint8) if self.bits <= 8 else np.dtype(np.uint16)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The matching numpy/ml_dtypes dtype, or None for formats without one."""
+        return _NUMPY_DTYPES.get(self)
+
+    # ---------------------------------------------------------------- exact values
+    def code_value(self, code: int) -> Fraction | float:
+        """Exact value of one code: a Fraction, or a float for Inf and NaN.
+
+        Examples
+        --------
+        >>> from fp8kit import get_format
+        >>> get_format("float8_e4m3fn").code_value(0x7E)
+        Fraction(448, 1)
+        """
+        code = int(code)
+        if not 0 <= code < (1 << self.bits):
+            raise ValueError(f"code {code} is outside 0..{(1 << self.bits) - 1}")
+        sign = -1 if code & self.sign_mask else 1
+        mag = code & (self.sign_mask - 1)
+        if self.specials == "fnuz" and code == self.sign_mask:
+            return math.nan
+        if self.specials == "fn" and mag == self.sign_mask - 1:
+            return math.copysign(math.nan, sign)
+        e = mag >> self.mantissa_bits
+        m = mag & ((1 << self.mantissa_bits) - 1)
+        if self.specials == "ieee" and e == (1 << self.exponent_bits) - 1:
+            return math.copysign(math.inf if m == 0 else math.nan, sign)
+        if e == 0:
+            value = Fraction(m, 1 << self.mantissa_bits) * Fraction(2) ** self.minexp
+        else:
+            value = Fraction((1 << self.mantissa_bits) + m, 1 << self.mantissa_bits) * Fraction(
+                2
+            ) ** (e - self.bias)
+        return sign * value
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _builtin(name: str, e: int, m: int, bias: int, specials: Specials) -> FloatFormat:
+    return FloatFormat(name=name, exponent_bits=e, mantissa_bits=m, bias=bias, specials=specials)
+
+
+float8_e4m3fn = _builtin("float8_e4m3fn", 4, 3, 7, "fn")
+float8_e4m3fnuz = _builtin("float8_e4m3fnuz", 4, 3, 8, "fnuz")
+float8_e5m2 = _builtin("float8_e5m2", 5, 2, 15, "ieee")
+float8_e5m2fnuz = _builtin("float8_e5m2fnuz", 5, 2, 16, "fnuz")
+bfloat16 = _builtin("bfloat16", 8, 7, 127, "ieee")
+float16 = _builtin("float16", 5, 10, 15, "ieee")
+
+_NUMPY_DTYPES: dict[FloatFormat, np.dtype] = {
+    float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    float8_e4m3fnuz: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
+    float8_e5m2fnuz: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    bfloat16: np.dtype(ml_dtypes.bfloat16),
+    float16: np.dtype(np.float16),
+}
+
+# name (lower case) -> format.  Canonical names first, then ONNX and OpenVINO spellings.
+_REGISTRY: dict[str, FloatFormat] = {}
+_CANONICAL: dict[str, FloatFormat] = {}
+_ALIASES: dict[FloatFormat, tuple[str, ...]] = {}
+
+
+def register_format(fmt: FloatFormat, aliases: tuple[str, ...] | list[str] = ()) -> FloatFormat:
+    """Add a format (and optional aliases) to the registry so it can be named by string.
+
+    Parameters
+    ----------
+    fmt : FloatFormat
+        The format; its ``name`` becomes a valid name for :func:`get_format`.
+    aliases : sequence of str, optional
+        Further names (matched case-insensitively).
+
+    Returns
+    -------
+    FloatFormat
+        ``fmt`` itself.
+
+    Raises
+    ------
+    TypeError
+        If ``fmt`` is not a FloatFormat.
+    ValueError
+        If a name is already taken by a different format.
+
+    Examples
+    --------
+    >>> from fp8kit import FloatFormat, register_format, get_format
+    >>> e3m4 = FloatFormat(name="my_e3m4", exponent_bits=3, mantissa_bits=4, bias=3)
+    >>> _ = register_format(e3m4, aliases=["e3m4_ieee"])
+    >>> get_format("E3M4_IEEE") is e3m4
+    True
+    """
+    if not isinstance(fmt, FloatFormat):
+        raise TypeError(f"fmt must be a FloatFormat, got {type(fmt).__name__}")
+    names = (fmt.name, *aliases)
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"aliases must be strings, got {n!r}")
+        other = _REGISTRY.get(n.lower())
+        if other is not None and other != fmt:
+            raise ValueError(f"format name {n!r} is already registered for {other!r}")
+    for n in names:
+        _REGISTRY[n.lower()] = fmt
+    _CANONICAL[fmt.name] = fmt
+    _ALIASES[fmt] = tuple(dict.fromkeys((*_ALIASES.get(fmt, ()), *aliases)))
+    return fmt
+
+
+register_format(float8_e4m3fn, ["FLOAT8E4M3FN", "f8e4m3"])
+register_format(float8_e4m3fnuz, ["FLOAT8E4M3FNUZ"])
+register_format(float8_e5m2, ["FLOAT8E5M2", "f8e5m2"])
+register_format(float8_e5m2fnuz, ["FLOAT8E5M2FNUZ"])
+register_format(bfloat16, ["BFLOAT16", "bf16"])
+register_format(float16, ["FLOAT16", "f16", "half"])
+
+
+def registered_formats() -> dict[str, FloatFormat]:
+    """The registered formats by canonical name, in registration order.
+
+    Examples
+    --------
+    >>> from fp8kit import registered_formats
+    >>> list(registered_formats())[:2]
+    ['float8_e4m3fn', 'float8_e4m3fnuz']
+    """
+    return dict(_CANONICAL)
+
+
+def aliases_of(fmt: FloatFormat) -> tuple[str, ...]:
+    """The registered aliases of a format (not including its canonical name)."""
+    return _ALIASES.get(fmt, ())
+
+
+def _valid_names() -> str:
+    return ", ".join(_CANONICAL)
+
+
+def get_format(spec: Any, *, argname: str = "format") -> FloatFormat:
+    """Return the canonical :class:`FloatFormat` for a name, alias, dtype or array.
+
+    Parameters
+    ----------
+    spec : str, FloatFormat, numpy/ml_dtypes dtype or type, torch dtype, or array
+        ``"float8_e4m3fn"``, an alias such as ``"FLOAT8E4M3FN"`` (ONNX) or ``"f8e4m3"``
+        (OpenVINO), matched case-insensitively; a FloatFormat (returned as is); a dtype such
+        as ``ml_dtypes.bfloat16``; or an object with a ``dtype`` attribute.
+    argname : str, optional
+        Name of the argument, used in error messages.
+
+    Returns
+    -------
+    FloatFormat
+
+    Raises
+    ------
+    ValueError
+        If the name or dtype is not a registered format; the message lists the valid names.
+    TypeError
+        If ``spec`` is of a type that cannot name a format.
+
+    Examples
+    --------
+    >>> import ml_dtypes
+    >>> from fp8kit import get_format
+    >>> get_format("f8e4m3").name
+    'float8_e4m3fn'
+    >>> get_format(ml_dtypes.float8_e5m2).max
+    57344.0
+    """
+    if isinstance(spec, FloatFormat):
+        return spec
+    if isinstance(spec, str):
+        fmt = _REGISTRY.get(spec.lower())
+        if fmt is None:
+            raise ValueError(f"unknown {argname} {spec!r}; valid: {_valid_names()}")
+        return fmt
+    if type(spec).__module__ == "torch" and type(spec).__name__ == "dtype":
+        name = str(spec).removeprefix("torch.")
+        fmt = _REGISTRY.get(name)
+        if fmt is None:
+            raise ValueError(f"unsupported {argname} {spec}; valid: {_valid_names()}")
+        return fmt
+    if isinstance(spec, (bool, int, float, complex)) or spec is None:
+        raise TypeError(
+            f"{argname} must be a format name, FloatFormat, dtype or array; got {spec!r}"
+        )
+    try:
+        dtype = np.dtype(spec.dtype if hasattr(spec, "dtype") else spec)
+    except TypeError:
+        raise TypeError(
+            f"{argname} must be a format name, FloatFormat, dtype or array; got {spec!r}"
+        ) from None
+    for fmt, dt in _NUMPY_DTYPES.items():
+        if dt == dtype:
+            return fmt
+    raise ValueError(f"unsupported {argname} dtype {dtype}; valid: {_valid_names()}")
+
+
+def format_table() -> str:
+    """A Markdown table of the registered formats, generated from the registry.
+
+    Examples
+    --------
+    >>> from fp8kit import format_table
+    >>> print(format_table().splitlines()[0])  # doctest: +ELLIPSIS
+    | format | bits | ...
+    """
+    head = (
+        "| format | bits | exp | mant | bias | Inf | NaN | -0 | max | smallest normal "
+        "| smallest subnormal | eps | aliases |"
+    )
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for fmt in _CANONICAL.values():
+        nan = {"ieee": "IEEE", "fn": "all ones", "fnuz": "-0 code"}[fmt.specials]
+        rows.append(
+            f"| `{fmt.name}` | {fmt.bits} | {fmt.exponent_bits} | {fmt.mantissa_bits} "
+            f"| {fmt.bias} | {'yes' if fmt.has_inf else 'no'} | {nan} "
+            f"| {'yes' if fmt.has_negative_zero else 'no'} | {fmt.max:g} "
+            f"| {_pow2(fmt.minexp)} | {_pow2(fmt.minexp - fmt.mantissa_bits)} "
+            f"| {_pow2(-fmt.mantissa_bits)} | {', '.join(f'`{a}`' for a in aliases_of(fmt))} |"
+        )
+    return "\n".join(rows)
+
+
+def _pow2(e: int) -> str:
+    return f"2^{e}"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(format_table())
