@@ -366,6 +366,9 @@ def register_format(fmt: FloatFormat, aliases: tuple[str, ...] | list[str] = ())
     return fmt
 
 
+#: The formats that ship with fp8kit, in registry order.
+BUILTIN_FORMATS = (float8_e4m3fn, float8_e4m3fnuz, float8_e5m2, float8_e5m2fnuz, bfloat16, float16)
+
 register_format(float8_e4m3fn, ["FLOAT8E4M3FN", "f8e4m3"])
 register_format(float8_e4m3fnuz, ["FLOAT8E4M3FNUZ"])
 register_format(float8_e5m2, ["FLOAT8E5M2", "f8e5m2"])
@@ -445,7 +448,8 @@ def get_format(spec: Any, *, argname: str = "format") -> FloatFormat:
             f"{argname} must be a format name, FloatFormat, dtype or array; got {spec!r}"
         )
     try:
-        dtype = np.dtype(spec.dtype if hasattr(spec, "dtype") else spec)
+        has_dtype = not isinstance(spec, type) and hasattr(spec, "dtype")
+        dtype = np.dtype(spec.dtype if has_dtype else spec)
     except TypeError:
         raise TypeError(
             f"{argname} must be a format name, FloatFormat, dtype or array; got {spec!r}"
@@ -456,8 +460,17 @@ def get_format(spec: Any, *, argname: str = "format") -> FloatFormat:
     raise ValueError(f"unsupported {argname} dtype {dtype}; valid: {_valid_names()}")
 
 
-def format_table() -> str:
-    """A Markdown table of the registered formats, generated from the registry.
+def format_table(formats: Any = None) -> str:
+    """A Markdown table of formats, generated from the registry.
+
+    Parameters
+    ----------
+    formats : iterable of format specs, optional
+        Default: the built-in formats.
+
+    Returns
+    -------
+    str
 
     Examples
     --------
@@ -465,12 +478,13 @@ def format_table() -> str:
     >>> print(format_table().splitlines()[0])  # doctest: +ELLIPSIS
     | format | bits | ...
     """
+    chosen = BUILTIN_FORMATS if formats is None else tuple(get_format(f) for f in formats)
     head = (
         "| format | bits | exp | mant | bias | Inf | NaN | -0 | max | smallest normal "
         "| smallest subnormal | eps | aliases |"
     )
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
-    for fmt in _CANONICAL.values():
+    for fmt in chosen:
         nan = {"ieee": "IEEE", "fn": "all ones", "fnuz": "-0 code"}[fmt.specials]
         rows.append(
             f"| `{fmt.name}` | {fmt.bits} | {fmt.exponent_bits} | {fmt.mantissa_bits} "

@@ -21,6 +21,15 @@ _QNAN = {
 }
 
 
+def _finite_values(e, m, fmt):
+    m_bits = fmt.mantissa_bits
+    return np.where(
+        e == 0,
+        np.ldexp(m.astype(np.float64), fmt.minexp - m_bits),
+        np.ldexp((m + (1 << m_bits)).astype(np.float64), (e - fmt.bias - m_bits).astype(np.int32)),
+    )
+
+
 @functools.cache
 def code_values(fmt: FloatFormat) -> np.ndarray:
     """float64 value of every code 0 .. 2**bits - 1 (exact: formats fit float64)."""
@@ -29,11 +38,8 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
     mag = codes & (fmt.sign_mask - 1)
     e = mag >> m_bits
     m = mag & ((1 << m_bits) - 1)
-    values = np.where(
-        e == 0,
-        np.ldexp(m.astype(np.float64), fmt.minexp - m_bits),
-        np.ldexp((m + (1 << m_bits)).astype(np.float64), (e - fmt.bias - m_bits).astype(np.int32)),
-    )
+    with np.errstate(over="ignore"):  # the special codes' exponent; replaced below
+        values = _finite_values(e, m, fmt)
     negative = codes >= fmt.sign_mask
     values = np.where(negative, -values, values)
     if fmt.specials == "ieee":

@@ -1,0 +1,493 @@
+#!/usr/bin/env python
+"""Time fp8kit side by side with ml_dtypes and torch, in one run, and print Markdown tables.
+
+Usage::
+
+    python benchmarks/compare.py [--size N] [--repeat R] [--threads T] [--json FILE]
+
+What is measured (median of R samples per implementation, after one warm-up call that also
+compiles fp8kit's kernels and faults in the output pages; samples of different
+implementations are interleaved so that machine noise hits them alike):
+
+* encode float32 -> each float8 format and bfloat16; decode those codes -> float32:
+  ``fp8kit.encode/decode(..., out=preallocated)``, ``ml_dtypes`` as ``x.astype(dtype)``
+  (allocates its result), ``ml_dtypes`` cast into a preallocated array with
+  ``np.copyto(out, x, casting="unsafe")``, and torch ``out.copy_(src)`` into a preallocated
+  tensor (``torch.from_numpy`` views, no copies);
+* encode from float64 input;
+* ``np.copyto`` of float32 -> float32, the memory-bandwidth baseline;
+* fp8kit with 1 thread against T threads;
+* a small array (4096 elements), where per-call overhead dominates;
+* ``import fp8kit`` in a fresh interpreter, and the first encode/decode call in a fresh
+  process with an empty temporary NUMBA_CACHE_DIR (compilation) and again in a second
+  process with the now-filled cache (cache load).
+
+Throughput is elements per second and (input + output bytes) per second.  Samples of small
+arrays time a loop of calls long enough (>= 20 ms) to be measurable; times are per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+import fp8kit
+
+try:
+    import torch
+except ImportError:  # torch is optional: its columns are left out
+    torch = None
+
+SEED = 0
+FLOAT8_FORMATS = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+FORMATS = FLOAT8_FORMATS + ("bfloat16",)
+SMALL_SIZE = 4096
+MIN_SAMPLE_SECONDS = 0.02
+MAX_CALLS_PER_SAMPLE = 100_000
+
+FP8KIT = "fp8kit"
+ML_ASTYPE = "ml_dtypes astype"
+ML_COPYTO = "ml_dtypes copyto"
+TORCH = "torch copy_"
+COMPARED = (ML_ASTYPE, ML_COPYTO, TORCH)
+
+
+@dataclass
+class Impl:
+    name: str
+    run: Callable[[], object]
+    bits: Callable[[], np.ndarray]  # output of the last run as unsigned ints, for checking
+
+
+@dataclass
+class Row:
+    case: str
+    impl: str
+    size: int
+    bytes_per_element: int
+    seconds: float
+    calls_per_sample: int
+    samples: list[float] = field(repr=False)
+    same_bits: str = ""
+
+    @property
+    def melem_s(self) -> float:
+        return self.size / self.seconds / 1e6
+
+    @property
+    def gb_s(self) -> float:
+        return self.size * self.bytes_per_element / self.seconds / 1e9
+
+
+def ml_dtype(fmt: str) -> np.dtype:
+    return np.dtype(getattr(ml_dtypes, fmt))
+
+
+def bits_dtype(itemsize: int) -> np.dtype:
+    return np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize])
+
+
+def torch_dtype(fmt: str):
+    if torch is None:
+        return None
+    dt = getattr(torch, fmt, None)
+    return dt if isinstance(dt, torch.dtype) else None
+
+
+def torch_bits(t) -> np.ndarray:
+    signed = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()]
+    a = t.view(signed).numpy()
+    return a.view(bits_dtype(a.itemsize))
+
+
+def encoders(x: np.ndarray, fmt: str) -> list[Impl]:
+    code_dt = fp8kit.get_format(fmt).code_dtype
+    out = np.empty(x.shape, code_dt)
+    impls = [Impl(FP8KIT, lambda: fp8kit.encode(x, fmt, out=out), lambda: out)]
+    dt = ml_dtype(fmt)
+    bits = bits_dtype(dt.itemsize)
+    impls.append(Impl(ML_ASTYPE, lambda: x.astype(dt), lambda: x.astype(dt).view(bits)))
+    ml_out = np.empty(x.shape, dt)
+    impls.append(
+        Impl(
+            ML_COPYTO,
+            lambda: np.copyto(ml_out, x, casting="unsafe"),
+            lambda: ml_out.view(bits),
+        )
+    )
+    tdt = torch_dtype(fmt)
+    if tdt is not None:
+        t_x = torch.from_numpy(x)
+        t_out = torch.empty(x.shape, dtype=tdt)
+        impls.append(Impl(TORCH, lambda: t_out.copy_(t_x), lambda: torch_bits(t_out)))
+    return impls
+
+
+def decoders(codes: np.ndarray, fmt: str) -> list[Impl]:
+    out = np.empty(codes.shape, np.float32)
+    u32 = np.uint32
+    impls = [Impl(FP8KIT, lambda: fp8kit.decode(codes, fmt, out=out), lambda: out.view(u32))]
+    view = codes.view(ml_dtype(fmt))
+    impls.append(
+        Impl(ML_ASTYPE, lambda: view.astype(np.float32), lambda: view.astype(np.float32).view(u32))
+    )
+    ml_out = np.empty(codes.shape, np.float32)
+    impls.append(
+        Impl(
+            ML_COPYTO,
+            lambda: np.copyto(ml_out, view, casting="unsafe"),
+            lambda: ml_out.view(u32),
+        )
+    )
+    tdt = torch_dtype(fmt)
+    if tdt is not None:
+        signed = codes.view(np.int8 if codes.itemsize == 1 else np.int16)
+        t_codes = torch.from_numpy(signed).view(tdt)
+        t_out = torch.empty(codes.shape, dtype=torch.float32)
+        impls.append(Impl(TORCH, lambda: t_out.copy_(t_codes), lambda: torch_bits(t_out)))
+    return impls
+
+
+def calls_per_sample(fn: Callable[[], object]) -> int:
+    t0 = time.perf_counter()
+    fn()
+    one = time.perf_counter() - t0
+    if one >= MIN_SAMPLE_SECONDS:
+        return 1
+    return min(MAX_CALLS_PER_SAMPLE, math.ceil(MIN_SAMPLE_SECONDS / max(one, 1e-7)))
+
+
+def measure(
+    case: str, impls: list[Impl], size: int, bytes_per_element: int, repeat: int
+) -> list[Row]:
+    """Warm up and calibrate each implementation, then interleave R samples of each."""
+    numbers = []
+    for impl in impls:
+        impl.run()  # warm-up: compiles fp8kit kernels, faults in output pages
+        numbers.append(calls_per_sample(impl.run))
+    samples: list[list[float]] = [[] for _ in impls]
+    for _ in range(repeat):
+        for impl, number, acc in zip(impls, numbers, samples, strict=True):
+            run = impl.run
+            t0 = time.perf_counter()
+            for _ in range(number):
+                run()
+            acc.append((time.perf_counter() - t0) / number)
+    reference = impls[0].bits()
+    rows = []
+    for impl, number, acc in zip(impls, numbers, samples, strict=True):
+        if impl is impls[0]:
+            same = "ref"
+        else:
+            got = impl.bits()
+            diff = int(np.count_nonzero(got != reference))
+            same = "yes" if diff == 0 else f"no ({diff} differ)"
+        rows.append(
+            Row(case, impl.name, size, bytes_per_element, statistics.median(acc), number, acc, same)
+        )
+    return rows
+
+
+def codec_rows(size: int, repeat: int, threads: int) -> list[Row]:
+    rng = np.random.default_rng(SEED)
+    x32 = rng.standard_normal(size, dtype=np.float32)
+    rows: list[Row] = []
+
+    base = np.empty_like(x32)
+    rows += measure(
+        "copy float32 -> float32 (memory baseline)",
+        [Impl("np.copyto", lambda: np.copyto(base, x32), lambda: base.view(np.uint32))],
+        size,
+        8,
+        repeat,
+    )
+    for fmt in FORMATS:
+        nbytes = 4 + ml_dtype(fmt).itemsize
+        rows += measure(f"encode float32 -> {fmt}", encoders(x32, fmt), size, nbytes, repeat)
+    for fmt in FORMATS:
+        codes = fp8kit.encode(x32, fmt)
+        nbytes = codes.itemsize + 4
+        rows += measure(f"decode {fmt} -> float32", decoders(codes, fmt), size, nbytes, repeat)
+
+    x64 = x32.astype(np.float64)
+    for fmt in ("float8_e4m3fn", "bfloat16"):
+        nbytes = 8 + ml_dtype(fmt).itemsize
+        rows += measure(f"encode float64 -> {fmt}", encoders(x64, fmt), size, nbytes, repeat)
+    del x64
+
+    fmt = "float8_e4m3fn"
+    codes = fp8kit.encode(x32, fmt)
+    for case, impl in (
+        (f"threads: encode float32 -> {fmt}", encoders(x32, fmt)[0]),
+        (f"threads: decode {fmt} -> float32", decoders(codes, fmt)[0]),
+    ):
+        one = Impl("fp8kit, 1 thread", _with_threads(impl.run, 1), impl.bits)
+        many = Impl(f"fp8kit, {threads} threads", _with_threads(impl.run, threads), impl.bits)
+        rows += measure(case, [one, many], size, 5, repeat)
+
+    xs = x32[:SMALL_SIZE].copy()
+    for fmt in ("float8_e4m3fn", "bfloat16"):
+        nbytes = 4 + ml_dtype(fmt).itemsize
+        rows += measure(
+            f"small: encode float32 -> {fmt}", encoders(xs, fmt), SMALL_SIZE, nbytes, repeat
+        )
+        codes = fp8kit.encode(xs, fmt)
+        rows += measure(
+            f"small: decode {fmt} -> float32", decoders(codes, fmt), SMALL_SIZE, nbytes, repeat
+        )
+    return rows
+
+
+def _with_threads(fn: Callable[[], object], n: int) -> Callable[[], object]:
+    def run():
+        with fp8kit.num_threads(n):
+            return fn()
+
+    return run
+
+
+# ---------------------------------------------------------------- fresh-process measurements
+
+_IMPORT_CODE = """
+import time
+t0 = time.perf_counter()
+import {module}
+print(time.perf_counter() - t0)
+"""
+
+_FIRST_CALL_CODE = """
+import json, os, time
+import ml_dtypes
+import numpy as np
+t0 = time.perf_counter()
+import fp8kit
+t_import = time.perf_counter() - t0
+x = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
+codes = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+t0 = time.perf_counter()
+fp8kit.encode(x, "float8_e4m3fn")
+t_enc1 = time.perf_counter() - t0
+t0 = time.perf_counter()
+fp8kit.encode(x, "float8_e4m3fn")
+t_enc2 = time.perf_counter() - t0
+t0 = time.perf_counter()
+fp8kit.decode(codes, "float8_e4m3fn")
+t_dec1 = time.perf_counter() - t0
+print(json.dumps({"import": t_import, "encode_first": t_enc1, "encode_second": t_enc2,
+                  "decode_first": t_dec1}))
+"""
+
+
+_FIRST_CALL_LABELS = {
+    "import": "import fp8kit (numpy, ml_dtypes already imported)",
+    "encode_first": "1st encode call float32 -> float8_e4m3fn",
+    "encode_second": "2nd encode call, same process",
+    "decode_first": "1st decode call float8_e4m3fn -> float32 (after the encode calls)",
+}
+
+
+def _python(code: str, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"subprocess failed:\n{proc.stderr}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def import_times(module: str, repeat: int) -> list[float]:
+    code = _IMPORT_CODE.format(module=module)
+    return [float(_python(code)) for _ in range(repeat)]
+
+
+def first_call_times(repeat: int) -> dict[str, list[float]]:
+    """Per sample: a new empty cache dir; a cold process fills it, a second one reuses it."""
+    out: dict[str, list[float]] = {}
+    cache_files = []
+    for _ in range(repeat):
+        cache_dir = tempfile.mkdtemp(prefix="fp8kit-compare-numba-")
+        try:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+            for label in ("empty cache", "warm cache"):
+                if label == "warm cache":
+                    cache_files.append(sum(len(f) for _, _, f in os.walk(cache_dir)))
+                res = json.loads(_python(_FIRST_CALL_CODE, env))
+                for key, value in res.items():
+                    out.setdefault(f"{_FIRST_CALL_LABELS[key]}, {label}", []).append(value)
+        finally:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    out["cache files written by the cold process"] = cache_files
+    return out
+
+
+# ---------------------------------------------------------------- output
+
+
+def _fmt_ms(s: float) -> str:
+    ms = s * 1e3
+    return f"{ms:.4f}" if ms < 0.1 else f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
+
+
+def detail_table(rows: list[Row]) -> str:
+    lines = [
+        "| case | implementation | median ms | Melem/s | GB/s | time / ref time | same bits |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    ref: dict[str, float] = {}
+    for r in rows:
+        ref.setdefault(r.case, r.seconds)
+        ratio = r.seconds / ref[r.case]
+        lines.append(
+            f"| {r.case} | {r.impl} | {_fmt_ms(r.seconds)} | {r.melem_s:,.0f} | {r.gb_s:.2f} | "
+            f"{ratio:.2f} | {r.same_bits} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_table(rows: list[Row]) -> str:
+    cases: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        cases.setdefault(r.case, {})[r.impl] = r
+    cols = [c for c in COMPARED if any(c in impls for impls in cases.values())]
+    head = "| case | fp8kit ms | " + " | ".join(f"{c} / fp8kit" for c in cols) + " |"
+    lines = [head, "|---|---:|" + "---:|" * len(cols)]
+    for case, impls in cases.items():
+        if FP8KIT not in impls:
+            continue
+        base = impls[FP8KIT].seconds
+        cells = [f"{impls[c].seconds / base:.2f}" if c in impls else "n/a" for c in cols]
+        lines.append(f"| {case} | {_fmt_ms(base)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def startup_table(imports: dict[str, list[float]], first: dict[str, list[float]]) -> str:
+    lines = [
+        "| measurement (fresh process) | median ms | min ms | max ms | samples |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, values in list(imports.items()) + list(first.items()):
+        if label.startswith("cache files"):
+            continue
+        ms = [v * 1e3 for v in values]
+        lines.append(
+            f"| {label} | {statistics.median(ms):.2f} | {min(ms):.2f} | {max(ms):.2f} | {len(ms)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=int, default=16_000_000, help="elements (default 16M)")
+    parser.add_argument("--repeat", type=int, default=7, help="samples per timing (default 7)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=fp8kit.get_num_threads(),
+        help="threads for fp8kit and torch (default: fp8kit.get_num_threads())",
+    )
+    parser.add_argument(
+        "--process-repeat",
+        type=int,
+        default=5,
+        help="fresh processes per import / first-call measurement (default 5)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write all results to FILE")
+    args = parser.parse_args(argv)
+    if args.size < 1 or args.repeat < 1 or args.threads < 1 or args.process_repeat < 1:
+        parser.error("--size, --repeat, --threads and --process-repeat must be positive")
+
+    fp8kit.set_num_threads(args.threads)
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+
+    versions = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "ml_dtypes": ml_dtypes.__version__,
+        "numba": __import__("numba").__version__,
+        "torch": torch.__version__ if torch is not None else "not installed",
+        "fp8kit": fp8kit.__version__,
+    }
+    machine = {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpus_available": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+    }
+    print("# fp8kit vs ml_dtypes vs torch\n")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print(f"machine: {machine['platform']}, {machine['cpus_available']} CPUs available")
+    print(
+        f"size {args.size:,} elements (small case {SMALL_SIZE:,}), median of {args.repeat} "
+        f"samples, fp8kit threads {args.threads}"
+        + (f", torch threads {torch.get_num_threads()}" if torch is not None else "")
+        + "; ml_dtypes is single-threaded."
+    )
+    print(
+        "Data: standard normal float32 (seed 0). GB/s counts input + output bytes. "
+        "ref = first row of each case (fp8kit; in the threads cases fp8kit with 1 thread): "
+        "'time / ref time' > 1 means slower than ref. 'same bits': output bit-identical to "
+        "ref's.\n"
+    )
+    sys.stdout.flush()
+
+    t_start = time.perf_counter()
+    rows = codec_rows(args.size, args.repeat, args.threads)
+    print("## Throughput\n")
+    print(detail_table(rows))
+    print("\n## Ratios (other implementation's time / fp8kit time)\n")
+    print(summary_table(rows))
+    sys.stdout.flush()
+
+    imports = {
+        "import fp8kit": import_times("fp8kit", args.process_repeat),
+        "import numpy, ml_dtypes, numba (fp8kit's dependencies)": import_times(
+            "numpy, ml_dtypes, numba", args.process_repeat
+        ),
+    }
+    first = first_call_times(args.process_repeat)
+    print("\n## Start-up (each sample a fresh interpreter; first calls on 4096 float32)\n")
+    print(startup_table(imports, first))
+    files = first["cache files written by the cold process"]
+    print(
+        f"\nEmpty cache = new temporary NUMBA_CACHE_DIR per sample (kernels compiled); warm "
+        f"cache = a second process with the same dir ({statistics.median(files):.0f} cache "
+        f"files written by the first). Total run time {time.perf_counter() - t_start:.0f} s."
+    )
+
+    if args.json:
+        payload = {
+            "versions": versions,
+            "machine": machine,
+            "args": vars(args),
+            "rows": [dict(asdict(r), melem_s=r.melem_s, gb_s=r.gb_s) for r in rows],
+            "imports_s": imports,
+            "first_call_s": first,
+        }
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=2)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import fp8kit
+
+settings.register_profile(
+    "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=200
+)
+settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
+BUILTIN = [*FLOAT8, "bfloat16", "float16"]
+INPUT_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+OUTPUT_DTYPES = INPUT_DTYPES
+
+# User formats covering every special-value convention, sub-byte and 9..16-bit layouts, and
+# exponent ranges that do not fit float32 (exercising the float64 and generic paths).
+USER_FORMATS = [
+    fp8kit.FloatFormat(name="u_e3m4", exponent_bits=3, mantissa_bits=4, bias=3, specials="ieee"),
+    fp8kit.FloatFormat(name="u_e2m1fn", exponent_bits=2, mantissa_bits=1, bias=1, specials="fn"),
+    fp8kit.FloatFormat(name="u_e3m2fn", exponent_bits=3, mantissa_bits=2, bias=3, specials="fn"),
+    fp8kit.FloatFormat(
+        name="u_e4m3b11fnuz", exponent_bits=4, mantissa_bits=3, bias=11, specials="fnuz"
+    ),
+    fp8kit.FloatFormat(name="u_e6m1", exponent_bits=6, mantissa_bits=1, bias=31, specials="ieee"),
+    fp8kit.FloatFormat(name="u_e5m6fn", exponent_bits=5, mantissa_bits=6, bias=15, specials="fn"),
+    fp8kit.FloatFormat(name="u_e7m8", exponent_bits=7, mantissa_bits=8, bias=63, specials="ieee"),
+    fp8kit.FloatFormat(name="u_e8m7b126", exponent_bits=8, mantissa_bits=7, bias=126),
+    fp8kit.FloatFormat(
+        name="u_e9m6fnuz", exponent_bits=9, mantissa_bits=6, bias=256, specials="fnuz"
+    ),
+    fp8kit.FloatFormat(name="u_e11m4", exponent_bits=11, mantissa_bits=4, bias=1023),
+    fp8kit.FloatFormat(name="u_e10m2b520", exponent_bits=10, mantissa_bits=2, bias=520),
+    # smallest normal 2**-1019: float64 subnormals can round to its subnormals, so the
+    # integer-only ("generic") kernel is used.
+    fp8kit.FloatFormat(name="u_e10m4b1020", exponent_bits=10, mantissa_bits=4, bias=1020),
+    fp8kit.FloatFormat(name="u_e1m6fn", exponent_bits=1, mantissa_bits=6, bias=0, specials="fn"),
+]
+
+
+def ml_dtype(name):
+    return np.dtype(getattr(ml_dtypes, name)) if name != "float16" else np.dtype(np.float16)
+
+
+def bits_of(a):
+    a = np.asarray(a)
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+@pytest.fixture(params=FLOAT8)
+def float8_name(request):
+    return request.param
