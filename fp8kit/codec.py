@@ -201,9 +201,10 @@ def _code_input(codes: Any, fmt: FloatFormat | None) -> tuple[np.ndarray, FloatF
     if dt != fmt.code_dtype or fmt.bits not in (8, 16):
         if arr.size and (arr.min() < 0 or arr.max() >= limit):
             bad = np.flatnonzero((arr.ravel() < 0) | (arr.ravel() >= limit))[0]
+            index = ", ".join(str(int(i)) for i in np.unravel_index(bad, arr.shape))
             raise ValueError(
-                f"decode: codes[{np.unravel_index(bad, arr.shape)}] = {arr.ravel()[bad]} is not "
-                f"a code of {fmt.name} (0..{limit - 1})"
+                f"decode: codes[{index}] = {arr.ravel()[bad]} is not a code of {fmt.name} "
+                f"(0..{limit - 1})"
             )
         arr = arr.astype(fmt.code_dtype)
     return arr, fmt

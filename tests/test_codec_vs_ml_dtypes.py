@@ -5,41 +5,12 @@ import zlib
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import BUILTIN, FLOAT8, OUTPUT_DTYPES, bits_of, ml_dtype
+from conftest import BUILTIN, OUTPUT_DTYPES, bits_of, canonical_nan, ml_dtype, peer_encode
 
 import fp8kit
 from fp8kit import get_format
 
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered")
-
-
-def peer_encode(x, name, saturate):
-    """What ml_dtypes (numpy for float16) gives: astype for saturate=False, and clip-then-
-    astype for saturate=True (Inf is not clipped in fnuz formats, whose Cast-21 saturate
-    row says Inf -> NaN)."""
-    fmt = get_format(name)
-    x = np.asarray(x)
-    assert x.dtype.itemsize <= 4
-    x = x.astype(np.float32)  # exact for float16, bfloat16 and float32 inputs
-    if saturate:
-        clipped = np.clip(x, np.float32(-fmt.max), np.float32(fmt.max))
-        keep_inf = np.isinf(x) & (fmt.specials == "fnuz")
-        x = np.where(keep_inf, x, clipped)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return bits_of(x.astype(ml_dtype(name)))
-
-
-def canonical_nan(bits, name, like):
-    """Peers keep NaN payloads for some 16-bit casts; fp8kit gives the canonical NaN with the
-    sign.  Replace peer NaNs by that canonical NaN (a documented difference)."""
-    fmt = get_format(name)
-    vals = bits.view(ml_dtype(name)).astype(np.float32)
-    nan = np.isnan(vals)
-    sign = np.signbit(np.asarray(like, dtype=np.float32))
-    canon = np.where(sign, fmt.nan_code | fmt.sign_mask, fmt.nan_code).astype(bits.dtype)
-    if fmt.specials == "fnuz":
-        canon[:] = fmt.nan_code
-    return np.where(nan, canon, bits)
 
 
 def assert_same_bits(got, want, x):

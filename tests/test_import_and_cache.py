@@ -1,0 +1,54 @@
+"""`import fp8kit` compiles nothing; kernels compile on first use and load from Numba's disk
+cache in a second process."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def run_python(code, env_extra):
+    env = {**os.environ, **env_extra}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, check=True,
+                         capture_output=True, text=True, timeout=300)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_compiles_nothing(tmp_path):
+    res = run_python(
+        """
+        import json
+        from numba.core import event
+        with event.install_recorder("numba:compile") as rec:
+            import fp8kit
+            from fp8kit._kernels import codec
+        print(json.dumps({"events": len(rec.buffer),
+                          "kernels": codec.encode_kernel.cache_info().currsize}))
+        """,
+        {"NUMBA_CACHE_DIR": str(tmp_path)},
+    )
+    assert res == {"events": 0, "kernels": 0}
+
+
+def test_second_process_loads_kernels_from_disk_cache(tmp_path):
+    code = """
+        import json
+        import numpy as np
+        from numba.core import event
+        import fp8kit
+        from fp8kit._kernels import codec
+        x = np.linspace(-500, 500, 1001, dtype=np.float32)
+        with event.install_recorder("numba:compile") as rec:
+            codes = fp8kit.encode(x, "float8_e5m2")
+        kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e5m2"), x.dtype, True)
+        print(json.dumps({"hits": sum(kernel.stats.cache_hits.values()),
+                          "misses": sum(kernel.stats.cache_misses.values()),
+                          "compiled": len(rec.buffer), "sum": int(codes.sum())}))
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    first = run_python(code, env)
+    second = run_python(code, env)
+    assert first["hits"] == 0 and first["compiled"] > 0
+    assert second["hits"] >= 1 and second["misses"] == 0
+    assert first["sum"] == second["sum"]
