@@ -393,6 +393,13 @@ def startup_table(imports: dict[str, list[float]], first: dict[str, list[float]]
     return "\n".join(lines)
 
 
+def _loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:  # not available on this platform
+        return "n/a"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=16_000_000, help="elements (default 16M)")
@@ -435,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     print("# fp8kit vs ml_dtypes vs torch\n")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"machine: {machine['platform']}, {machine['cpus_available']} CPUs available")
+    print(
+        f"machine: {machine['platform']}, {machine['cpus_available']} CPUs available, "
+        f"load average at start {_loadavg()}"
+    )
     print(
         f"size {args.size:,} elements (small case {SMALL_SIZE:,}), median of {args.repeat} "
         f"samples, fp8kit threads {args.threads}"
@@ -471,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nEmpty cache = new temporary NUMBA_CACHE_DIR per sample (kernels compiled); warm "
         f"cache = a second process with the same dir ({statistics.median(files):.0f} cache "
-        f"files written by the first). Total run time {time.perf_counter() - t_start:.0f} s."
+        f"files written by the first). Total run time {time.perf_counter() - t_start:.0f} s; "
+        f"load average at end {_loadavg()}."
     )
 
     if args.json:

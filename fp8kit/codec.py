@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from . import _parallel
-from ._kernels.codec import FLOAT_DTYPES, bits_dtype, dummy, encode_kernel, f16_lut, lookup_kernel
-from ._kernels.codec import LOAD_LUT
+from ._kernels.codec import (
+    FLOAT_DTYPES,
+    LOAD_LUT,
+    bits_dtype,
+    dummy,
+    encode_kernel,
+    f16_lut,
+    lookup_kernel,
+)
 from ._kernels.tables import decode_table
-from .formats import FloatFormat, _NUMPY_DTYPES, get_format
+from .formats import _NUMPY_DTYPES, FloatFormat, get_format
 
 __all__ = ["encode", "decode", "round_to", "astype"]
 
@@ -33,7 +39,9 @@ def _float_input(x: Any, func: str, *, allow_float8: bool) -> np.ndarray:
         try:
             arr = np.asarray(x)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"{func}: x must be an array of floats; got {type(x).__name__}") from exc
+            raise TypeError(
+                f"{func}: x must be an array of floats; got {type(x).__name__}"
+            ) from exc
     dt = arr.dtype
     if dt in FLOAT_DTYPES or (dt.kind == "f" and dt.newbyteorder("=") in FLOAT_DTYPES):
         return _native(arr)
@@ -214,7 +222,9 @@ def _float_dtype(dtype: Any, argname: str, func: str) -> np.dtype:
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise TypeError(f"{func}: {argname} must be a dtype ({_FLOAT_NAMES}); got {dtype!r}") from None
+        raise TypeError(
+            f"{func}: {argname} must be a dtype ({_FLOAT_NAMES}); got {dtype!r}"
+        ) from None
     if dt not in FLOAT_DTYPES:
         raise TypeError(f"{func}: {argname} must be {_FLOAT_NAMES}; got {dt}")
     return dt
@@ -306,8 +316,8 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None 
     Examples
     --------
     >>> import numpy as np, fp8kit
-    >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2")
-    array([ 0.3125, 1024.    , -0.    ])
+    >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
+    [0.3125, 1024.0, -0.0]
     """
     fmt = get_format(fmt, argname="fmt")
     was_scalar = np.ndim(x) == 0 and out is None
@@ -353,18 +363,16 @@ def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
     Examples
     --------
     >>> import numpy as np, fp8kit
-    >>> fp8kit.astype(np.array([1.0, 500.0]), "float8_e4m3fn")
-    array([1, 448], dtype=float8_e4m3fn)
+    >>> a8 = fp8kit.astype(np.array([1.0, 500.0]), "float8_e4m3fn")
+    >>> a8.dtype.name, a8.astype(np.float32).tolist()
+    ('float8_e4m3fn', [1.0, 448.0])
     """
     fmt = get_format(fmt, argname="fmt")
     if fmt.dtype is None:
         raise TypeError(
-            f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its "
-            "codes"
+            f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"
         )
     codes = np.asarray(encode(x, fmt, saturate=saturate))
     res = codes.view(fmt.dtype)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res
 
-
-_ = (FloatFormat, ml_dtypes)

@@ -498,7 +498,3 @@ def format_table(formats: Any = None) -> str:
 
 def _pow2(e: int) -> str:
     return f"2^{e}"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(format_table())

@@ -221,10 +221,22 @@ def test_num_threads_restores_and_validates():
 
 
 # ---------------------------------------------------------------------------- properties
-floats32 = hnp.arrays(np.float32, hnp.array_shapes(max_dims=3, max_side=8),
-                      elements=st.floats(width=32, allow_nan=True))
-formats = st.sampled_from(["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
-                           "float8_e5m2fnuz", "bfloat16", "float16", *USER_FORMATS])
+floats32 = hnp.arrays(
+    np.float32,
+    hnp.array_shapes(max_dims=3, max_side=8),
+    elements=st.floats(width=32, allow_nan=True),
+)
+formats = st.sampled_from(
+    [
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "bfloat16",
+        "float16",
+        *USER_FORMATS,
+    ]
+)
 
 
 @given(x=floats32, fmt=formats, saturate=st.booleans())

@@ -83,11 +83,13 @@ def float32_boundaries(name):
     mids = (grid[:-1] + grid[1:]) / 2
     with np.errstate(over="ignore"):  # bfloat16's grid continues past float32's max
         pts = np.concatenate([grid, mids]).astype(np.float32)
-    pts = np.concatenate([pts, np.nextafter(pts, np.float32(np.inf)),
-                          np.nextafter(pts, np.float32(0))])
+    pts = np.concatenate(
+        [pts, np.nextafter(pts, np.float32(np.inf)), np.nextafter(pts, np.float32(0))]
+    )
     pts = np.concatenate([pts, -pts, np.float32([np.inf, -np.inf, np.nan, -np.nan, 0, -0.0])])
-    payloads = np.array([0x7F800001, 0x7FBFFFFF, 0x7FC00001, 0xFFFFFFFF, 0xFF800001],
-                        dtype=np.uint32).view(np.float32)
+    payloads = np.array(
+        [0x7F800001, 0x7FBFFFFF, 0x7FC00001, 0xFFFFFFFF, 0xFF800001], dtype=np.uint32
+    ).view(np.float32)
     return np.concatenate([pts, payloads])
 
 
@@ -105,10 +107,12 @@ def test_boundary_sweep_contains_the_ties():
     # e5m2: 61440 is the tie between 57344 and 65536 -> rounds to odd-free 65536 -> overflow.
     assert 464.0 in float32_boundaries("float8_e4m3fn")
     assert 61440.0 in float32_boundaries("float8_e5m2")
-    assert fp8kit.encode(np.float32([464, 464.00003]), "float8_e4m3fn", saturate=False).tolist() \
-        == [0x7E, 0x7F]
-    assert fp8kit.encode(np.float32([61439.996, 61440]), "float8_e5m2", saturate=False).tolist() \
-        == [0x7B, 0x7C]
+    assert fp8kit.encode(
+        np.float32([464, 464.00003]), "float8_e4m3fn", saturate=False
+    ).tolist() == [0x7E, 0x7F]
+    assert fp8kit.encode(
+        np.float32([61439.996, 61440]), "float8_e5m2", saturate=False
+    ).tolist() == [0x7B, 0x7C]
 
 
 @pytest.mark.parametrize("name", BUILTIN)

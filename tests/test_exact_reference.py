@@ -25,8 +25,9 @@ ALL_FORMATS = [get_format(n) for n in BUILTIN] + USER_FORMATS
 
 
 def oracle_codes(x, fmt, saturate):
-    return np.array([ref.encode_value(float(v), fmt, saturate=saturate) for v in x],
-                    dtype=fmt.code_dtype)
+    return np.array(
+        [ref.encode_value(float(v), fmt, saturate=saturate) for v in x], dtype=fmt.code_dtype
+    )
 
 
 def float64_boundaries(fmt):
@@ -43,12 +44,14 @@ def float64_boundaries(fmt):
         f32 = pts.astype(np.float32)
         near = [np.nextafter(pts, np.inf), np.nextafter(pts, 0)]
         if fmt.maxexp <= 128 and fmt.minexp - fmt.mantissa_bits >= -149:
-            near += [np.nextafter(f32, np.float32(np.inf)).astype(np.float64),
-                     np.nextafter(f32, np.float32(0)).astype(np.float64)]
+            near += [
+                np.nextafter(f32, np.float32(np.inf)).astype(np.float64),
+                np.nextafter(f32, np.float32(0)).astype(np.float64),
+            ]
         # halfway +- one float32 ulp / 2**k: inside the float32 rounding interval of the tie
         for k in (1, 20):
             ulp32 = np.spacing(np.abs(f32)).astype(np.float64) / 2.0**k
-            near += [mids + ulp32[len(grid):], mids - ulp32[len(grid):]]
+            near += [mids + ulp32[len(grid) :], mids - ulp32[len(grid) :]]
     pts = np.concatenate([pts, *near])
     pts = pts[np.isfinite(pts)]
     return np.concatenate([pts, -pts, [np.inf, -np.inf, np.nan, -np.nan, 0.0, -0.0]])
@@ -73,10 +76,12 @@ def test_random_float64_match_exact_oracle(fmt):
     scale = np.exp2(rng.uniform(lo, hi, 3000))
     with np.errstate(over="ignore", under="ignore"):
         normal = rng.standard_normal(3000) * scale
-    x = np.concatenate([
-        normal,
-        rng.integers(0, 1 << 64, 2000, dtype=np.uint64).view(np.float64),
-    ])
+    x = np.concatenate(
+        [
+            normal,
+            rng.integers(0, 1 << 64, 2000, dtype=np.uint64).view(np.float64),
+        ]
+    )
     for saturate in (False, True):
         got = fp8kit.encode(x, fmt, saturate=saturate)
         assert (got == oracle_codes(x, fmt, saturate)).all()
@@ -121,8 +126,7 @@ def test_user_format_decode_every_code_is_exact(fmt):
         if isinstance(want, float) and math.isnan(want):
             assert math.isnan(got[c])
         else:
-            assert got[c] == want and math.copysign(1, got[c]) == (-1 if c >> (fmt.bits - 1)
-                                                                    else 1)
+            assert got[c] == want and math.copysign(1, got[c]) == (-1 if c >> (fmt.bits - 1) else 1)
 
 
 @pytest.mark.parametrize("fmt", USER_FORMATS, ids=str)

@@ -12,8 +12,21 @@ import fp8kit
 from fp8kit import FloatFormat, get_format
 
 FINFO_FIELDS = [
-    "bits", "eps", "epsneg", "iexp", "machep", "max", "maxexp", "min", "minexp", "negep",
-    "nexp", "nmant", "smallest_normal", "smallest_subnormal", "tiny",
+    "bits",
+    "eps",
+    "epsneg",
+    "iexp",
+    "machep",
+    "max",
+    "maxexp",
+    "min",
+    "minexp",
+    "negep",
+    "nexp",
+    "nmant",
+    "smallest_normal",
+    "smallest_subnormal",
+    "tiny",
 ]
 
 
@@ -41,7 +54,10 @@ def test_precision_is_numpys_formula(name):
 def test_issue_example_limits():
     fmt = fp8kit.get_format("float8_e4m3fn")
     assert (fmt.max, fmt.smallest_normal, fmt.smallest_subnormal, fmt.eps) == (
-        448.0, 2**-6, 2**-9, 0.125,
+        448.0,
+        2**-6,
+        2**-9,
+        0.125,
     )
 
 
@@ -143,8 +159,9 @@ def test_code_layout_consistency(fmt):
     finite = [fmt.code_value(c) for c in range(fmt.sign_mask)]
     finite = [v for v in finite if not isinstance(v, float) or math.isfinite(v)]
     assert max(finite) == fmt.max
-    assert fmt.code_value(fmt.sign_mask) == (0.0 if fmt.has_negative_zero else fmt.code_value(0))\
-        or math.isnan(fmt.code_value(fmt.sign_mask))
+    assert fmt.code_value(fmt.sign_mask) == (
+        0.0 if fmt.has_negative_zero else fmt.code_value(0)
+    ) or math.isnan(fmt.code_value(fmt.sign_mask))
     with pytest.raises(ValueError, match="outside"):
         fmt.code_value(1 << fmt.bits)
 
@@ -170,4 +187,4 @@ def test_register_format_and_conflicts():
 
 def test_readme_format_table_is_generated_from_registry():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    assert fp8kit.format_table() in readme, "stale README table: paste `python -m fp8kit.formats`"
+    assert fp8kit.format_table() in readme, "stale README table: paste fp8kit.format_table()"

@@ -10,8 +10,14 @@ import textwrap
 
 def run_python(code, env_extra):
     env = {**os.environ, **env_extra}
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, check=True,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -24,7 +24,8 @@ def onnx_cast(x, name, saturate):
     src = {np.dtype(np.float64): TensorProto.DOUBLE, np.dtype(np.float32): TensorProto.FLOAT}
     node = helper.make_node("Cast", ["x"], ["y"], to=ONNX_TYPES[name], saturate=int(saturate))
     graph = helper.make_graph(
-        [node], "cast",
+        [node],
+        "cast",
         [helper.make_tensor_value_info("x", src[x.dtype], [None])],
         [helper.make_tensor_value_info("y", ONNX_TYPES[name], [None])],
     )
@@ -37,10 +38,12 @@ def onnx_cast(x, name, saturate):
 @pytest.mark.parametrize("saturate", [False, True])
 def test_float32_agrees_with_onnx_reference_except_inf_into_fnuz(name, saturate):
     rng = np.random.default_rng(11)
-    x = np.concatenate([
-        rng.standard_normal(20_000).astype(np.float32) * np.float32(300),
-        np.float32([0, -0.0, np.nan, 1e9, -1e9, 464, 61440, 2**-10, -(2**-12)]),
-    ])
+    x = np.concatenate(
+        [
+            rng.standard_normal(20_000).astype(np.float32) * np.float32(300),
+            np.float32([0, -0.0, np.nan, 1e9, -1e9, 464, 61440, 2**-10, -(2**-12)]),
+        ]
+    )
     assert (fp8kit.encode(x, name, saturate=saturate) == onnx_cast(x, name, saturate)).all()
 
 

@@ -8,7 +8,6 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
-from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -62,8 +61,25 @@ def cast_like(typingctx, value, like):
 @njit(inline="always")
 def _finish(v, a, code, p):
     """Apply overflow, Inf, NaN and sign rules to a rounded magnitude code."""
-    (abs_mask, _, _, _, _, _, _, _, src_inf, max_mag, ovf, inf_res, nan_mag, sign_bit,
-     sign_shift, neg_zero, zero) = p
+    (
+        abs_mask,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        src_inf,
+        max_mag,
+        ovf,
+        inf_res,
+        nan_mag,
+        sign_bit,
+        sign_shift,
+        neg_zero,
+        zero,
+    ) = p
     mag = ovf if code > max_mag else code
     mag = inf_res if a == src_inf else mag
     mag = nan_mag if a > src_inf else mag
@@ -71,8 +87,9 @@ def _finish(v, a, code, p):
         return mag | cast_like((v & sign_bit) >> sign_shift, zero)
     # fnuz: no -0, so a negative value that rounds to zero gives +0; the NaN code already
     # carries the sign bit.
-    return mag | (cast_like(sign_bit >> sign_shift, zero) if (v > abs_mask and mag != zero)
-                  else zero)
+    return mag | (
+        cast_like(sign_bit >> sign_shift, zero) if (v > abs_mask and mag != zero) else zero
+    )
 
 
 @njit(inline="always")
@@ -85,8 +102,25 @@ def encode_fast(v, p):
     rounding.  ``use_magic`` is false when the format and the source share their smallest
     normal, and then the integer formula is exact for subnormals too.
     """
-    (abs_mask, one, sh, rb, min_normal, magic, magic_bits, use_magic, _, _, _, _, _, _, _,
-     _, zero) = p
+    (
+        abs_mask,
+        one,
+        sh,
+        rb,
+        min_normal,
+        magic,
+        magic_bits,
+        use_magic,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        _,
+        zero,
+    ) = p
     a = cast_like(v & abs_mask, one)
     # rb holds the rebias as a negative number modulo 2**width: wrap before shifting.
     code = cast_like(a + cast_like(rb + ((a >> sh) & one), one), one) >> sh

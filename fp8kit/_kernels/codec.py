@@ -190,8 +190,9 @@ def dummy(dtype) -> np.ndarray:
 
 
 @functools.cache
-def encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, strategy=None,
-                  table_dtype=None):
+def encode_kernel(
+    fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, strategy=None, table_dtype=None
+):
     """Kernel rounding ``in_dtype`` data to ``fmt`` codes.
 
     With ``table_dtype`` set, the kernel instead writes ``table[code]`` (a decode table of
