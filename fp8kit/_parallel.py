@@ -108,6 +108,16 @@ def num_threads(n: int) -> Iterator[None]:
         _threads.set(previous)
 
 
+def _forget_pool_after_fork() -> None:
+    # A forked child inherits the executor object but not its threads: start afresh.
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _get_pool(workers: int) -> ThreadPoolExecutor:
     global _pool, _pool_size
     with _pool_lock:

@@ -272,3 +272,15 @@ def test_every_code_round_trips(fmt):
     back = fp8kit.encode(vals, fmt, saturate=False)
     ok = ~np.isnan(vals)
     assert (back[ok] == codes[ok]).all()
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_large_arrays_work_in_a_forked_child():
+    import multiprocessing
+
+    x = np.linspace(-1000, 1000, 1_000_000)
+    want = fp8kit.encode(x, FMT)  # starts the thread pool in the parent
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply(fp8kit.encode, (x, FMT))
+    assert (got == want).all()
