@@ -7,7 +7,8 @@ Usage::
 
 What is measured (median of R samples per implementation, after one warm-up call that also
 compiles fp8kit's kernels and faults in the output pages; samples of different
-implementations are interleaved so that machine noise hits them alike):
+implementations are interleaved so that machine noise hits them alike, each preceded by an
+untimed call of the same implementation):
 
 * encode float32 -> each float8 format and bfloat16; decode those codes -> float32:
   ``fp8kit.encode/decode(..., out=preallocated)``, ``ml_dtypes`` as ``x.astype(dtype)``
@@ -174,7 +175,11 @@ def calls_per_sample(fn: Callable[[], object]) -> int:
 def measure(
     case: str, impls: list[Impl], size: int, bytes_per_element: int, repeat: int
 ) -> list[Row]:
-    """Warm up and calibrate each implementation, then interleave R samples of each."""
+    """Warm up and calibrate each implementation, then interleave R samples of each.
+
+    Each timed sample follows an untimed call of the same implementation, so that no sample
+    starts right after another library's call (torch's OpenMP workers, for one, may still
+    be spinning on a core then); interleaving spreads machine noise over all of them."""
     numbers = []
     for impl in impls:
         impl.run()  # warm-up: compiles fp8kit kernels, faults in output pages
@@ -183,6 +188,7 @@ def measure(
     for _ in range(repeat):
         for impl, number, acc in zip(impls, numbers, samples, strict=True):
             run = impl.run
+            run()
             t0 = time.perf_counter()
             for _ in range(number):
                 run()
@@ -209,7 +215,7 @@ def codec_rows(size: int, repeat: int, threads: int) -> list[Row]:
 
     base = np.empty_like(x32)
     rows += measure(
-        "copy float32 -> float32 (memory baseline)",
+        "memory baseline: copy float32 -> float32 (1 thread)",
         [Impl("np.copyto", lambda: np.copyto(base, x32), lambda: base.view(np.uint32))],
         size,
         8,
@@ -231,12 +237,13 @@ def codec_rows(size: int, repeat: int, threads: int) -> list[Row]:
 
     fmt = "float8_e4m3fn"
     codes = fp8kit.encode(x32, fmt)
-    for case, impl in (
-        (f"threads: encode float32 -> {fmt}", encoders(x32, fmt)[0]),
-        (f"threads: decode {fmt} -> float32", decoders(codes, fmt)[0]),
+    for case, make in (
+        (f"threads: encode float32 -> {fmt}", lambda: encoders(x32, fmt)[0]),
+        (f"threads: decode {fmt} -> float32", lambda: decoders(codes, fmt)[0]),
     ):
-        one = Impl("fp8kit, 1 thread", _with_threads(impl.run, 1), impl.bits)
-        many = Impl(f"fp8kit, {threads} threads", _with_threads(impl.run, threads), impl.bits)
+        a, b = make(), make()  # separate outputs, so that 'same bits' compares two results
+        one = Impl("fp8kit, 1 thread", _with_threads(a.run, 1), a.bits)
+        many = Impl(f"fp8kit, {threads} threads", _with_threads(b.run, threads), b.bits)
         rows += measure(case, [one, many], size, 5, repeat)
 
     xs = x32[:SMALL_SIZE].copy()

@@ -375,4 +375,3 @@ def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
     codes = np.asarray(encode(x, fmt, saturate=saturate))
     res = codes.view(fmt.dtype)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res
-

@@ -282,5 +282,17 @@ def test_large_arrays_work_in_a_forked_child():
     want = fp8kit.encode(x, FMT)  # starts the thread pool in the parent
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(1) as pool:
-        got = pool.apply(fp8kit.encode, (x, FMT))
+        # GNU OpenMP hangs in a forked child that launches threads: bounded wait
+        got = pool.apply_async(fp8kit.encode, (x, FMT)).get(timeout=120)
     assert (got == want).all()
+
+
+def test_concurrent_calls_from_python_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(9)
+    xs = [rng.standard_normal(700_000) * 100 for _ in range(8)]
+    want = [fp8kit.encode(x, FMT) for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: fp8kit.encode(x, FMT), xs))
+    assert all((g == w).all() for g, w in zip(got, want, strict=True))

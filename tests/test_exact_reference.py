@@ -160,7 +160,7 @@ def test_generic_integer_kernel_agrees_with_fast_kernel(fmt, dtype):
         for strategy in ("fast", "generic"):
             k, _ = encode_kernel(fmt, np.dtype(dtype), saturate, strategy)
             out = np.empty(x.size, fmt.code_dtype)
-            k(xb, dummy(np.uint32), dummy(np.uint8), out)
+            k.serial(xb, dummy(np.uint32), dummy(np.uint8), out)
             outs.append(out)
         assert (outs[0] == outs[1]).all()
         sample = np.random.default_rng(1).choice(x.size, min(x.size, 5000), replace=False)

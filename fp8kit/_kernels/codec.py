@@ -1,10 +1,15 @@
 """Kernel factories for encode, decode and round-to-format.
 
-Every kernel is a plain serial loop over 1-D contiguous arrays with the signature
-``kernel(x, lut, table, out)``, compiled for exactly one signature on first use, cached on
-disk, and run without the GIL so that :mod:`fp8kit._parallel` can split large arrays across
-threads.  A kernel closes over plain numbers only (never over other dispatchers), so Numba's
-disk cache can key it by those numbers.
+Every kernel works on 1-D contiguous arrays with the signature
+``kernel(x, lut, table, out, nchunks)``: a ``prange`` over ``nchunks`` contiguous chunks, each
+a vectorized serial loop.  ``nchunks=1`` keeps a call on the calling thread (small arrays);
+:mod:`fp8kit._parallel` picks the count.  Kernels are compiled for exactly one signature on
+first use, cached on disk, and close over plain numbers only (never over other dispatchers),
+so that Numba's disk cache can key them by those numbers.
+
+The chunk loop indexes a slice from 0 (``for j in range(chunk.size)``): indexing the whole
+array from ``lo`` makes Numba emit negative-index wraparound checks, which stop LLVM from
+vectorizing (measured 3x slower).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
-from numba import from_dtype, njit, types
+from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat
 from .bits import cast_like, encode_fast, encode_generic
@@ -165,7 +170,11 @@ def _signature(in_bits, lut_dtype, table_dtype, out_dtype):
         _array(lut_dtype, readonly=True),
         _array(table_dtype, readonly=True),
         _array(out_dtype),
+        types.intp,
     )
+
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @functools.cache
@@ -187,6 +196,31 @@ def dummy(dtype) -> np.ndarray:
         a.flags.writeable = False
         _DUMMY[dtype] = a
     return _DUMMY[dtype]
+
+
+class Kernel:
+    """A serial and a parallel build of one kernel function, each compiled on first use.
+
+    The serial build is used for small arrays and wherever threads are unsafe (a forked
+    child of a process that already ran OpenMP threads); both come from the same source.
+    """
+
+    def __init__(self, make, sig):
+        self._make = make
+        self._sig = sig
+        self._builds: dict[bool, object] = {}
+
+    def build(self, parallel: bool):
+        if parallel not in self._builds:
+            # The flag is a closure variable of the function, so the two builds have distinct
+            # disk-cache keys (Numba's key ignores the parallel option itself).
+            self._builds[parallel] = njit(self._sig, parallel=parallel, **_JIT)(
+                self._make(parallel)
+            )
+        return self._builds[parallel]
+
+    def serial(self, x, lut, table, out) -> None:
+        self.build(False)(x, lut, table, out, 1)
 
 
 @functools.cache
@@ -211,44 +245,55 @@ def encode_kernel(
     ]
     out_dtype = np.dtype(table_dtype) if lookup else _CODE_DTYPES[8 if fmt.bits <= 8 else 16]
     sig = _signature(in_bits, np.uint32, out_dtype if lookup else np.uint8, out_dtype)
-
     version = source_version()
 
-    @njit(sig, nogil=True, cache=True, error_model="numpy")
-    def kernel(x, lut, table, out):
-        if version == 0:  # never true; makes the source hash part of the cache key
-            return
-        one = p[1]
-        for i in range(x.size):
-            if load == LOAD_BF16:
-                v = cast_like(cast_like(x[i], one) << 16, one)
-            elif load == LOAD_LUT:
-                v = lut[x[i]]
-            else:
-                v = x[i]
-            if generic:
-                code = encode_generic(v, p, q)
-            else:
-                code = encode_fast(v, p)
-            if lookup:
-                out[i] = table[code]
-            else:
-                out[i] = code
+    def make(parallel):
+        def kernel(x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # never true; see source_version
+                return
+            one = p[1]
+            step = (x.size + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                xc = x[c * step : min((c + 1) * step, x.size)]
+                oc = out[c * step : min((c + 1) * step, x.size)]
+                for j in range(xc.size):
+                    if load == LOAD_BF16:
+                        v = cast_like(cast_like(xc[j], one) << 16, one)
+                    elif load == LOAD_LUT:
+                        v = lut[xc[j]]
+                    else:
+                        v = xc[j]
+                    if generic:
+                        code = encode_generic(v, p, q)
+                    else:
+                        code = encode_fast(v, p)
+                    if lookup:
+                        oc[j] = table[code]
+                    else:
+                        oc[j] = code
 
-    return kernel, pl
+        return kernel
+
+    return Kernel(make, sig), pl
 
 
 @functools.cache
-def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype):
+def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype) -> Kernel:
     """Kernel writing ``table[x[i]]``: decoding is a table lookup (256 or 65,536 entries)."""
     sig = _signature(code_dtype, np.uint32, table_dtype, table_dtype)
     version = source_version()
 
-    @njit(sig, nogil=True, cache=True, error_model="numpy", boundscheck=False)
-    def kernel(x, lut, table, out):
-        if version == 0:  # see source_version
-            return
-        for i in range(x.size):
-            out[i] = table[x[i]]
+    def make(parallel):
+        def kernel(x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # see source_version
+                return
+            step = (x.size + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                xc = x[c * step : min((c + 1) * step, x.size)]
+                oc = out[c * step : min((c + 1) * step, x.size)]
+                for j in range(xc.size):
+                    oc[j] = table[xc[j]]
 
-    return kernel
+        return kernel
+
+    return Kernel(make, sig)

@@ -72,7 +72,7 @@ def decode_table(fmt: FloatFormat, out_dtype: np.dtype) -> np.ndarray:
         target = get_format(out_dtype)
         kernel, _ = encode_kernel(target, np.dtype(np.float64), False)
         bits = np.empty(values.size, bits_dtype(out_dtype))
-        kernel(values.view(np.uint64), dummy(np.uint32), dummy(np.uint8), bits)
+        kernel.serial(values.view(np.uint64), dummy(np.uint32), dummy(np.uint8), bits)
     qnan = _QNAN[out_dtype]
     sign = np.signbit(values)
     width = out_dtype.itemsize * 8
