@@ -23,6 +23,7 @@ __all__ = ["encode", "decode", "round_to", "astype"]
 
 _FLOAT_NAMES = "float16, bfloat16, float32 or float64"
 _FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
+_BFLOAT16 = get_format("bfloat16")
 
 
 def _native(a: np.ndarray) -> np.ndarray:
@@ -63,10 +64,12 @@ def _check_out(out: Any, shape: tuple, allowed: tuple[np.dtype, ...], func: str)
         raise TypeError(f"{func}: out has dtype {out.dtype}; allowed: {names}")
     if not out.flags.writeable:
         raise ValueError(f"{func}: out is read-only")
-    try:
-        ok = np.broadcast_shapes(shape, out.shape) == out.shape
-    except ValueError:
-        ok = False
+    ok = shape == out.shape
+    if not ok:
+        try:
+            ok = np.broadcast_shapes(shape, out.shape) == out.shape
+        except ValueError:
+            pass
     if not ok:
         raise ValueError(
             f"{func}: out has shape {out.shape}, but x of shape {shape} does not broadcast to it"
@@ -276,7 +279,8 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     if out is not None:
         _check_out(out, arr.shape, (dt,), "decode")
     table = decode_table(fmt, dt)
-    kernel = lookup_kernel(arr.dtype, table.dtype)
+    bf16_shift = fmt == _BFLOAT16 and dt == np.float32
+    kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
     res = _apply(kernel, arr, dummy(np.uint32), table, table.dtype, out)
     if out is None:
         res = res.view(dt)

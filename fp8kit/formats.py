@@ -118,6 +118,15 @@ class FloatFormat:
                 "smallest normal"
             )
 
+        # Formats are dictionary keys on every call (kernel caches): hash once.
+        object.__setattr__(self, "_hash", hash(self._key()))
+
+    def _key(self) -> tuple:
+        return (self.name, self.exponent_bits, self.mantissa_bits, self.bias, self.specials)
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
     # ---------------------------------------------------------------- raw layout
     @property
     def bits(self) -> int:
