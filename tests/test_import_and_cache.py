@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def run_python(code, env_extra):
     env = {**os.environ, **env_extra}
@@ -37,20 +39,22 @@ def test_import_compiles_nothing(tmp_path):
     assert res == {"events": 0, "kernels": 0}
 
 
-def test_second_process_loads_kernels_from_disk_cache(tmp_path):
-    code = """
+@pytest.mark.parametrize("size", [1001, 2_000_000], ids=["serial", "parallel"])
+def test_second_process_loads_kernels_from_disk_cache(tmp_path, size):
+    code = f"""
         import json
         import numpy as np
         from numba.core import event
         import fp8kit
         from fp8kit._kernels import codec
-        x = np.linspace(-500, 500, 1001, dtype=np.float32)
+        x = np.linspace(-500, 500, {size}, dtype=np.float32)
         with event.install_recorder("numba:compile") as rec:
             codes = fp8kit.encode(x, "float8_e5m2")
         kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e5m2"), x.dtype, True)
-        print(json.dumps({"hits": sum(kernel.stats.cache_hits.values()),
+        kernel = kernel.build({size} > 100_000)
+        print(json.dumps({{"hits": sum(kernel.stats.cache_hits.values()),
                           "misses": sum(kernel.stats.cache_misses.values()),
-                          "compiled": len(rec.buffer), "sum": int(codes.sum())}))
+                          "compiled": len(rec.buffer), "sum": int(codes.sum())}}))
     """
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
     first = run_python(code, env)
