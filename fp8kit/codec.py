@@ -123,6 +123,14 @@ def _apply(kernel, x: np.ndarray, lut, table, out_bits: np.dtype, out: np.ndarra
     return out
 
 
+def _saturate(value: Any, func: str) -> bool:
+    if isinstance(value, (bool, np.bool_)) or (
+        isinstance(value, (int, np.integer)) and value in (0, 1)
+    ):
+        return bool(value)
+    raise TypeError(f"{func}: saturate must be True or False (or 1/0); got {value!r}")
+
+
 def _result(value: np.ndarray, was_scalar: bool):
     return value[()] if was_scalar else value
 
@@ -181,7 +189,7 @@ def encode(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = 
     if out is not None:
         allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
         _check_out(out, x.shape, allowed, "encode")
-    kernel, pl = encode_kernel(fmt, x.dtype, bool(saturate))
+    kernel, pl = encode_kernel(fmt, x.dtype, _saturate(saturate, "encode"))
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
@@ -330,7 +338,7 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None 
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
     table = decode_table(fmt, dt)
-    kernel, pl = encode_kernel(fmt, dt, bool(saturate), table_dtype=table.dtype)
+    kernel, pl = encode_kernel(fmt, dt, _saturate(saturate, "round_to"), table_dtype=table.dtype)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))

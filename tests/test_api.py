@@ -159,6 +159,20 @@ def test_bad_formats():
         fp8kit.astype(np.zeros(2), USER_FORMATS[0])
 
 
+@pytest.mark.parametrize("saturate", ["no", None, 2, 0.5])
+def test_bad_saturate(saturate):
+    with pytest.raises(TypeError, match="saturate must be True or False"):
+        fp8kit.encode(np.zeros(2), FMT, saturate=saturate)
+    with pytest.raises(TypeError, match="saturate must be True or False"):
+        fp8kit.round_to(np.zeros(2), FMT, saturate=saturate)
+
+
+def test_saturate_accepts_onnx_style_ints():
+    x = np.array([1e6])
+    assert fp8kit.encode(x, FMT, saturate=0)[0] == 0x7F
+    assert fp8kit.encode(x, FMT, saturate=np.int64(1))[0] == 0x7E
+
+
 def test_bad_out():
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(TypeError, match="out has dtype int8; allowed: uint8, float8_e4m3fn"):

@@ -152,3 +152,13 @@ def encode_generic(v, p, q):
 @njit(inline="always")
 def zero_of(one):
     return one - one
+
+
+@njit(inline="always")
+def chunk(a, c, step):
+    """Chunk ``c`` of a 1-D array split in pieces of ``step`` elements (the last shorter).
+
+    Loops index the returned slice from 0, which Numba knows is non-negative; indexing the
+    whole array from ``c * step`` adds wraparound checks that stop vectorization.
+    """
+    return a[c * step : min((c + 1) * step, a.size)]

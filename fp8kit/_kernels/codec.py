@@ -22,7 +22,7 @@ import numpy as np
 from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat
-from .bits import cast_like, encode_fast, encode_generic
+from .bits import cast_like, chunk, encode_fast, encode_generic
 
 # Source float layouts the kernels round from: (bits, mantissa bits, exponent bits, bias).
 _SOURCES = {
@@ -254,8 +254,7 @@ def encode_kernel(
             one = p[1]
             step = (x.size + nchunks - 1) // nchunks
             for c in prange(nchunks):
-                xc = x[c * step : min((c + 1) * step, x.size)]
-                oc = out[c * step : min((c + 1) * step, x.size)]
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
                 for j in range(xc.size):
                     if load == LOAD_BF16:
                         v = cast_like(cast_like(xc[j], one) << 16, one)
@@ -295,8 +294,7 @@ def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype, bf16_shift: bool 
                 return
             step = (x.size + nchunks - 1) // nchunks
             for c in prange(nchunks):
-                xc = x[c * step : min((c + 1) * step, x.size)]
-                oc = out[c * step : min((c + 1) * step, x.size)]
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
                 for j in range(xc.size):
                     oc[j] = table[xc[j]]
 
@@ -318,8 +316,7 @@ def _make_bf16_to_f32(parallel):
             return
         step = (x.size + nchunks - 1) // nchunks
         for c in prange(nchunks):
-            xc = x[c * step : min((c + 1) * step, x.size)]
-            oc = out[c * step : min((c + 1) * step, x.size)]
+            xc, oc = chunk(x, c, step), chunk(out, c, step)
             for j in range(xc.size):
                 v = cast_like(xc[j], one)
                 nan = cast_like(cast_like(v & sign, one) << 16, one) | qnan
