@@ -214,9 +214,14 @@ class Kernel:
         if parallel not in self._builds:
             # The flag is a closure variable of the function, so the two builds have distinct
             # disk-cache keys (Numba's key ignores the parallel option itself).
-            self._builds[parallel] = njit(self._sig, parallel=parallel, **_JIT)(
-                self._make(parallel)
-            )
+            func = self._make(parallel)
+            try:
+                built = njit(self._sig, parallel=parallel, **_JIT)(func)
+            except RuntimeError as exc:  # no writable cache location (read-only install)
+                if "cannot cache" not in str(exc):
+                    raise
+                built = njit(self._sig, parallel=parallel, **{**_JIT, "cache": False})(func)
+            self._builds[parallel] = built
         return self._builds[parallel]
 
     def serial(self, x, lut, table, out) -> None:
