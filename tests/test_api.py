@@ -257,7 +257,11 @@ formats = st.sampled_from(
 def test_round_to_is_idempotent_and_equals_decode_of_encode(x, fmt, saturate):
     r = fp8kit.round_to(x, fmt, saturate=saturate)
     again = fp8kit.round_to(r, fmt, saturate=saturate)
-    assert np.array_equal(bits_of(r), bits_of(again)) or np.isnan(r).any()
+    # Idempotent wherever the rounded value exists in float32; a format wider than float32
+    # can round a finite x to a value that float32 only holds as Inf (documented), and Inf
+    # then follows the format's Inf rule.
+    exact = ~(np.isinf(r) & np.isfinite(x)) & ~np.isnan(r)
+    assert np.array_equal(bits_of(r)[exact], bits_of(again)[exact])
     dec = fp8kit.decode(fp8kit.encode(x, fmt, saturate=saturate), fmt, dtype=np.float32)
     assert np.array_equal(bits_of(r), bits_of(dec))
 
