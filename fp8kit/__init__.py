@@ -6,6 +6,7 @@ import).
 """
 
 from ._parallel import get_num_threads, num_threads, set_num_threads
+from .cast import cast
 from .codec import astype, decode, encode, round_to
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
 
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "FloatFormat",
     "astype",
+    "cast",
     "decode",
     "encode",
     "format_table",

@@ -1,0 +1,450 @@
+"""ONNX Cast-21 for every numeric type: ``fp8kit.cast(x, to, saturate=True)``.
+
+Casts are compositions of the codec's steps (round, encode, decode) and of numpy casts
+where numpy's semantics equal the spec's; see docs/cast.md for the full table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from fractions import Fraction
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import _parallel
+from ._kernels.codec import dummy
+from ._kernels.integer import saturating_kernel
+from .codec import decode, encode
+from .formats import get_format
+
+__all__ = ["cast", "CastType", "cast_type", "CAST_TYPES"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CastType:
+    """One element type of ONNX Cast-21: its name, ONNX name and numpy/ml_dtypes dtype."""
+
+    name: str
+    onnx: str
+    dtype: np.dtype
+    kind: str  # "bool", "int", "float", "string"
+
+    @property
+    def is_float8(self) -> bool:
+        return self.name.startswith("float8")
+
+
+def _t(name, onnx, dtype, kind):
+    return CastType(name, onnx, np.dtype(dtype), kind)
+
+
+#: The Cast-21 type list, in the order of the spec's type constraints.
+CAST_TYPES: dict[str, CastType] = {
+    t.name: t
+    for t in [
+        _t("bool", "BOOL", np.bool_, "bool"),
+        _t("int4", "INT4", ml_dtypes.int4, "int"),
+        _t("int8", "INT8", np.int8, "int"),
+        _t("int16", "INT16", np.int16, "int"),
+        _t("int32", "INT32", np.int32, "int"),
+        _t("int64", "INT64", np.int64, "int"),
+        _t("uint4", "UINT4", ml_dtypes.uint4, "int"),
+        _t("uint8", "UINT8", np.uint8, "int"),
+        _t("uint16", "UINT16", np.uint16, "int"),
+        _t("uint32", "UINT32", np.uint32, "int"),
+        _t("uint64", "UINT64", np.uint64, "int"),
+        _t("float16", "FLOAT16", np.float16, "float"),
+        _t("bfloat16", "BFLOAT16", ml_dtypes.bfloat16, "float"),
+        _t("float32", "FLOAT", np.float32, "float"),
+        _t("float64", "DOUBLE", np.float64, "float"),
+        _t("float8_e4m3fn", "FLOAT8E4M3FN", ml_dtypes.float8_e4m3fn, "float"),
+        _t("float8_e4m3fnuz", "FLOAT8E4M3FNUZ", ml_dtypes.float8_e4m3fnuz, "float"),
+        _t("float8_e5m2", "FLOAT8E5M2", ml_dtypes.float8_e5m2, "float"),
+        _t("float8_e5m2fnuz", "FLOAT8E5M2FNUZ", ml_dtypes.float8_e5m2fnuz, "float"),
+        _t("string", "STRING", np.dtype(object), "string"),
+    ]
+}
+_BY_DTYPE = {t.dtype: t for t in CAST_TYPES.values() if t.kind != "string"}
+_BY_NAME = {
+    **{t.name: t for t in CAST_TYPES.values()},
+    **{t.onnx.lower(): t for t in CAST_TYPES.values()},
+}
+_BY_NAME.update(
+    {
+        "float": CAST_TYPES["float32"],
+        "double": CAST_TYPES["float64"],
+        "half": CAST_TYPES["float16"],
+        "str": CAST_TYPES["string"],
+    }
+)
+
+
+def _valid() -> str:
+    return ", ".join(CAST_TYPES)
+
+
+def cast_type(spec: Any, *, argname: str = "to") -> CastType:
+    """The Cast-21 type named by a dtype, type name, ONNX name or fp8kit format name.
+
+    Examples
+    --------
+    >>> from fp8kit.cast import cast_type
+    >>> cast_type("FLOAT8E4M3FN").name, cast_type("f8e5m2").name, cast_type(float).name
+    ('float8_e4m3fn', 'float8_e5m2', 'float64')
+    """
+    if isinstance(spec, CastType):
+        return spec
+    if isinstance(spec, str):
+        t = _BY_NAME.get(spec.lower())
+        if t is None:
+            try:
+                t = CAST_TYPES[get_format(spec).name]
+            except (ValueError, KeyError):
+                raise ValueError(f"unknown {argname} type {spec!r}; valid: {_valid()}") from None
+        return t
+    if spec is str:
+        return CAST_TYPES["string"]
+    try:
+        dt = np.dtype(spec)
+    except TypeError:
+        raise TypeError(f"{argname} must be a dtype or type name; got {spec!r}") from None
+    if dt.kind in "cC":
+        raise TypeError(f"Cast-21 does not support complex types: {argname}={dt}")
+    if dt.kind in "UST" or dt.kind == "O":
+        return CAST_TYPES["string"]
+    t = _BY_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
+    if t is None:
+        raise TypeError(f"{argname} type {dt} is not a Cast-21 type; valid: {_valid()}")
+    return t
+
+
+def _source_type(x: np.ndarray) -> CastType:
+    dt = x.dtype
+    if dt.kind in "cC":
+        raise TypeError(f"cast: complex input ({dt}) is not supported by Cast-21")
+    if dt.kind in "UST" or (dt.kind == "O" and all(isinstance(v, str) for v in x.flat)):
+        return CAST_TYPES["string"]
+    if dt.kind == "O":
+        raise TypeError("cast: object arrays must hold only str (a Cast-21 STRING tensor)")
+    return cast_type(dt, argname="x")
+
+
+def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
+    """Cast ``x`` to another Cast-21 type, with ONNX Cast-21 semantics.
+
+    Parameters
+    ----------
+    x : array_like
+        bool, integer (including ml_dtypes int4/uint4), float (float16, bfloat16, float32,
+        float64, float8) or string data.
+    to : dtype or str
+        numpy/ml_dtypes dtype, fp8kit format name, or ONNX type name (``"FLOAT8E4M3FN"``,
+        ``"INT4"``, ``"STRING"``, ...).
+    saturate : bool, default True
+        For float8 destinations, the Cast-21 saturate tables; for integer destinations from
+        floats, True clamps to the integer range (NaN -> 0) and False reproduces the bits of
+        the ONNX reference on x86 (see docs/cast.md).
+
+    Returns
+    -------
+    ndarray
+        Array of ``to``'s dtype (object array of str for STRING), shaped like ``x``.
+
+    Raises
+    ------
+    TypeError
+        For complex data or types outside Cast-21.
+    ValueError
+        For a string that is not a number (names the element and its index).
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> fp8kit.cast(np.array([200], np.int16), np.int8).tolist()
+    [-56]
+    >>> fp8kit.cast(np.array([1e9, np.inf], np.float32), "float8_e5m2fnuz").view(np.uint8)
+    array([127, 128], dtype=uint8)
+    """
+    arr = np.asarray(x)
+    src = _source_type(arr)
+    dst = cast_type(to)
+    sat = bool(saturate)
+    if arr.dtype.byteorder not in "=|":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if src.kind == "string":
+        return _from_string(arr, dst, sat)
+    if dst.kind == "string":
+        return _to_string(arr, src)
+    if dst.kind == "bool":
+        return _to_bool(arr, src)
+    if src.kind == "bool":
+        # "Casting from bool to floating point: {1.0, 0.0}; fixed point: {1, 0}."
+        return _numeric(arr.astype(np.uint8), CAST_TYPES["uint8"], dst, sat)
+    return _numeric(arr, src, dst, sat)
+
+
+# ------------------------------------------------------------------------------- numeric
+def _to_bool(arr: np.ndarray, src: CastType) -> np.ndarray:
+    # "+/- 0.0 to False; all else to True" (NaN too); integers: "zero to False".
+    if src.kind == "float" and arr.dtype.itemsize <= 2 and arr.dtype != np.float16:
+        arr = decode(arr, dtype=np.float32)
+    if src.name in ("int4", "uint4"):
+        arr = arr.astype(np.int8)
+    return arr != 0
+
+
+def _widen_float(arr: np.ndarray, src: CastType) -> np.ndarray:
+    """float8/bfloat16/float16 -> float32, exact (every value fits)."""
+    if src.dtype in (np.dtype(np.float32), np.dtype(np.float64)):
+        return arr
+    return decode(arr, dtype=np.float32)
+
+
+def _numeric(arr: np.ndarray, src: CastType, dst: CastType, sat: bool) -> np.ndarray:
+    if src.kind == "float":
+        wide = _widen_float(arr, src)
+        if dst.kind == "int":
+            f8_inf = np.isinf(wide) if src.is_float8 else None
+            return _float_to_int(wide, dst, sat, f8_inf)
+        return _float_to_float(wide, dst, sat)
+    # integer source
+    if src.name in ("int4", "uint4"):
+        arr = arr.astype(np.int8)
+    if dst.kind == "int":
+        return _int_to_int(arr, dst)
+    return _int_to_float(arr, dst, sat)
+
+
+def _float_to_float(x: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+    if dst.is_float8:
+        return encode(x, dst.name, saturate=sat).view(dst.dtype)
+    if dst.name in ("bfloat16", "float16"):
+        # "floating point: +/- infinity if OOR": saturate applies to float8 only.
+        return encode(x, dst.name, saturate=False).view(dst.dtype)
+    with np.errstate(over="ignore"):  # float64 -> float32 overflow is Inf by the spec
+        return x.astype(dst.dtype)
+
+
+def _int_to_int(arr: np.ndarray, dst: CastType) -> np.ndarray:
+    # "discard higher bits and reinterpret (two's complement)": numpy's integer casts.
+    if dst.name in ("int4", "uint4"):
+        low = (arr.astype(np.int64) & 0xF).astype(np.int8)
+        if dst.name == "int4":
+            low = np.where(low >= 8, low - 16, low).astype(np.int8)
+        return low.astype(dst.dtype)
+    return arr.astype(dst.dtype)
+
+
+def _round_to_odd_f64(v: np.ndarray) -> np.ndarray:
+    """int64/uint64 -> float64 rounded to odd: one more rounding to any format of at most
+    51 bits of precision then equals a single rounding of the integer (no double rounding).
+    """
+    f = v.astype(np.float64)  # nearest-even
+    with np.errstate(invalid="ignore", over="ignore"):
+        # f as an integer, modulo 2**64 (2**63 and 2**64 do not fit int64/uint64)
+        top = f >= 2.0**63
+        as_u = np.where(top & (f < 2.0**64), f, 0).astype(np.uint64)
+        as_i = np.where(top, 0, f).astype(np.int64).view(np.uint64)
+        fi = np.where(top, as_u, as_i)
+    diff = (v.view(np.uint64) - fi).view(np.int64)  # v - f, exact: |v - f| < 2**11
+    bits = f.view(np.uint64)
+    fix = (diff != 0) & ((bits & np.uint64(1)) == 0)
+    return np.where(fix, np.nextafter(f, np.where(diff > 0, np.inf, -np.inf)), f)
+
+
+def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+    if arr.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+        f64 = _round_to_odd_f64(arr)
+    else:
+        f64 = arr.astype(np.float64)  # exact
+    if dst.name == "float64":
+        return arr.astype(np.float64)
+    if dst.name == "float32":
+        return arr.astype(np.float32)  # C int -> float conversion: one rounding
+    return _float_to_float(f64, dst, sat)
+
+
+def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
+    target = np.dtype(np.int8) if dst.name in ("int4", "uint4") else dst.dtype
+    if sat:
+        if dst.name in ("int4", "uint4"):
+            lo, hi = (-8.0, 7.0) if dst.name == "int4" else (0.0, 15.0)
+            with np.errstate(invalid="ignore"):
+                clamped = np.where(np.isnan(x), 0, np.clip(np.trunc(x), lo, hi))
+            return clamped.astype(np.int8).astype(dst.dtype)
+        out = np.empty(x.shape, dtype=target)
+        k = saturating_kernel(x.dtype, target)
+        flat = np.ascontiguousarray(x).ravel()
+        _parallel.run(k, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
+        return out
+    return _float_to_int_like_reference(x, dst, f8_inf)
+
+
+_I32_MIN, _I64_MIN = -(2**31), -(2**63)
+
+
+def _cvt32(t: np.ndarray) -> np.ndarray:
+    """x86 cvttsd2si (32-bit): truncated value, or INT32_MIN for NaN, Inf and out of range."""
+    ok = (t >= -(2.0**31)) & (t < 2.0**31)
+    return np.where(ok, t, _I32_MIN).astype(np.int64)
+
+
+def _cvt64(t: np.ndarray) -> np.ndarray:
+    """x86 cvttsd2si (64-bit): truncated value, or INT64_MIN for NaN, Inf and out of range."""
+    ok = (t >= -(2.0**63)) & (t < 2.0**63)
+    return np.where(ok, t, -(2.0**63)).astype(np.int64)
+
+
+def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) -> np.ndarray:
+    """The bits numpy's float -> int casts give on x86-64 (what onnx.reference returns),
+    made deterministic: numpy's float -> uint32 differs between its SIMD and scalar loops
+    (on length and position); fp8kit always gives the scalar loop's bits."""
+    name = dst.name
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(x.astype(np.float64))
+    if name in ("int8", "int16", "uint8", "uint16", "int32"):
+        res = _cvt32(t).astype(dst.dtype)
+    elif name == "int64":
+        res = _cvt64(t)
+    elif name == "uint32":
+        ok = np.isfinite(t) & (np.abs(t) < 2.0**63)
+        res = np.where(ok, _cvt64(np.where(ok, t, 0)), 0).astype(np.uint32)
+    elif name == "uint64":
+        hi = t >= 2.0**63
+        low = _cvt64(np.where(hi, t - 2.0**63, t)).view(np.uint64)
+        res = np.where(hi, low ^ np.uint64(2**63), low)
+    else:  # int4/uint4 (ml_dtypes): int32 range checked before truncation, low 4 bits
+        x64 = x.astype(np.float64)
+        in_range = (x64 >= -(2.0**31)) & (x64 <= 2.0**31 - 1)
+        res = _nibble(np.where(in_range, _cvt32(t), _I32_MIN), name)
+    if float8_inf is not None and float8_inf.any():
+        # ml_dtypes converts float8 +-Inf to integers by saturating (through int32 for 4-bit)
+        pos = float8_inf & (x > 0)
+        if name in ("int4", "uint4"):
+            top, bottom = _nibble(np.int64(2**31 - 1), name), _nibble(np.int64(_I32_MIN), name)
+        else:
+            info = np.iinfo(dst.dtype)
+            top, bottom = info.max, info.min
+        res = np.where(pos, top, np.where(float8_inf, bottom, res)).astype(res.dtype)
+    if float8_inf is not None:
+        res = np.where(np.isnan(x), 0, res).astype(res.dtype)  # ml_dtypes: float8 NaN -> 0
+    return res.astype(dst.dtype) if name not in ("int4", "uint4") else res
+
+
+def _nibble(v, name: str):
+    low = np.asarray(v, dtype=np.int64) & 0xF
+    if name == "int4":
+        low = np.where(low >= 8, low - 16, low)
+    return np.asarray(low).astype(np.int8).astype(CAST_TYPES[name].dtype)
+
+
+# ------------------------------------------------------------------------------- strings
+_NUMBER = re.compile(r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$")
+_SPECIAL = {
+    "+inf": math.inf,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "nan": math.nan,
+    "+nan": math.nan,
+    "-nan": -math.nan,
+}
+
+
+def _parse(s: str, index: tuple[int, ...]) -> Fraction | float:
+    special = _SPECIAL.get(s.strip().lower())
+    if special is not None:
+        return special
+    if not _NUMBER.match(s):
+        where = ", ".join(map(str, index))
+        raise ValueError(
+            f"cast: x[{where}] = {s!r} is not a number (plain or scientific notation, or "
+            "+INF, INF, -INF, NaN in any case)"
+        )
+    return Fraction(s.strip())
+
+
+def _to_odd_float64(q: Fraction | float) -> float:
+    """A Fraction rounded to float64 to odd: exact for one more rounding (see
+    _round_to_odd_f64)."""
+    if isinstance(q, float):
+        return q
+    f = float(q)  # nearest-even, correctly rounded
+    if math.isfinite(f) and Fraction(f) != q and (int(np.float64(f).view(np.uint64)) & 1) == 0:
+        f = math.nextafter(f, math.inf if Fraction(f) < q else -math.inf)
+    if f == 0 and q < 0:
+        f = -0.0
+    return f
+
+
+def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+    values = [(_parse(str(s), idx)) for idx, s in np.ndenumerate(arr)]
+    if dst.kind == "string":
+        return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
+    if dst.kind == "int":
+        ints = [v for v in values if isinstance(v, Fraction) and v.denominator == 1]
+        if len(ints) == len(values):
+            return _python_ints_to_int(values, arr.shape, dst, sat)
+    floats = np.array([_to_odd_float64(v) for v in values], dtype=np.float64).reshape(arr.shape)
+    if dst.kind == "bool":
+        return floats != 0
+    return _numeric(floats, CAST_TYPES["float64"], dst, sat)
+
+
+def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
+    """Integer literals are exact: saturate clamps them to the range, otherwise they wrap
+    (two's complement), as integer -> integer casts do."""
+    if dst.name in ("int4", "uint4"):
+        lo, hi, bits = (-8, 7, 4) if dst.name == "int4" else (0, 15, 4)
+    else:
+        info = np.iinfo(dst.dtype)
+        lo, hi, bits = int(info.min), int(info.max), info.bits
+    out = []
+    for v in values:
+        n = int(v)
+        if sat:
+            n = min(max(n, lo), hi)
+        else:
+            n &= (1 << bits) - 1
+            if lo < 0 and n > hi:
+                n -= 1 << bits
+        out.append(n)
+    return (
+        np.array(out, dtype=np.int64)
+        .reshape(shape)
+        .astype(np.int8 if bits == 4 else dst.dtype)
+        .astype(dst.dtype)
+    )
+
+
+def _shortest(value: float, fmt_dtype: np.dtype) -> str:
+    """Shortest decimal that rounds back to the same value in fmt_dtype, numpy style."""
+    if not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if value == 0:
+        return "-0.0" if math.copysign(1, value) < 0 else "0.0"
+    target = np.array([value]).astype(fmt_dtype)
+    for digits in range(1, 18):
+        text = f"{value:.{digits}g}"
+        if np.array([float(text)]).astype(fmt_dtype).tobytes() == target.tobytes():
+            break
+    return repr(float(text))  # numpy/Python style: positional for 1e-4 <= |x| < 1e16
+
+
+def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
+    if (
+        src.kind in ("bool",)
+        or src.dtype in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+        or (src.kind == "int" and src.name not in ("int4", "uint4"))
+    ):
+        # str() of numpy scalars: the shortest round-trip digits (what onnx.reference gives)
+        text = [str(v) for v in arr.ravel()]
+    elif src.kind == "int":
+        text = [str(int(v)) for v in arr.astype(np.int8).ravel()]
+    else:  # bfloat16 and float8: shortest digits that round-trip in that format
+        values = decode(arr, dtype=np.float64).ravel()
+        text = [_shortest(float(v), src.dtype) for v in values]
+    return np.array(text, dtype=object).reshape(arr.shape)
