@@ -271,15 +271,13 @@ def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
 def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
     target = np.dtype(np.int8) if dst.name in ("int4", "uint4") else dst.dtype
     if sat:
-        if dst.name in ("int4", "uint4"):
-            lo, hi = (-8.0, 7.0) if dst.name == "int4" else (0.0, 15.0)
-            with np.errstate(invalid="ignore"):
-                clamped = np.where(np.isnan(x), 0, np.clip(np.trunc(x), lo, hi))
-            return clamped.astype(np.int8).astype(dst.dtype)
         out = np.empty(x.shape, dtype=target)
         k = saturating_kernel(x.dtype, target)
         flat = np.ascontiguousarray(x).ravel()
         _parallel.run(k, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
+        if dst.name in ("int4", "uint4"):  # saturated to int8 first, then to 4 bits
+            lo, hi = (-8, 7) if dst.name == "int4" else (0, 15)
+            return np.clip(out, lo, hi).astype(dst.dtype)
         return out
     return _float_to_int_like_reference(x, dst, f8_inf)
 
@@ -364,7 +362,18 @@ def _parse(s: str, index: tuple[int, ...]) -> Fraction | float:
             f"cast: x[{where}] = {s!r} is not a number (plain or scientific notation, or "
             "+INF, INF, -INF, NaN in any case)"
         )
-    return Fraction(s.strip())
+    q = Fraction(s.strip())
+    if q == 0 and s.strip().startswith("-"):
+        return -0.0  # a Fraction has no signed zero
+    return q
+
+
+def _to_float64(q: Fraction | float) -> float:
+    """Nearest-even float64 of an exact value; beyond float64's range, +-Inf."""
+    try:
+        return float(q)
+    except OverflowError:
+        return math.inf if q > 0 else -math.inf
 
 
 def _to_odd_float64(q: Fraction | float) -> float:
@@ -372,7 +381,7 @@ def _to_odd_float64(q: Fraction | float) -> float:
     _round_to_odd_f64)."""
     if isinstance(q, float):
         return q
-    f = float(q)  # nearest-even, correctly rounded
+    f = _to_float64(q)  # nearest-even, correctly rounded
     if math.isfinite(f) and Fraction(f) != q and (int(np.float64(f).view(np.uint64)) & 1) == 0:
         f = math.nextafter(f, math.inf if Fraction(f) < q else -math.inf)
     if f == 0 and q < 0:
@@ -388,7 +397,10 @@ def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
         ints = [v for v in values if isinstance(v, Fraction) and v.denominator == 1]
         if len(ints) == len(values):
             return _python_ints_to_int(values, arr.shape, dst, sat)
-    floats = np.array([_to_odd_float64(v) for v in values], dtype=np.float64).reshape(arr.shape)
+    # float64 itself: nearest-even; narrower destinations: round to odd first, so that their
+    # own rounding of it is a single rounding of the decimal value.
+    to_f64 = _to_float64 if dst.name == "float64" else _to_odd_float64
+    floats = np.array([to_f64(v) for v in values], dtype=np.float64).reshape(arr.shape)
     if dst.kind == "bool":
         return floats != 0
     return _numeric(floats, CAST_TYPES["float64"], dst, sat)
@@ -412,12 +424,9 @@ def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
             if lo < 0 and n > hi:
                 n -= 1 << bits
         out.append(n)
-    return (
-        np.array(out, dtype=np.int64)
-        .reshape(shape)
-        .astype(np.int8 if bits == 4 else dst.dtype)
-        .astype(dst.dtype)
-    )
+    if bits == 4:
+        return np.array(out, dtype=np.int8).reshape(shape).astype(dst.dtype)
+    return np.array(out, dtype=object).reshape(shape).astype(dst.dtype)
 
 
 def _shortest(value: float, fmt_dtype: np.dtype) -> str:
@@ -448,3 +457,107 @@ def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
         values = decode(arr, dtype=np.float64).ravel()
         text = [_shortest(float(v), src.dtype) for v in values]
     return np.array(text, dtype=object).reshape(arr.shape)
+
+
+# ------------------------------------------------------------------------------- the table
+#: Legend of :func:`cast_table`: what each rule code means.
+RULES = {
+    "=": "same type: unchanged",
+    "E": "exact (every value of the source exists in the destination)",
+    "R": "round to nearest-even once from the exact value; +-Inf if out of range",
+    "F8": "round once; overflow, Inf and NaN by the Cast-21 float8 tables (saturate)",
+    "W": "integer wrap: keep the low bits, two's complement",
+    "T": "truncate toward zero; out of range: saturate=True clamps (NaN -> 0), "
+    "saturate=False gives onnx.reference's x86 bits",
+    "B": "to bool: zero (+-0.0) -> False, everything else (NaN too) -> True",
+    "01": "from bool: False -> 0, True -> 1",
+    "P": "parse the string as a number, then as from float64 (rounded once)",
+    "S": "shortest decimal that round-trips",
+}
+
+
+def _int_bits(t: CastType) -> tuple[bool, int]:
+    if t.name in ("int4", "uint4"):
+        return t.name == "int4", 4
+    info = np.iinfo(t.dtype)
+    return info.min < 0, info.bits
+
+
+def _fits(src: CastType, dst: CastType) -> bool:
+    """Every value of src is a value of dst."""
+    if src.kind == "int" and dst.kind == "int":
+        (ss, sb), (ds, db) = _int_bits(src), _int_bits(dst)
+        return (ss == ds and sb <= db) or (not ss and ds and sb < db)
+    if src.kind == "int" and dst.kind == "float":
+        signed, nbits = _int_bits(src)
+        fmt = get_format(dst.name) if dst.name not in ("float32", "float64") else None
+        mant = {"float32": 24, "float64": 53}.get(dst.name) or fmt.mantissa_bits + 1
+        top = nbits - 1 if signed else nbits
+        return top <= mant and (fmt is None or 2.0**top <= fmt.max + 1)
+    if src.kind == "float" and dst.kind == "float":
+        if dst.name == "float64" or (dst.name == "float32" and src.name != "float64"):
+            return True
+        if dst.is_float8 or src.name in ("float32", "float64"):
+            return False
+        s, d = get_format(src.name), get_format(dst.name)
+        return (
+            s.mantissa_bits <= d.mantissa_bits
+            and s.minexp - s.mantissa_bits >= (d.minexp - d.mantissa_bits)
+            and s.max <= d.max
+            and (d.has_inf or not s.has_inf)
+        )
+    return False
+
+
+def cast_rule(src: Any, dst: Any) -> str:
+    """The rule code (a key of :data:`RULES`) that ``cast`` applies from src to dst.
+
+    Examples
+    --------
+    >>> from fp8kit.cast import cast_rule
+    >>> cast_rule("int16", "int8"), cast_rule("float32", "FLOAT8E4M3FN")
+    ('W', 'F8')
+    """
+    s, d = cast_type(src, argname="src"), cast_type(dst, argname="dst")
+    if s == d:
+        return "="
+    if d.kind == "string":
+        return "S"
+    if s.kind == "string":
+        return "P"
+    if d.kind == "bool":
+        return "B"
+    if s.kind == "bool":
+        return "01"
+    if _fits(s, d):
+        return "E"
+    if d.kind == "int":
+        return "W" if s.kind == "int" else "T"
+    return "F8" if d.is_float8 else "R"
+
+
+def cast_table() -> str:
+    """The full Cast-21 table (rows: from, columns: to) as Markdown, from :func:`cast_rule`.
+
+    Examples
+    --------
+    >>> from fp8kit.cast import cast_table
+    >>> cast_table().splitlines()[0][:19]
+    '| from / to | bool '
+    """
+    names = list(CAST_TYPES)
+    short = {
+        n: n.replace("float8_", "f8_")
+        .replace("float", "f")
+        .replace("uint", "u")
+        .replace("int", "i")
+        .replace("bool", "bool")
+        .replace("string", "str")
+        for n in names
+    }
+    head = "| from / to | " + " | ".join(short[n] for n in names) + " |"
+    rows = [head, "|" + "---|" * (len(names) + 1)]
+    for s in names:
+        rows.append(f"| **{s}** | " + " | ".join(cast_rule(s, d) for d in names) + " |")
+    legend = "\n".join(f"- `{code}`: {text}" for code, text in RULES.items())
+    return "\n".join(rows) + "\n\n" + legend

@@ -84,9 +84,7 @@ def compare(x, src, dst, sat):
             same |= np.isnan(ours.astype(np.float64)) & np.isnan(ref.astype(np.float64))
     mask = known_differences(x, src, dst, sat, ours, ref)
     bad = np.flatnonzero(~same & ~mask)
-    assert not bad.size, [
-        (x[i], bits(ours)[i], bits(ref)[i]) for i in bad[:6]
-    ]
+    assert not bad.size, [(x[i], bits(ours)[i], bits(ref)[i]) for i in bad[:6]]
     return ours, ref, mask
 
 
@@ -131,4 +129,3 @@ def test_uint32_reference_depends_on_array_length():
     assert one[0] != many[0]
     ours = fp8kit.cast(np.full(64, v, np.float32), "uint32", saturate=False)
     assert (ours == one[0]).all()
-

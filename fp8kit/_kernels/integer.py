@@ -59,4 +59,3 @@ def saturating_kernel(in_dtype: np.dtype, out_dtype: np.dtype) -> Kernel:
         return kernel
 
     return Kernel(make, _sig(in_dtype, out_dtype))
-

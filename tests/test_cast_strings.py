@@ -1,0 +1,140 @@
+"""Cast-21 strings: parsing ("3.14", "1E8", "+INF", "INF", "-INF", "NaN" in any case) and
+formatting (shortest representation that round-trips)."""
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx_cast_oracle import edge_values, onnx_cast
+
+import fp8kit
+from fp8kit._reference import encode_value
+
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered")
+
+GOOD = [
+    "3.14",
+    "-0",
+    "1E8",
+    "1e-5",
+    "+INF",
+    "INF",
+    "-inf",
+    "iNf",
+    "NaN",
+    "nan",
+    "100",
+    "-2.5",
+    ".5",
+    "5.",
+    "1e400",
+    "1e-400",
+    "65519.99",
+    " 7 ",
+]
+
+
+@pytest.mark.parametrize("dst", ["float64", "float32", "float16"])
+def test_string_to_float_matches_reference_where_it_rounds_once(dst):
+    x = np.array(GOOD, dtype=object)
+    ours = fp8kit.cast(x, dst)
+    ref = onnx_cast(x, "string", dst, True)
+    both_nan = np.isnan(ours.astype(np.float64)) & np.isnan(ref.astype(np.float64))
+    assert ((ours.view(f"u{ours.itemsize}") == ref.view(f"u{ours.itemsize}")) | both_nan).all()
+
+
+@pytest.mark.parametrize("dst", ["float8_e4m3fn", "float8_e5m2fnuz", "bfloat16", "float32"])
+@pytest.mark.parametrize("saturate", [True, False])
+def test_string_to_narrow_floats_rounds_the_decimal_once(dst, saturate):
+    # "1.000000059604644775390625000000001" is just above the float32 tie 1 + 2**-24: one
+    # rounding gives 1 + 2**-23; onnx.reference parses to float64 first and gives 1.0.
+    strings = [
+        "1.000000059604644775390625000000001",
+        "1.06250000000000000001",
+        "464.0001",
+        "-0.0009765625000001",
+        "1e10",
+        "-1e10",
+        "0.1",
+        "3.5",
+    ]
+    x = np.array(strings, dtype=object)
+    got = fp8kit.cast(x, dst, saturate=saturate)
+    if dst == "float32":
+        assert got[0] == np.float32(1 + 2**-23)
+        assert onnx_cast(x[:1], "string", "float32", True)[0] == 1.0
+        return
+    fmt = fp8kit.get_format(dst)
+    want = [encode_value(Fraction(s), fmt, saturate=saturate) for s in strings]
+    assert got.view(fmt.code_dtype).tolist() == want
+
+
+@pytest.mark.parametrize(
+    "src", ["bool", "int8", "int64", "uint64", "float16", "float32", "float64"]
+)
+def test_numbers_to_string_match_reference(src):
+    x = edge_values(src)
+    ours = fp8kit.cast(x, "string")
+    ref = onnx_cast(x, src, "string", True)
+    assert ours.dtype == object
+    assert ours.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize(
+    "src", ["bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
+)
+def test_narrow_floats_to_string_are_shortest_round_trip(src):
+    # onnx.reference cannot cast these to STRING; fp8kit gives the shortest decimal that
+    # parses back to the same value.
+    codes = np.arange(256 if src != "bfloat16" else 65536, dtype=np.uint16)
+    codes = codes.astype(np.uint8) if src != "bfloat16" else codes
+    x = codes.view(getattr(ml_dtypes, src))
+    text = fp8kit.cast(x, "string")
+    back = fp8kit.cast(text, src, saturate=False)
+    vals = x.astype(np.float64)
+    nan = np.isnan(vals)
+    assert (back.view(codes.dtype)[~nan] == codes[~nan]).all()
+    assert np.isnan(back.astype(np.float64)[nan]).all()
+    for t, v in list(zip(text.tolist(), vals.tolist(), strict=True))[
+        :: 1 if src != "bfloat16" else 97
+    ]:
+        digits = len(t.lstrip("-").split("e")[0].replace(".", "").strip("0"))
+        if digits > 1 and np.isfinite(v):
+            shorter = f"{v:.{digits - 1}g}"
+            assert (
+                fp8kit.cast(np.array([shorter], object), src, saturate=False).astype(np.float64)[0]
+                != v
+                or shorter == t
+            )
+
+
+@pytest.mark.parametrize(
+    "bad, index",
+    [(["1.0", "abc"], "1"), (["0x10"], "0"), (["1_000"], "0"), ([""], "0"), (["Infinity"], "0")],
+)
+def test_non_numbers_raise_naming_element_and_index(bad, index):
+    with pytest.raises(ValueError, match=rf"x\[{index}\] = .* is not a number"):
+        fp8kit.cast(np.array(bad, dtype=object), np.float32)
+
+
+def test_string_to_int_and_bool():
+    x = np.array(["100", "300", "-1", "100.5", "-2.7", "1e3"], dtype=object)
+    assert fp8kit.cast(x, np.int8).tolist() == [100, 127, -1, 100, -2, 127]
+    assert fp8kit.cast(x[:3], np.int8, saturate=False).tolist() == [100, 44, -1]
+    assert fp8kit.cast(np.array(["18446744073709551615"], object), np.uint64)[0] == 2**64 - 1
+    # strings are numbers: "0" is False (onnx.reference: any non-empty string is True)
+    assert fp8kit.cast(np.array(["0", "0.0", "nan", "2"], object), bool).tolist() == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert onnx_cast(np.array(["0"], object), "string", "bool", True).tolist() == [True]
+
+
+def test_numpy_unicode_arrays_are_strings():
+    assert fp8kit.cast(np.array(["1.5", "-INF"]), "float8_e4m3fn").astype(float).tolist() == [
+        1.5,
+        -448.0,
+    ]
