@@ -390,20 +390,24 @@ def _to_odd_float64(q: Fraction | float) -> float:
 
 
 def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
-    values = [(_parse(str(s), idx)) for idx, s in np.ndenumerate(arr)]
     if dst.kind == "string":
         return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
-    if dst.kind == "int":
-        ints = [v for v in values if isinstance(v, Fraction) and v.denominator == 1]
-        if len(ints) == len(values):
-            return _python_ints_to_int(values, arr.shape, dst, sat)
+    values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
     # float64 itself: nearest-even; narrower destinations: round to odd first, so that their
     # own rounding of it is a single rounding of the decimal value.
     to_f64 = _to_float64 if dst.name == "float64" else _to_odd_float64
     floats = np.array([to_f64(v) for v in values], dtype=np.float64).reshape(arr.shape)
     if dst.kind == "bool":
         return floats != 0
-    return _numeric(floats, CAST_TYPES["float64"], dst, sat)
+    result = _numeric(floats, CAST_TYPES["float64"], dst, sat)
+    if dst.kind == "int":
+        # integer literals are exact, whatever their size; only the others go through floats
+        literal = [isinstance(v, Fraction) and v.denominator == 1 for v in values]
+        if any(literal):
+            mask = np.array(literal).reshape(arr.shape)
+            exact = [v for v, lit in zip(values, literal, strict=True) if lit]
+            result[mask] = _python_ints_to_int(exact, (len(exact),), dst, sat)
+    return result
 
 
 def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:

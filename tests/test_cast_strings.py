@@ -178,3 +178,21 @@ def test_random_number_strings_match_reference(dst):
         assert (ours.view(np.uint64) == ref.view(np.uint64)).all()
     else:  # repr(float64) strings: the float32 double rounding almost never shows
         assert (ours == ref).mean() > 0.999
+
+
+def test_four_bit_integers_and_strings():
+    # onnx.reference refuses int4/uint4 <-> string; fp8kit treats them like other integers
+    x = np.arange(-8, 8, dtype=np.int8).astype(ml_dtypes.int4)
+    text = fp8kit.cast(x, "string")
+    assert text.tolist() == [str(v) for v in range(-8, 8)]
+    assert fp8kit.cast(text, "int4").astype(np.int8).tolist() == list(range(-8, 8))
+    s = np.array(["7", "-9", "3.9", "20"], dtype=object)
+    assert fp8kit.cast(s, "int4").astype(np.int8).tolist() == [7, -8, 3, 7]
+    assert fp8kit.cast(s, "int4", saturate=False).astype(np.int8).tolist() == [7, 7, 3, 4]
+    assert fp8kit.cast(s, "uint4", saturate=False).astype(np.int8).tolist() == [7, 7, 3, 4]
+
+
+def test_integer_literals_stay_exact_beside_other_numbers():
+    s = np.array(["18446744073709551615", "1.5", "abc"][:2], dtype=object)
+    assert fp8kit.cast(s, np.uint64).tolist() == [2**64 - 1, 1]
+    assert fp8kit.cast(np.array(["abc", "x"], object), "string").tolist() == ["abc", "x"]
