@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _parallel
 from ._kernels.codec import dummy
-from ._kernels.integer import saturating_kernel
+from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from .codec import decode, encode
 from .formats import get_format
 
@@ -240,20 +240,13 @@ def _int_to_int(arr: np.ndarray, dst: CastType) -> np.ndarray:
 
 
 def _round_to_odd_f64(v: np.ndarray) -> np.ndarray:
-    """int64/uint64 -> float64 rounded to odd: one more rounding to any format of at most
-    51 bits of precision then equals a single rounding of the integer (no double rounding).
-    """
-    f = v.astype(np.float64)  # nearest-even
-    with np.errstate(invalid="ignore", over="ignore"):
-        # f as an integer, modulo 2**64 (2**63 and 2**64 do not fit int64/uint64)
-        top = f >= 2.0**63
-        as_u = np.where(top & (f < 2.0**64), f, 0).astype(np.uint64)
-        as_i = np.where(top, 0, f).astype(np.int64).view(np.uint64)
-        fi = np.where(top, as_u, as_i)
-    diff = (v.view(np.uint64) - fi).view(np.int64)  # v - f, exact: |v - f| < 2**11
-    bits = f.view(np.uint64)
-    fix = (diff != 0) & ((bits & np.uint64(1)) == 0)
-    return np.where(fix, np.nextafter(f, np.where(diff > 0, np.inf, -np.inf)), f)
+    """int64/uint64 -> float64 rounded to odd (compiled): one more rounding to any format of
+    at most 51 bits of precision then equals a single rounding of the integer."""
+    out = np.empty(v.shape, np.float64)
+    k = int_to_odd_float64_kernel(v.dtype)
+    flat = np.ascontiguousarray(v).ravel()
+    _parallel.run(k, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
+    return out
 
 
 def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
@@ -285,40 +278,17 @@ def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.nd
 _I32_MIN, _I64_MIN = -(2**31), -(2**63)
 
 
-def _cvt32(t: np.ndarray) -> np.ndarray:
-    """x86 cvttsd2si (32-bit): truncated value, or INT32_MIN for NaN, Inf and out of range."""
-    ok = (t >= -(2.0**31)) & (t < 2.0**31)
-    return np.where(ok, t, _I32_MIN).astype(np.int64)
-
-
-def _cvt64(t: np.ndarray) -> np.ndarray:
-    """x86 cvttsd2si (64-bit): truncated value, or INT64_MIN for NaN, Inf and out of range."""
-    ok = (t >= -(2.0**63)) & (t < 2.0**63)
-    return np.where(ok, t, -(2.0**63)).astype(np.int64)
-
-
 def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) -> np.ndarray:
     """The bits numpy's float -> int casts give on x86-64 (what onnx.reference returns),
     made deterministic: numpy's float -> uint32 differs between its SIMD and scalar loops
     (on length and position); fp8kit always gives the scalar loop's bits."""
     name = dst.name
-    with np.errstate(invalid="ignore"):
-        t = np.trunc(x.astype(np.float64))
-    if name in ("int8", "int16", "uint8", "uint16", "int32"):
-        res = _cvt32(t).astype(dst.dtype)
-    elif name == "int64":
-        res = _cvt64(t)
-    elif name == "uint32":
-        ok = np.isfinite(t) & (np.abs(t) < 2.0**63)
-        res = np.where(ok, _cvt64(np.where(ok, t, 0)), 0).astype(np.uint32)
-    elif name == "uint64":
-        hi = t >= 2.0**63
-        low = _cvt64(np.where(hi, t - 2.0**63, t)).view(np.uint64)
-        res = np.where(hi, low ^ np.uint64(2**63), low)
-    else:  # int4/uint4 (ml_dtypes): int32 range checked before truncation, low 4 bits
-        x64 = x.astype(np.float64)
-        in_range = (x64 >= -(2.0**31)) & (x64 <= 2.0**31 - 1)
-        res = _nibble(np.where(in_range, _cvt32(t), _I32_MIN), name)
+    kernel = x86_kernel(x.dtype, name)
+    res = np.empty(x.shape, np.int8 if name in ("int4", "uint4") else dst.dtype)
+    flat = np.ascontiguousarray(x).ravel()
+    _parallel.run(kernel, flat, dummy(np.uint32), dummy(np.uint8), res.reshape(-1))
+    if name in ("int4", "uint4"):
+        res = res.astype(dst.dtype)
     if float8_inf is not None and float8_inf.any():
         # ml_dtypes converts float8 +-Inf to integers by saturating (through int32 for 4-bit)
         pos = float8_inf & (x > 0)

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 from numba import from_dtype, prange, types
 
-from .bits import chunk
+from .bits import as_bits, as_float, chunk
 from .codec import Kernel, source_version
 
 
@@ -55,6 +55,101 @@ def saturating_kernel(in_dtype: np.dtype, out_dtype: np.dtype) -> Kernel:
                         oc[j] = lo
                     else:
                         oc[j] = cast(v)
+
+        return kernel
+
+    return Kernel(make, _sig(in_dtype, out_dtype))
+
+
+@functools.cache
+def int_to_odd_float64_kernel(in_dtype: np.dtype) -> Kernel:
+    """int64/uint64 -> float64 rounded to odd (the exact value's nearest float64 with an odd
+    mantissa when inexact): one further rounding to a format of at most 51 bits of precision
+    then equals one rounding of the integer, so int -> float8/bfloat16 never double-rounds."""
+    unsigned = np.dtype(in_dtype) == np.uint64
+    two63 = np.float64(2.0**63)
+    two64 = np.float64(2.0**64)
+    one = np.uint64(1)
+    zero_u = np.uint64(0)
+    top = np.uint64(1 << 63)
+    version = source_version()
+
+    def make(parallel):
+        def kernel(x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:
+                return
+            step = (x.size + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                for j in range(xc.size):
+                    v = xc[j]
+                    f = np.float64(v)  # nearest-even
+                    # f as an integer modulo 2**64, then v - f (exact, |v - f| < 2**11)
+                    if unsigned:
+                        back = zero_u if f >= two64 else np.uint64(f)
+                    elif f >= two63:
+                        back = top
+                    else:
+                        back = np.uint64(np.int64(f))
+                    diff = np.int64(np.uint64(v) - back)
+                    bits = as_bits(f)
+                    if diff != 0 and (bits & one) == zero_u:
+                        bits = bits + one if (diff > 0) == (f > 0) else bits - one
+                    oc[j] = as_float(bits)
+
+        return kernel
+
+    return Kernel(make, _sig(in_dtype, np.float64))
+
+
+_X86_MODES = {
+    "int8": 0, "int16": 0, "uint8": 0, "uint16": 0, "int32": 0,  # low bits of cvt32
+    "int64": 1, "uint32": 2, "uint64": 3, "int4": 4, "uint4": 5,
+}  # fmt: skip
+
+
+@functools.cache
+def x86_kernel(in_dtype: np.dtype, target: str) -> Kernel:
+    """float -> integer with the bits of numpy's casts on x86-64 (onnx.reference's answer),
+    made deterministic (always numpy's scalar-loop bits).  See docs/cast.md."""
+    mode = _X86_MODES[target]
+    out_dtype = np.dtype(np.int8) if mode >= 4 else np.dtype(target)
+    cast = out_dtype.type
+    i32_min, i64_min = np.int64(-(2**31)), np.int64(-(2**63))
+    lo32, hi32 = np.float64(-(2.0**31)), np.float64(2.0**31)
+    lo64, hi64 = np.float64(-(2.0**63)), np.float64(2.0**63)
+    max32 = np.float64(2.0**31 - 1)
+    low32, nib = np.int64(0xFFFFFFFF), np.int64(0xF)
+    top = np.uint64(1 << 63)
+    version = source_version()
+
+    def make(parallel):
+        def kernel(x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:
+                return
+            step = (x.size + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                for j in range(xc.size):
+                    v = np.float64(xc[j])
+                    t = np.trunc(v)
+                    if mode == 0:
+                        r = np.int64(t) if lo32 <= t < hi32 else i32_min
+                        oc[j] = cast(r)
+                    elif mode == 1:
+                        oc[j] = np.int64(t) if lo64 <= t < hi64 else i64_min
+                    elif mode == 2:
+                        ok = lo64 < t < hi64  # NaN and +-Inf fail too
+                        oc[j] = cast((np.int64(t) if ok else np.int64(0)) & low32)
+                    elif mode == 3:
+                        s = t - hi64 if t >= hi64 else t
+                        r = np.int64(s) if lo64 <= s < hi64 else i64_min
+                        u = np.uint64(r)
+                        oc[j] = u ^ top if t >= hi64 else u
+                    else:
+                        r = np.int64(t) if lo32 <= v <= max32 else i32_min
+                        n = r & nib
+                        oc[j] = cast(n - 16 if mode == 4 and n >= 8 else n)
 
         return kernel
 
