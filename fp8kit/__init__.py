@@ -6,7 +6,7 @@ import).
 """
 
 from ._parallel import get_num_threads, num_threads, set_num_threads
-from .cast import cast
+from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
 
@@ -16,6 +16,8 @@ __all__ = [
     "FloatFormat",
     "astype",
     "cast",
+    "cast_rule",
+    "cast_table",
     "decode",
     "encode",
     "format_table",

@@ -2,6 +2,9 @@
 
 Casts are compositions of the codec's steps (round, encode, decode) and of numpy casts
 where numpy's semantics equal the spec's; see docs/cast.md for the full table.
+
+``fp8kit.cast`` is the function (re-exported by the package); this module's other public
+names, :func:`cast_rule` and :func:`cast_table`, are re-exported too.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_
 from .codec import decode, encode
 from .formats import get_format
 
-__all__ = ["cast", "CastType", "cast_type", "CAST_TYPES"]
+__all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,20 +290,23 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
     res = np.empty(x.shape, np.int8 if name in ("int4", "uint4") else dst.dtype)
     flat = np.ascontiguousarray(x).ravel()
     _parallel.run(kernel, flat, dummy(np.uint32), dummy(np.uint8), res.reshape(-1))
-    if name in ("int4", "uint4"):
-        res = res.astype(dst.dtype)
-    if float8_inf is not None and float8_inf.any():
-        # ml_dtypes converts float8 +-Inf to integers by saturating (through int32 for 4-bit)
-        pos = float8_inf & (x > 0)
+    if float8_inf is not None:
+        # ml_dtypes converts float8 NaN to 0 and +-Inf by saturating (through int32 for the
+        # 4-bit types); only the few special elements are rewritten.
         if name in ("int4", "uint4"):
             top, bottom = _nibble(np.int64(2**31 - 1), name), _nibble(np.int64(_I32_MIN), name)
+            top, bottom = np.int8(top.astype(np.int8)), np.int8(bottom.astype(np.int8))
         else:
             info = np.iinfo(dst.dtype)
             top, bottom = info.max, info.min
-        res = np.where(pos, top, np.where(float8_inf, bottom, res)).astype(res.dtype)
-    if float8_inf is not None:
-        res = np.where(np.isnan(x), 0, res).astype(res.dtype)  # ml_dtypes: float8 NaN -> 0
-    return res.astype(dst.dtype) if name not in ("int4", "uint4") else res
+        special = np.flatnonzero(float8_inf.ravel() | np.isnan(x.ravel()))
+        if special.size:
+            flat_res = res.reshape(-1)
+            vals = x.ravel()[special]
+            flat_res[special] = np.where(np.isnan(vals), 0, np.where(vals > 0, top, bottom))
+    if name in ("int4", "uint4"):
+        return res.astype(dst.dtype)
+    return res
 
 
 def _nibble(v, name: str):

@@ -166,7 +166,7 @@ def test_every_rule_is_explained_and_the_docs_table_is_generated():
     codes = {cast_rule(s, d) for s in CAST_TYPES for d in CAST_TYPES}
     assert codes <= set(RULES)
     doc = (Path(__file__).parents[1] / "docs" / "cast.md").read_text()
-    assert cast_table() in doc, "stale docs/cast.md table: paste fp8kit.cast.cast_table()"
+    assert cast_table() in doc, "stale docs/cast.md table: paste fp8kit.cast_table()"
 
 
 EXACT = [(s, d) for s in CAST_TYPES for d in CAST_TYPES if cast_rule(s, d) == "E"]
