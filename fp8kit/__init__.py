@@ -8,6 +8,7 @@ import).
 from ._parallel import get_num_threads, num_threads, set_num_threads
 from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
+from .fake_convert import fake_convert
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
 
 __version__ = "0.1.0"
@@ -20,6 +21,7 @@ __all__ = [
     "cast_table",
     "decode",
     "encode",
+    "fake_convert",
     "format_table",
     "get_format",
     "get_num_threads",

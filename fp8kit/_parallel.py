@@ -130,16 +130,21 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def run(kernel, x, lut, table, out) -> None:
-    """Run a kernel (a :class:`fp8kit._kernels.codec.Kernel`) on 1-D contiguous x/out,
-    threaded if large."""
+def launch(kernel, size: int, *args) -> None:
+    """Call a :class:`fp8kit._kernels.codec.Kernel` on ``size`` elements: its threaded build
+    with one chunk per thread if large, else its serial build; ``args`` precede nchunks."""
     global _threads_started
-    nchunks = chunks_for(x.size)
+    nchunks = chunks_for(size)
     if nchunks > 1 and not _threads_unusable and _launch_lock.acquire(blocking=False):
         try:
             _threads_started = True
-            kernel.build(True)(x, lut, table, out, nchunks)
+            kernel.build(True)(*args, nchunks)
         finally:
             _launch_lock.release()
     else:
-        kernel.serial(x, lut, table, out)
+        kernel.build(False)(*args, 1)
+
+
+def run(kernel, x, lut, table, out) -> None:
+    """Run an elementwise kernel on 1-D contiguous x/out, threaded if large."""
+    launch(kernel, x.size, x, lut, table, out)

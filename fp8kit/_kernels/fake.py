@@ -1,0 +1,96 @@
+"""The fused FakeConvert kernel: ``(round(x * scale - shift) + shift) / scale`` in one pass.
+
+Data of up to 4 (merged) dimensions is walked row by row; ``scale`` and ``shift`` are read
+through their broadcast strides (0 along broadcast dimensions), so they are never expanded
+to the size of the data.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import from_dtype, prange, types
+
+from ..formats import FloatFormat, get_format
+from .bits import as_bits, as_float, cast_like, encode_fast
+from .codec import Kernel, _params, source_version
+
+LOAD_F32, LOAD_BF16, LOAD_F16 = 0, 1, 2
+
+
+def _arr(dt, ndim=1, readonly=True):
+    return types.Array(from_dtype(np.dtype(dt)), ndim, "C", readonly=readonly)
+
+
+def fp8_params(fmt: FloatFormat):
+    """Encode parameters from float32 bits: nearest-even, overflow and Inf -> +-max (the
+    FakeConvert saturation, for every format), NaN -> NaN."""
+    p = list(_params(fmt, "float32", True)[0])
+    p[11] = p[9]  # inf_res = max_mag, also for fnuz formats
+    return tuple(p)
+
+
+@functools.cache
+def fake_convert_kernel(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool) -> Kernel:
+    """Kernel ``(x, scale, shift, lut, table, shape, sstrides, out, nchunks)``.
+
+    x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
+    scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
+    """
+    data_dtype = np.dtype(data_dtype)
+    load = {"float32": LOAD_F32, "bfloat16": LOAD_BF16, "float16": LOAD_F16}[data_dtype.name]
+    bits_dt = np.uint32 if load == LOAD_F32 else np.uint16
+    p = fp8_params(fmt)
+    # float32 result -> float16/bfloat16: one IEEE rounding (overflow to Inf)
+    q = _params(get_format(data_dtype.name), "float32", False)[0] if load != LOAD_F32 else p
+    one = np.uint32(1)
+    version = source_version()
+    sig = types.void(
+        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
+        _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False), types.intp,
+    )  # fmt: skip
+
+    def make(parallel):
+        def kernel(x, scale, shift, lut, table, shape, sstr, out, nchunks):
+            if version == 0 or parallel is None:
+                return
+            n1, n2, n3 = shape[1], shape[2], shape[3]
+            total = shape[0] * n1 * n2 * n3
+            step = (total + nchunks - 1) // nchunks
+            st = sstr[3]
+            for c in prange(nchunks):
+                i = c * step
+                hi = min(i + step, total)
+                while i < hi:  # the chunk, one row segment at a time
+                    r, j0 = i // n3, i % n3
+                    j1 = min(n3, j0 + hi - i)
+                    a, rest = r // (n1 * n2), r % (n1 * n2)
+                    base = a * sstr[0] + (rest // n2) * sstr[1] + (rest % n2) * sstr[2]
+                    xr = x[i : i + j1 - j0]
+                    orow = out[i : i + j1 - j0]
+                    for jj in range(xr.size):
+                        k = base + (j0 + jj) * st
+                        s = scale[k]
+                        if load == LOAD_F32:
+                            v = as_float(xr[jj])
+                        elif load == LOAD_BF16:
+                            v = as_float(cast_like(cast_like(xr[jj], one) << 16, one))
+                        else:
+                            v = as_float(lut[xr[jj]])
+                        y = v * s
+                        if has_shift:
+                            y = y - shift[k]
+                        fq = as_float(table[encode_fast(as_bits(y), p)])
+                        if has_shift:
+                            fq = fq + shift[k]
+                        res = fq / s
+                        if load == LOAD_F32:
+                            orow[jj] = as_bits(res)
+                        else:
+                            orow[jj] = encode_fast(as_bits(res), q)
+                    i += j1 - j0
+
+        return kernel
+
+    return Kernel(make, sig)

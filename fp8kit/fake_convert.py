@@ -1,0 +1,166 @@
+"""OpenVINO FakeConvert-13: quantize-dequantize through an 8-bit float format, fused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from . import _parallel
+from ._kernels.codec import bits_dtype, dummy, f16_lut
+from ._kernels.fake import fake_convert_kernel
+from ._kernels.tables import decode_table
+from .formats import FloatFormat, get_format, registered_formats
+
+__all__ = ["fake_convert"]
+
+_DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _destination(name: Any) -> FloatFormat:
+    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8]
+    try:
+        fmt = get_format(name, argname="destination_type")
+    except (ValueError, TypeError):
+        fmt = None
+    if fmt is None or fmt.bits != 8:
+        raise ValueError(
+            f"unknown destination_type {name!r}; valid: f8e4m3, f8e5m2 (OpenVINO) or an 8-bit "
+            f"format: {', '.join(eight_bit)}"
+        )
+    return fmt
+
+
+def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return np.asarray(value, dtype=dtype)  # a Python number takes data's type
+    arr = np.asarray(value)
+    if arr.dtype != dtype:
+        raise TypeError(
+            f"fake_convert: {argname} has dtype {arr.dtype} but data has {dtype}; FakeConvert "
+            f"requires {argname} of the same type as data (or a Python number)"
+        )
+    return arr
+
+
+def _merge(shape: tuple[int, ...], strides: tuple[int, ...]):
+    """Merge adjacent dimensions that a strided walk can treat as one; pad to 4."""
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    merged: list[list[int]] = []
+    for n, s in dims:
+        if merged and merged[-1][1] == s * n:
+            merged[-1] = [merged[-1][0] * n, s]
+        else:
+            merged.append([n, s])
+    if len(merged) > 4:
+        return None
+    merged = [[1, 0]] * (4 - len(merged)) + merged
+    return (np.array([m[0] for m in merged], np.int64), np.array([m[1] for m in merged], np.int64))
+
+
+def _element_strides(operand: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
+    full = np.broadcast_to(operand, shape)
+    return tuple(st // operand.itemsize for st in full.strides)
+
+
+def fake_convert(
+    data: Any,
+    scale: Any,
+    shift: Any = None,
+    destination_type: Any = "f8e4m3",
+    *,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """FakeConvert-13: ``(round(data * scale - shift) + shift) / scale``, in one fused pass.
+
+    ``round`` is nearest-even, once, to ``destination_type`` with saturation to +-max finite
+    (Inf too); NaN stays NaN.  float16 and bfloat16 data are computed in float32 and the
+    result is rounded once to data's type.  Division by a zero scale follows IEEE (+-Inf or
+    NaN).
+
+    Parameters
+    ----------
+    data : ndarray
+        float32, float16 or bfloat16 (ml_dtypes) data of any shape.
+    scale : array_like
+        Same dtype as data (or a Python number); broadcasts to data's shape.
+    shift : array_like, optional
+        Same dtype and shape as ``scale``.
+    destination_type : str
+        ``"f8e4m3"`` or ``"f8e5m2"`` (the spec's), or any 8-bit fp8kit format name.
+    out : ndarray, optional
+        Output of data's dtype and shape.
+
+    Returns
+    -------
+    ndarray
+        Same dtype and shape as data.
+
+    Raises
+    ------
+    TypeError
+        Non-float data, or scale/shift of another dtype.
+    ValueError
+        Unknown destination type, shapes that do not broadcast, or shift's shape differing
+        from scale's.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> x = np.array([0.3, 1000.0, -3.0], np.float32)
+    >>> fp8kit.fake_convert(x, np.float32(1.0)).tolist()
+    [0.3125, 448.0, -3.0]
+    >>> fp8kit.fake_convert(x, np.float32(0.5), destination_type="f8e5m2").tolist()
+    [0.3125, 1024.0, -3.0]
+    """
+    arr = np.asarray(data)
+    if arr.dtype not in _DATA_DTYPES:
+        raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
+    fmt = _destination(destination_type)
+    sc = _operand(scale, arr.dtype, "scale")
+    sh = None if shift is None else _operand(shift, arr.dtype, "shift")
+    if sh is not None and sh.shape != sc.shape:
+        raise ValueError(
+            f"fake_convert: shift has shape {sh.shape} but scale has {sc.shape}; they must match"
+        )
+    try:
+        ok = np.broadcast_shapes(sc.shape, arr.shape) == arr.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"fake_convert: scale of shape {sc.shape} does not broadcast to data's {arr.shape}"
+        )
+    if out is not None:
+        if not isinstance(out, np.ndarray) or out.dtype != arr.dtype or out.shape != arr.shape:
+            raise ValueError(
+                f"fake_convert: out must be an array of dtype {arr.dtype} and shape {arr.shape}"
+            )
+        if not out.flags.writeable:
+            raise ValueError("fake_convert: out is read-only")
+    x = np.ascontiguousarray(arr)
+    # scale and shift stay their own (small) size: the kernel reads them through strides
+    sc32 = np.ascontiguousarray(sc.astype(np.float32))  # exact: scale has data's type
+    sh32 = None if sh is None else np.ascontiguousarray(sh.astype(np.float32))
+    merged = _merge(x.shape, _element_strides(sc32, x.shape))
+    if merged is None:  # more than 4 independent dimensions: expand the operands
+        sc32 = np.ascontiguousarray(np.broadcast_to(sc32, x.shape))
+        sh32 = None if sh32 is None else np.ascontiguousarray(np.broadcast_to(sh32, x.shape))
+        merged = _merge(x.shape, _element_strides(sc32, x.shape))
+    shape4, sstr4 = merged
+    sc_flat = sc32.reshape(-1)
+    sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
+    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None)
+    table = decode_table(fmt, np.dtype(np.float32))
+    lut = f16_lut() if arr.dtype == np.float16 else dummy(np.uint32)
+    bits = bits_dtype(arr.dtype)
+    target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
+    _parallel.launch(
+        kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table, shape4, sstr4,
+        target.reshape(-1).view(bits),
+    )  # fmt: skip
+    if out is not None and target is not out:
+        np.copyto(out, target)
+        return out
+    return target

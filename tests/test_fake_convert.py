@@ -1,0 +1,115 @@
+"""FakeConvert-13 (../shared/specs/openvino-FakeConvert-13.txt), default mode: the spec
+formula computed exactly once per step, against a plain numpy float32 oracle."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8kit
+
+pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid|divide)")
+
+DESTS = ["f8e4m3", "f8e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"]
+DATA = [np.float32, np.float16, ml_dtypes.bfloat16]
+
+
+def oracle(x, scale, shift, dest):
+    """data = data * scale - shift; ConvertLike(Convert(data, destination_type), data);
+    data = (data + shift) / scale -- each step an IEEE float32 operation, the conversion a
+    single nearest-even rounding saturating to +-max (Inf too)."""
+    fmt = fp8kit.get_format(dest)
+    x32 = np.asarray(x).astype(np.float32)
+    s = np.asarray(scale).astype(np.float32)
+    y = x32 * s
+    if shift is not None:
+        y = y - np.asarray(shift).astype(np.float32)
+    y = np.where(np.isinf(y), np.sign(y) * np.float32(fmt.max), y).astype(np.float32)
+    q = fp8kit.round_to(y, fmt, saturate=True)
+    if shift is not None:
+        q = q + np.asarray(shift).astype(np.float32)
+    r = (q / s).astype(np.float32)
+    return r.astype(np.asarray(x).dtype)
+
+
+def bits(a):
+    a = np.asarray(a)
+    return a.view(f"u{a.dtype.itemsize}")
+
+
+def same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+    return ((bits(a) == bits(b)) | nan).all()
+
+
+def sample(dtype, shape, rng):
+    x = rng.standard_normal(shape) * np.exp(rng.uniform(-12, 12, shape))
+    x = x.astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 3e38][: flat.size]
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dest", DESTS)
+@pytest.mark.parametrize("dtype", DATA, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "shape, scale_shape",
+    [((1000,), ()), ((64, 300), (64, 1)), ((2, 3, 40, 5), (1, 3, 1, 1)), ((70_000,), (1,)),
+     ((3, 4, 5, 6, 7, 2), (3, 1, 5, 1, 7, 1)), ((200, 700), (700,))],
+)
+@pytest.mark.parametrize("with_shift", [False, True])
+def test_matches_the_float32_oracle(dest, dtype, shape, scale_shape, with_shift):
+    rng = np.random.default_rng(sum(shape) + len(scale_shape))
+    x = sample(dtype, shape, rng)
+    scale = np.exp2(rng.integers(-6, 6, scale_shape)).astype(np.float32)
+    scale = (scale * rng.uniform(0.5, 2.0, scale_shape)).astype(dtype)
+    shift = rng.standard_normal(scale_shape).astype(dtype) if with_shift else None
+    got = fp8kit.fake_convert(x, scale, shift, destination_type=dest)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    assert same(got, oracle(x, scale, shift, dest))
+
+
+def test_large_array_uses_threads_and_matches_serial():
+    rng = np.random.default_rng(1)
+    x = sample(np.float32, (300_000,), rng)
+    s = np.float32(0.37)
+    with fp8kit.num_threads(1):
+        one = fp8kit.fake_convert(x, s)
+    assert same(fp8kit.fake_convert(x, s), one)
+
+
+def test_spec_rules_nan_saturation_and_zero_sign():
+    x = np.array([np.nan, np.inf, -np.inf, 1e9, -0.0, 0.0], np.float32)
+    y = fp8kit.fake_convert(x, np.float32(1.0))
+    assert np.isnan(y[0])
+    assert y[1:4].tolist() == [448.0, -448.0, 448.0]
+    assert np.signbit(y[4]) and not np.signbit(y[5])
+
+
+def test_zero_scale_follows_ieee():
+    # x * 0 = 0, round(0) = 0, 0 / 0 = NaN; documented
+    y = fp8kit.fake_convert(np.array([1.0, -2.0], np.float32), np.float32(0.0))
+    assert np.isnan(y).all()
+
+
+def test_out_and_python_scalar_scale():
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    out = np.empty_like(x)
+    assert fp8kit.fake_convert(x, 2.0, out=out) is out
+    assert same(out, oracle(x, np.float32(2.0), None, "f8e4m3"))
+
+
+def test_invalid_inputs_are_refused():
+    x = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="unknown destination_type 'f8e3m4'; valid: f8e4m3"):
+        fp8kit.fake_convert(x, 1.0, destination_type="f8e3m4")
+    with pytest.raises(ValueError, match="unknown destination_type 'bfloat16'"):
+        fp8kit.fake_convert(x, 1.0, destination_type="bfloat16")
+    with pytest.raises(TypeError, match="data must be float32, float16 or bfloat16; got int32"):
+        fp8kit.fake_convert(np.zeros(4, np.int32), 1.0)
+    with pytest.raises(TypeError, match="scale has dtype float64 but data has float32"):
+        fp8kit.fake_convert(x, np.ones(4))
+    with pytest.raises(ValueError, match=r"scale of shape \(3,\) does not broadcast"):
+        fp8kit.fake_convert(x, np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="shift has shape"):
+        fp8kit.fake_convert(x, np.ones(4, np.float32), np.ones(1, np.float32))
