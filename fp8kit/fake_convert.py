@@ -149,9 +149,11 @@ def fake_convert(
         sh32 = None if sh32 is None else np.ascontiguousarray(np.broadcast_to(sh32, x.shape))
         merged = _merge(x.shape, _element_strides(sc32, x.shape))
     shape4, sstr4 = merged
+    if sstr4[3] not in (0, 1):  # (not produced by _merge for contiguous operands)
+        raise AssertionError(f"unexpected inner scale stride {sstr4[3]}")
     sc_flat = sc32.reshape(-1)
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
-    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None)
+    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1))
     table = decode_table(fmt, np.dtype(np.float32))
     lut = f16_lut() if arr.dtype == np.float16 else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)

@@ -5,17 +5,19 @@ A helper module for the tests, not a test file.
 ``fake_convert_ov`` builds a one-node opset-13 ``FakeConvert`` model whose Parameters have the
 exact shapes and element type (f32, f16 or bf16) of the arrays given, compiles it for the
 ``"CPU"`` device and runs it.  ``fake_convert_evaluate`` calls the node's own ``evaluate`` (the
-reference implementation in OpenVINO core) on the same inputs, without any device.
+reference implementation in OpenVINO core) on the same inputs, without any device.  The two
+differ (evaluate divides by scale, keeps NaN for f8e5m2 and maps it to +-max for f8e4m3, loses the
+sign of zero, and flushes f8e4m3 results below 2**-9 to zero), so tests must pick one.
 
 bfloat16 arrays are ``ml_dtypes.bfloat16`` on the numpy side (OpenVINO's Python API cannot wrap
 them directly, so they travel as their uint16 bits).
 
-The CPU plugin decomposes FakeConvert into Multiply/Subtract/Clamp (one fused Eltwise), Convert to
-float8, Convert back, and ``(q + shift) * Power(scale, -1)``; ``INFERENCE_PRECISION_HINT`` decides
-the type those nodes run on.  It is set to the data's own type, so f32 stays f32 and f16 runs as
-native f16 (with any other hint the plugin upconverts f16 data to f32 and converts the result back).
-bf16 data runs on bf16 nodes whatever the hint (arithmetic in f32 inside each Eltwise, bf16 between
-nodes).
+The CPU plugin decomposes FakeConvert into one Eltwise ``clamp(data*scale - shift)``, Convert to
+float8, Convert back and ``(q - (0 - shift)) * Power(scale, -1)``.  ``INFERENCE_PRECISION_HINT``
+is set to the data's own type: f32 then stays f32, and f16 runs on f16 nodes where the CPU has
+avx512_core_fp16 (without it the plugin runs the graph in f32 and converts the result to f16).
+bf16 data runs on bf16 nodes whatever the hint.  Every Eltwise computes in f32 and rounds to the
+node type when it stores.
 """
 
 import functools
@@ -90,12 +92,17 @@ def _node(data_shape, scale_shape, shift_shape, dtype, destination):
     return node, params
 
 
+@functools.lru_cache(maxsize=1)
+def _core():
+    return ov.Core()
+
+
 @functools.lru_cache(maxsize=64)
 def _compiled(data_shape, scale_shape, shift_shape, dtype, destination):
     node, params = _node(data_shape, scale_shape, shift_shape, dtype, destination)
     model = ov.Model([node.output(0)], params, "fake_convert")
     config = {"INFERENCE_PRECISION_HINT": _TYPES[dtype][1]}
-    return ov.Core().compile_model(model, "CPU", config)
+    return _core().compile_model(model, "CPU", config)
 
 
 def fake_convert_ov(data, scale, shift=None, destination_type="f8e4m3") -> np.ndarray:

@@ -162,3 +162,24 @@ def chunk(a, c, step):
     whole array from ``c * step`` adds wraparound checks that stop vectorization.
     """
     return a[c * step : min((c + 1) * step, a.size)]
+
+
+@njit(inline="always")
+def round_in_place(v, r):
+    """Round float bits ``v`` to the nearest value of a format, returned as bits of the same
+    float type (no code, no table: every step is a vector operation).  Overflow and Inf give
+    +-max (FakeConvert's saturation); NaN gives a NaN."""
+    (abs_mask, one, half, keep, min_normal, magic, use_magic, src_inf, max_bits, nan_bits,
+     sign_bit, neg_zero, zero) = r  # fmt: skip
+    a = cast_like(v & abs_mask, one)
+    rounded = cast_like(cast_like(a + cast_like(half + ((a >> keep[1]) & one), one), one)
+                        & keep[0], one)  # fmt: skip
+    if use_magic:
+        sub = as_bits((as_float(a) + magic) - magic)
+        rounded = sub if a < min_normal else rounded
+    rounded = max_bits if rounded > max_bits else rounded
+    rounded = nan_bits if a > src_inf else rounded
+    sign = cast_like(v & sign_bit, one)
+    if neg_zero:
+        return cast_like(rounded | sign, one)
+    return cast_like(rounded | (sign if rounded != zero else zero), one)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import from_dtype, prange, types
 
 from ..formats import FloatFormat, get_format
-from .bits import as_bits, as_float, cast_like, encode_fast
+from .bits import as_bits, as_float, cast_like, encode_fast, round_in_place
 from .codec import Kernel, _params, source_version
 
 LOAD_F32, LOAD_BF16, LOAD_F16 = 0, 1, 2
@@ -21,6 +21,22 @@ LOAD_F32, LOAD_BF16, LOAD_F16 = 0, 1, 2
 
 def _arr(dt, ndim=1, readonly=True):
     return types.Array(from_dtype(np.dtype(dt)), ndim, "C", readonly=readonly)
+
+
+def round_params(fmt: FloatFormat):
+    """Parameters of :func:`round_in_place` for float32 bits: nearest-even to ``fmt``'s
+    values, overflow and Inf -> +-max, NaN -> quiet NaN."""
+    u = np.uint32
+    sh = 23 - fmt.mantissa_bits
+    min_normal = (fmt.minexp + 127) << 23
+    use_magic = fmt.minexp > -126
+    max_bits = int(np.array([fmt.max], np.float32).view(np.uint32)[0])
+    return (
+        u(0x7FFFFFFF), u(1), u((1 << (sh - 1)) - 1), (u(~((1 << sh) - 1) & 0xFFFFFFFF), u(sh)),
+        u(min_normal), np.float32(2.0 ** (fmt.minexp - fmt.mantissa_bits + 23)), bool(use_magic),
+        u(0x7F800000), u(max_bits), u(0x7FC00000), u(0x80000000), bool(fmt.has_negative_zero),
+        u(0),
+    )  # fmt: skip
 
 
 def fp8_params(fmt: FloatFormat):
@@ -32,16 +48,21 @@ def fp8_params(fmt: FloatFormat):
 
 
 @functools.cache
-def fake_convert_kernel(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool) -> Kernel:
+def fake_convert_kernel(
+    fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, inner_runs: bool
+) -> Kernel:
     """Kernel ``(x, scale, shift, lut, table, shape, sstrides, out, nchunks)``.
 
     x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
+    ``inner_runs``: scale varies along the innermost dimension (stride 1); otherwise it is
+    constant along it (stride 0) and is hoisted out of the loop, which lets LLVM vectorize.
     """
     data_dtype = np.dtype(data_dtype)
     load = {"float32": LOAD_F32, "bfloat16": LOAD_BF16, "float16": LOAD_F16}[data_dtype.name]
     bits_dt = np.uint32 if load == LOAD_F32 else np.uint16
     p = fp8_params(fmt)
+    r8 = round_params(fmt)
     # float32 result -> float16/bfloat16: one IEEE rounding (overflow to Inf)
     q = _params(get_format(data_dtype.name), "float32", False)[0] if load != LOAD_F32 else p
     one = np.uint32(1)
@@ -58,7 +79,6 @@ def fake_convert_kernel(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool)
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            st = sstr[3]
             for c in prange(nchunks):
                 i = c * step
                 hi = min(i + step, total)
@@ -69,9 +89,11 @@ def fake_convert_kernel(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool)
                     base = a * sstr[0] + (rest // n2) * sstr[1] + (rest % n2) * sstr[2]
                     xr = x[i : i + j1 - j0]
                     orow = out[i : i + j1 - j0]
+                    s0 = scale[base]
+                    h0 = shift[base] if has_shift else s0
                     for jj in range(xr.size):
-                        k = base + (j0 + jj) * st
-                        s = scale[k]
+                        k = base + j0 + jj
+                        s = scale[k] if inner_runs else s0
                         if load == LOAD_F32:
                             v = as_float(xr[jj])
                         elif load == LOAD_BF16:
@@ -80,10 +102,10 @@ def fake_convert_kernel(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool)
                             v = as_float(lut[xr[jj]])
                         y = v * s
                         if has_shift:
-                            y = y - shift[k]
-                        fq = as_float(table[encode_fast(as_bits(y), p)])
+                            y = y - (shift[k] if inner_runs else h0)
+                        fq = as_float(round_in_place(as_bits(y), r8))
                         if has_shift:
-                            fq = fq + shift[k]
+                            fq = fq + (shift[k] if inner_runs else h0)
                         res = fq / s
                         if load == LOAD_F32:
                             orow[jj] = as_bits(res)
