@@ -70,6 +70,7 @@ def fake_convert(
     shift: Any = None,
     destination_type: Any = "f8e4m3",
     *,
+    mode: str = "spec",
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """FakeConvert-13: ``(round(data * scale - shift) + shift) / scale``, in one fused pass.
@@ -88,7 +89,13 @@ def fake_convert(
     shift : array_like, optional
         Same dtype and shape as ``scale``.
     destination_type : str
-        ``"f8e4m3"`` or ``"f8e5m2"`` (the spec's), or any 8-bit fp8kit format name.
+        ``"f8e4m3"`` or ``"f8e5m2"`` (the spec's), or any 8-bit fp8kit format name
+        (``mode="spec"`` only).
+    mode : {"spec", "openvino"}, default "spec"
+        ``"spec"``: the formula, each step rounded once (above).  ``"openvino"``: the bits of
+        the openvino package's CPU device (2026.4 on x86 with AVX512-FP16/BF16): the product
+        is clamped (NaN -> -max), stored in data's type, rounded to float16 and then to
+        float8, and divided by multiplying with a reciprocal; see docs/fake_convert.md.
     out : ndarray, optional
         Output of data's dtype and shape.
 
@@ -118,6 +125,13 @@ def fake_convert(
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
     fmt = _destination(destination_type)
+    if mode not in ("spec", "openvino"):
+        raise ValueError(f"fake_convert: mode must be 'spec' or 'openvino'; got {mode!r}")
+    if mode == "openvino" and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
+        raise ValueError(
+            f"fake_convert: mode='openvino' supports f8e4m3 and f8e5m2 (OpenVINO's types); "
+            f"got {fmt.name}"
+        )
     sc = _operand(scale, arr.dtype, "scale")
     sh = None if shift is None else _operand(shift, arr.dtype, "shift")
     if sh is not None and sh.shape != sc.shape:
@@ -153,9 +167,10 @@ def fake_convert(
         raise AssertionError(f"unexpected inner scale stride {sstr4[3]}")
     sc_flat = sc32.reshape(-1)
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
-    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1))
+    ov = mode == "openvino"
+    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), ov)
     table = decode_table(fmt, np.dtype(np.float32))
-    lut = f16_lut() if arr.dtype == np.float16 else dummy(np.uint32)
+    lut = f16_lut() if (arr.dtype == np.float16 or ov) else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
     _parallel.launch(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, prange, types
+from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat, get_format
 from .bits import as_bits, as_float, cast_like, encode_fast, round_in_place
@@ -47,9 +47,51 @@ def fp8_params(fmt: FloatFormat):
     return tuple(p)
 
 
+@njit(inline="always")
+def _to16(f, kind, q16):
+    """float32 -> float16 (kind 1) or bfloat16 (kind 2) code as the OpenVINO CPU plugin stores
+    it: nearest-even; NaN keeps its sign and top payload bits (quiet); bfloat16 stores
+    (vcvtneps2bf16) flush float32 subnormals to signed zero."""
+    one = np.uint32(1)
+    b = as_bits(f)
+    if kind == 1:
+        nan16 = (
+            cast_like((b >> 16) & np.uint32(0x8000), one)
+            | np.uint32(0x7E00)
+            | cast_like((b >> 13) & np.uint32(0x3FF), one)
+        )
+        return nan16 if f != f else cast_like(encode_fast(b, q16), one)
+    nan16 = cast_like((b >> 16) | np.uint32(0x40), one)
+    flushed = cast_like((b >> 16) & np.uint32(0x8000), one)
+    rne = cast_like(cast_like(b + np.uint32(0x7FFF) + ((b >> 16) & one), one) >> 16, one)
+    if f != f:
+        return nan16
+    return flushed if (b & np.uint32(0x7F800000)) == np.uint32(0) else rne
+
+
+@njit(inline="always")
+def _from16(code, kind, lut):
+    one = np.uint32(1)
+    if kind == 1:
+        return as_float(lut[code])
+    return as_float(cast_like(cast_like(code, one) << 16, one))
+
+
+@njit(inline="always")
+def _store(f, kind, q16, lut):
+    """Round a float32 result to the data type and back, as a CPU-plugin node store does."""
+    if kind == 0:
+        return f
+    return _from16(_to16(f, kind, q16), kind, lut)
+
+
 @functools.cache
 def fake_convert_kernel(
-    fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, inner_runs: bool
+    fmt: FloatFormat,
+    data_dtype: np.dtype,
+    has_shift: bool,
+    inner_runs: bool,
+    openvino: bool = False,
 ) -> Kernel:
     """Kernel ``(x, scale, shift, lut, table, shape, sstrides, out, nchunks)``.
 
@@ -57,6 +99,8 @@ def fake_convert_kernel(
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
     ``inner_runs``: scale varies along the innermost dimension (stride 1); otherwise it is
     constant along it (stride 0) and is hoisted out of the loop, which lets LLVM vectorize.
+    ``openvino``: the OpenVINO CPU plugin's arithmetic (see docs/fake_convert.md); ``lut``
+    must then be the float16 -> float32 table.
     """
     data_dtype = np.dtype(data_dtype)
     load = {"float32": LOAD_F32, "bfloat16": LOAD_BF16, "float16": LOAD_F16}[data_dtype.name]
@@ -66,6 +110,10 @@ def fake_convert_kernel(
     # float32 result -> float16/bfloat16: one IEEE rounding (overflow to Inf)
     q = _params(get_format(data_dtype.name), "float32", False)[0] if load != LOAD_F32 else p
     one = np.uint32(1)
+    kind = {LOAD_F32: 0, LOAD_F16: 1, LOAD_BF16: 2}[load]
+    q16 = _params(get_format("float16"), "float32", False)[0]
+    mx = np.float32(fmt.max)
+    f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     sig = types.void(
         _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
@@ -103,6 +151,26 @@ def fake_convert_kernel(
                         y = v * s
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)
+                        if openvino:
+                            # clamp (NaN -> -max), store in T, round to float16, then float8
+                            y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
+                            y = _store(y, kind, q16, lut)
+                            y = as_float(lut[encode_fast(as_bits(y), q16)])
+                            qv = as_float(round_in_place(as_bits(y), r8))
+                            rr = f32_one / s
+                            if has_shift:
+                                rr = _store(rr, kind, q16, lut)
+                                hv = shift[k] if inner_runs else h0
+                                neg = _store(f32_zero - hv, kind, q16, lut)
+                                av = qv - neg
+                                res = av + av if av != av else av * rr
+                            else:
+                                res = qv * rr
+                            if kind == 0:
+                                orow[jj] = as_bits(res)
+                            else:
+                                orow[jj] = _to16(res, kind, q16)
+                            continue
                         fq = as_float(round_in_place(as_bits(y), r8))
                         if has_shift:
                             fq = fq + (shift[k] if inner_runs else h0)
