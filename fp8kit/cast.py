@@ -278,7 +278,7 @@ def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.nd
     return _float_to_int_like_reference(x, dst, f8_inf)
 
 
-_I32_MIN, _I64_MIN = -(2**31), -(2**63)
+_I32_MIN = -(2**31)
 
 
 def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) -> np.ndarray:
