@@ -21,7 +21,7 @@ import numpy as np
 from . import _parallel
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from .codec import decode, encode
+from .codec import _native, _saturate, decode, encode
 from .formats import get_format
 
 __all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
@@ -175,9 +175,8 @@ def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
     arr = np.asarray(x)
     src = _source_type(arr)
     dst = cast_type(to)
-    sat = bool(saturate)
-    if arr.dtype.byteorder not in "=|":
-        arr = arr.astype(arr.dtype.newbyteorder("="))
+    sat = _saturate(saturate, "cast")
+    arr = _native(arr)
     if src.kind == "string":
         return _from_string(arr, dst, sat)
     if dst.kind == "string":
@@ -193,9 +192,9 @@ def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
 # ------------------------------------------------------------------------------- numeric
 def _to_bool(arr: np.ndarray, src: CastType) -> np.ndarray:
     # "+/- 0.0 to False; all else to True" (NaN too); integers: "zero to False".
-    if src.kind == "float" and arr.dtype.itemsize <= 2 and arr.dtype != np.float16:
-        arr = decode(arr, dtype=np.float32)
-    if src.name in ("int4", "uint4"):
+    if src.kind == "float":
+        arr = _widen_float(arr, src)
+    elif src.name in ("int4", "uint4"):
         arr = arr.astype(np.int8)
     return arr != 0
 
@@ -235,42 +234,38 @@ def _float_to_float(x: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
 def _int_to_int(arr: np.ndarray, dst: CastType) -> np.ndarray:
     # "discard higher bits and reinterpret (two's complement)": numpy's integer casts.
     if dst.name in ("int4", "uint4"):
-        low = (arr.astype(np.int64) & 0xF).astype(np.int8)
-        if dst.name == "int4":
-            low = np.where(low >= 8, low - 16, low).astype(np.int8)
-        return low.astype(dst.dtype)
+        return _nibble(arr, dst.name).astype(dst.dtype)
     return arr.astype(dst.dtype)
+
+
+def _run_unary(kernel, x: np.ndarray, out_dtype) -> np.ndarray:
+    """Run an elementwise kernel over x (any layout) into a new array of out_dtype."""
+    out = np.empty(x.shape, dtype=out_dtype)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    _parallel.run(kernel, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
+    return out
 
 
 def _round_to_odd_f64(v: np.ndarray) -> np.ndarray:
     """int64/uint64 -> float64 rounded to odd (compiled): one more rounding to any format of
     at most 51 bits of precision then equals a single rounding of the integer."""
-    out = np.empty(v.shape, np.float64)
-    k = int_to_odd_float64_kernel(v.dtype)
-    flat = np.ascontiguousarray(v).ravel()
-    _parallel.run(k, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
-    return out
+    return _run_unary(int_to_odd_float64_kernel(v.dtype), v, np.float64)
 
 
 def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+    if dst.name in ("float32", "float64"):
+        return arr.astype(dst.dtype)  # C int -> float conversion: one rounding
     if arr.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
         f64 = _round_to_odd_f64(arr)
     else:
         f64 = arr.astype(np.float64)  # exact
-    if dst.name == "float64":
-        return arr.astype(np.float64)
-    if dst.name == "float32":
-        return arr.astype(np.float32)  # C int -> float conversion: one rounding
     return _float_to_float(f64, dst, sat)
 
 
 def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
     target = np.dtype(np.int8) if dst.name in ("int4", "uint4") else dst.dtype
     if sat:
-        out = np.empty(x.shape, dtype=target)
-        k = saturating_kernel(x.dtype, target)
-        flat = np.ascontiguousarray(x).ravel()
-        _parallel.run(k, flat, dummy(np.uint32), dummy(np.uint8), out.reshape(-1))
+        out = _run_unary(saturating_kernel(x.dtype, target), x, target)
         if dst.name in ("int4", "uint4"):  # saturated to int8 first, then to 4 bits
             lo, hi = (-8, 7) if dst.name == "int4" else (0, 15)
             return np.clip(out, lo, hi).astype(dst.dtype)
@@ -278,24 +273,18 @@ def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.nd
     return _float_to_int_like_reference(x, dst, f8_inf)
 
 
-_I32_MIN = -(2**31)
-
-
 def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) -> np.ndarray:
     """The bits numpy's float -> int casts give on x86-64 (what onnx.reference returns),
     made deterministic: numpy's float -> uint32 differs between its SIMD and scalar loops
     (on length and position); fp8kit always gives the scalar loop's bits."""
     name = dst.name
-    kernel = x86_kernel(x.dtype, name)
-    res = np.empty(x.shape, np.int8 if name in ("int4", "uint4") else dst.dtype)
-    flat = np.ascontiguousarray(x).ravel()
-    _parallel.run(kernel, flat, dummy(np.uint32), dummy(np.uint8), res.reshape(-1))
+    four_bit = name in ("int4", "uint4")
+    res = _run_unary(x86_kernel(x.dtype, name), x, np.int8 if four_bit else dst.dtype)
     if float8_inf is not None:
         # ml_dtypes converts float8 NaN to 0 and +-Inf by saturating (through int32 for the
         # 4-bit types); only the few special elements are rewritten.
-        if name in ("int4", "uint4"):
-            top, bottom = _nibble(np.int64(2**31 - 1), name), _nibble(np.int64(_I32_MIN), name)
-            top, bottom = np.int8(top.astype(np.int8)), np.int8(bottom.astype(np.int8))
+        if four_bit:
+            top, bottom = _nibble(2**31 - 1, name), _nibble(-(2**31), name)
         else:
             info = np.iinfo(dst.dtype)
             top, bottom = info.max, info.min
@@ -304,16 +293,15 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
             flat_res = res.reshape(-1)
             vals = x.ravel()[special]
             flat_res[special] = np.where(np.isnan(vals), 0, np.where(vals > 0, top, bottom))
-    if name in ("int4", "uint4"):
-        return res.astype(dst.dtype)
-    return res
+    return res.astype(dst.dtype) if four_bit else res
 
 
-def _nibble(v, name: str):
-    low = np.asarray(v, dtype=np.int64) & 0xF
+def _nibble(v, name: str) -> np.ndarray:
+    """The low 4 bits of integers, as int8 values of int4 (sign-extended) or uint4."""
+    low = np.asarray(v).astype(np.int64) & 0xF
     if name == "int4":
         low = np.where(low >= 8, low - 16, low)
-    return np.asarray(low).astype(np.int8).astype(CAST_TYPES[name].dtype)
+    return np.asarray(low, dtype=np.int8)
 
 
 # ------------------------------------------------------------------------------- strings
@@ -389,11 +377,8 @@ def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
 def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
     """Integer literals are exact: saturate clamps them to the range, otherwise they wrap
     (two's complement), as integer -> integer casts do."""
-    if dst.name in ("int4", "uint4"):
-        lo, hi, bits = (-8, 7, 4) if dst.name == "int4" else (0, 15, 4)
-    else:
-        info = np.iinfo(dst.dtype)
-        lo, hi, bits = int(info.min), int(info.max), info.bits
+    signed, bits = _int_bits(dst)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     out = []
     for v in values:
         n = int(v)
@@ -409,33 +394,30 @@ def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
     return np.array(out, dtype=object).reshape(shape).astype(dst.dtype)
 
 
-def _shortest(value: float, fmt_dtype: np.dtype) -> str:
-    """Shortest decimal that rounds back to the same value in fmt_dtype, numpy style."""
+def _shortest(value: float, fmt: str) -> str:
+    """Shortest decimal that parses back (as cast parses strings) to the same value of the
+    format, numpy style."""
     if not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if value == 0:
         return "-0.0" if math.copysign(1, value) < 0 else "0.0"
-    target = np.array([value]).astype(fmt_dtype)
+    target = encode(value, fmt, saturate=False)
     for digits in range(1, 18):
         text = f"{value:.{digits}g}"
-        if np.array([float(text)]).astype(fmt_dtype).tobytes() == target.tobytes():
+        if encode(_to_odd_float64(Fraction(text)), fmt, saturate=False) == target:
             break
     return repr(float(text))  # numpy/Python style: positional for 1e-4 <= |x| < 1e16
 
 
 def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
-    if (
-        src.kind in ("bool",)
-        or src.dtype in (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-        or (src.kind == "int" and src.name not in ("int4", "uint4"))
-    ):
+    if src.name in ("int4", "uint4"):
+        text = [str(int(v)) for v in arr.astype(np.int8).ravel()]
+    elif src.kind == "float" and src.name not in ("float16", "float32", "float64"):
+        # bfloat16 and float8: the shortest digits that round-trip in that format
+        text = [_shortest(float(v), src.name) for v in decode(arr, dtype=np.float64).ravel()]
+    else:
         # str() of numpy scalars: the shortest round-trip digits (what onnx.reference gives)
         text = [str(v) for v in arr.ravel()]
-    elif src.kind == "int":
-        text = [str(int(v)) for v in arr.astype(np.int8).ravel()]
-    else:  # bfloat16 and float8: shortest digits that round-trip in that format
-        values = decode(arr, dtype=np.float64).ravel()
-        text = [_shortest(float(v), src.dtype) for v in values]
     return np.array(text, dtype=object).reshape(arr.shape)
 
 

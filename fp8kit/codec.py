@@ -27,7 +27,7 @@ _BFLOAT16 = get_format("bfloat16")
 
 
 def _native(a: np.ndarray) -> np.ndarray:
-    if a.dtype.byteorder not in "=|" and a.dtype.isnative is False:
+    if not a.dtype.isnative:
         return a.astype(a.dtype.newbyteorder("="))
     return a
 

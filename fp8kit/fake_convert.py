@@ -10,7 +10,6 @@ import numpy as np
 from . import _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import fake_convert_kernel
-from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format, registered_formats
 
 __all__ = ["fake_convert"]
@@ -169,12 +168,11 @@ def fake_convert(
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
     ov = mode == "openvino"
     kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), ov)
-    table = decode_table(fmt, np.dtype(np.float32))
     lut = f16_lut() if (arr.dtype == np.float16 or ov) else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
     _parallel.launch(
-        kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table, shape4, sstr4,
+        kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, shape4, sstr4,
         target.reshape(-1).view(bits),
     )  # fmt: skip
     if out is not None and target is not out:

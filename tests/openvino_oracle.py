@@ -105,6 +105,17 @@ def _compiled(data_shape, scale_shape, shift_shape, dtype, destination):
     return _core().compile_model(model, "CPU", config)
 
 
+def _model_inputs(data, scale, shift, destination_type):
+    """(data, model key, input tensors) for one FakeConvert call."""
+    data, scale, shift = _prepare(data, scale, shift)
+    shift_shape = None if shift is None else shift.shape
+    key = (data.shape, scale.shape, shift_shape, data.dtype, _destination(destination_type))
+    inputs = [_to_tensor(data), _to_tensor(scale)]
+    if shift is not None:
+        inputs.append(_to_tensor(shift))
+    return data, key, inputs
+
+
 def fake_convert_ov(data, scale, shift=None, destination_type="f8e4m3") -> np.ndarray:
     """FakeConvert-13 of ``data`` run by OpenVINO's CPU device; the result has ``data``'s dtype.
 
@@ -112,17 +123,8 @@ def fake_convert_ov(data, scale, shift=None, destination_type="f8e4m3") -> np.nd
     broadcastable to ``data``'s).  ``destination_type`` is ``"f8e4m3"``/``"float8_e4m3fn"`` or
     ``"f8e5m2"``/``"float8_e5m2"``.
     """
-    data, scale, shift = _prepare(data, scale, shift)
-    compiled = _compiled(
-        data.shape,
-        scale.shape,
-        None if shift is None else shift.shape,
-        data.dtype,
-        _destination(destination_type),
-    )
-    inputs = [_to_tensor(data), _to_tensor(scale)]
-    if shift is not None:
-        inputs.append(_to_tensor(shift))
+    data, key, inputs = _model_inputs(data, scale, shift, destination_type)
+    compiled = _compiled(*key)
     request = compiled.create_infer_request()
     request.infer(inputs)
     return _from_tensor(request.get_output_tensor(0), data.dtype).reshape(data.shape)
@@ -130,17 +132,8 @@ def fake_convert_ov(data, scale, shift=None, destination_type="f8e4m3") -> np.nd
 
 def fake_convert_evaluate(data, scale, shift=None, destination_type="f8e4m3") -> np.ndarray:
     """FakeConvert-13 of ``data`` by the node's ``evaluate`` (OpenVINO core's reference code)."""
-    data, scale, shift = _prepare(data, scale, shift)
-    node, _ = _node(
-        data.shape,
-        scale.shape,
-        None if shift is None else shift.shape,
-        data.dtype,
-        _destination(destination_type),
-    )
-    inputs = [_to_tensor(data), _to_tensor(scale)]
-    if shift is not None:
-        inputs.append(_to_tensor(shift))
+    data, key, inputs = _model_inputs(data, scale, shift, destination_type)
+    node, _ = _node(*key)
     out = ov.Tensor(_TYPES[data.dtype][0], list(data.shape))
     if not node.evaluate([out], inputs):
         raise RuntimeError("FakeConvert.evaluate returned False")

@@ -133,6 +133,17 @@ def test_complex_input_is_refused(bad):
         fp8kit.cast(bad, np.float32)
 
 
+def test_bad_saturate():
+    with pytest.raises(TypeError, match="cast: saturate must be True or False"):
+        fp8kit.cast(np.zeros(2), "int8", saturate="no")
+
+
+def test_big_endian_input():
+    x = np.array([1.5, -300.0], ">f8")
+    assert fp8kit.cast(x, "int8").tolist() == [1, -128]
+    assert fp8kit.cast(x, "float8_e4m3fn").astype(float).tolist() == [1.5, -288.0]
+
+
 def test_bad_destinations():
     with pytest.raises(TypeError, match="complex"):
         fp8kit.cast(np.zeros(2), np.complex128)

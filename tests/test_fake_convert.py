@@ -54,8 +54,14 @@ def sample(dtype, shape, rng):
 @pytest.mark.parametrize("dtype", DATA, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize(
     "shape, scale_shape",
-    [((1000,), ()), ((64, 300), (64, 1)), ((2, 3, 40, 5), (1, 3, 1, 1)), ((70_000,), (1,)),
-     ((3, 4, 5, 6, 7, 2), (3, 1, 5, 1, 7, 1)), ((200, 700), (700,))],
+    [
+        ((1000,), ()),
+        ((64, 300), (64, 1)),
+        ((2, 3, 40, 5), (1, 3, 1, 1)),
+        ((70_000,), (1,)),
+        ((3, 4, 5, 6, 7, 2), (3, 1, 5, 1, 7, 1)),
+        ((200, 700), (700,)),
+    ],
 )
 @pytest.mark.parametrize("with_shift", [False, True])
 def test_matches_the_float32_oracle(dest, dtype, shape, scale_shape, with_shift):

@@ -16,7 +16,9 @@ from ..formats import FloatFormat, get_format
 from .bits import as_bits, as_float, cast_like, encode_fast, round_in_place
 from .codec import Kernel, _params, source_version
 
-LOAD_F32, LOAD_BF16, LOAD_F16 = 0, 1, 2
+# Data type codes of the kernels (also the argument of _to16/_from16).
+F32, F16, BF16 = 0, 1, 2
+_KIND = {"float32": F32, "float16": F16, "bfloat16": BF16}
 
 
 def _arr(dt, ndim=1, readonly=True):
@@ -39,22 +41,14 @@ def round_params(fmt: FloatFormat):
     )  # fmt: skip
 
 
-def fp8_params(fmt: FloatFormat):
-    """Encode parameters from float32 bits: nearest-even, overflow and Inf -> +-max (the
-    FakeConvert saturation, for every format), NaN -> NaN."""
-    p = list(_params(fmt, "float32", True)[0])
-    p[11] = p[9]  # inf_res = max_mag, also for fnuz formats
-    return tuple(p)
-
-
 @njit(inline="always")
 def _to16(f, kind, q16):
-    """float32 -> float16 (kind 1) or bfloat16 (kind 2) code as the OpenVINO CPU plugin stores
+    """float32 -> float16 (F16) or bfloat16 (BF16) code as the OpenVINO CPU plugin stores
     it: nearest-even; NaN keeps its sign and top payload bits (quiet); bfloat16 stores
     (vcvtneps2bf16) flush float32 subnormals to signed zero."""
     one = np.uint32(1)
     b = as_bits(f)
-    if kind == 1:
+    if kind == F16:
         nan16 = (
             cast_like((b >> 16) & np.uint32(0x8000), one)
             | np.uint32(0x7E00)
@@ -71,8 +65,9 @@ def _to16(f, kind, q16):
 
 @njit(inline="always")
 def _from16(code, kind, lut):
+    """float16 (through the exact float16 -> float32 table) or bfloat16 code -> float32."""
     one = np.uint32(1)
-    if kind == 1:
+    if kind == F16:
         return as_float(lut[code])
     return as_float(cast_like(cast_like(code, one) << 16, one))
 
@@ -80,7 +75,7 @@ def _from16(code, kind, lut):
 @njit(inline="always")
 def _store(f, kind, q16, lut):
     """Round a float32 result to the data type and back, as a CPU-plugin node store does."""
-    if kind == 0:
+    if kind == F32:
         return f
     return _from16(_to16(f, kind, q16), kind, lut)
 
@@ -93,35 +88,31 @@ def fake_convert_kernel(
     inner_runs: bool,
     openvino: bool = False,
 ) -> Kernel:
-    """Kernel ``(x, scale, shift, lut, table, shape, sstrides, out, nchunks)``.
+    """Kernel ``(x, scale, shift, lut, shape, sstrides, out, nchunks)``.
 
     x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
     ``inner_runs``: scale varies along the innermost dimension (stride 1); otherwise it is
     constant along it (stride 0) and is hoisted out of the loop, which lets LLVM vectorize.
-    ``openvino``: the OpenVINO CPU plugin's arithmetic (see docs/fake_convert.md); ``lut``
-    must then be the float16 -> float32 table.
+    ``openvino``: the OpenVINO CPU plugin's arithmetic (see docs/fake_convert.md).
+    ``lut`` is the float16 -> float32 table where float16 is loaded or stored.
     """
-    data_dtype = np.dtype(data_dtype)
-    load = {"float32": LOAD_F32, "bfloat16": LOAD_BF16, "float16": LOAD_F16}[data_dtype.name]
-    bits_dt = np.uint32 if load == LOAD_F32 else np.uint16
-    p = fp8_params(fmt)
+    kind = _KIND[np.dtype(data_dtype).name]
+    bits_dt = np.uint32 if kind == F32 else np.uint16
     r8 = round_params(fmt)
-    # float32 result -> float16/bfloat16: one IEEE rounding (overflow to Inf)
-    q = _params(get_format(data_dtype.name), "float32", False)[0] if load != LOAD_F32 else p
-    one = np.uint32(1)
-    kind = {LOAD_F32: 0, LOAD_F16: 1, LOAD_BF16: 2}[load]
     q16 = _params(get_format("float16"), "float32", False)[0]
+    # float32 result -> the data type (spec mode): one IEEE rounding, overflow to Inf
+    q = q16 if kind != BF16 else _params(get_format("bfloat16"), "float32", False)[0]
     mx = np.float32(fmt.max)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     sig = types.void(
-        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
+        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
         _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False), types.intp,
     )  # fmt: skip
 
     def make(parallel):
-        def kernel(x, scale, shift, lut, table, shape, sstr, out, nchunks):
+        def kernel(x, scale, shift, lut, shape, sstr, out, nchunks):
             if version == 0 or parallel is None:
                 return
             n1, n2, n3 = shape[1], shape[2], shape[3]
@@ -142,12 +133,7 @@ def fake_convert_kernel(
                     for jj in range(xr.size):
                         k = base + j0 + jj
                         s = scale[k] if inner_runs else s0
-                        if load == LOAD_F32:
-                            v = as_float(xr[jj])
-                        elif load == LOAD_BF16:
-                            v = as_float(cast_like(cast_like(xr[jj], one) << 16, one))
-                        else:
-                            v = as_float(lut[xr[jj]])
+                        v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
                         y = v * s
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)
@@ -166,7 +152,7 @@ def fake_convert_kernel(
                                 res = av + av if av != av else av * rr
                             else:
                                 res = qv * rr
-                            if kind == 0:
+                            if kind == F32:
                                 orow[jj] = as_bits(res)
                             else:
                                 orow[jj] = _to16(res, kind, q16)
@@ -175,7 +161,7 @@ def fake_convert_kernel(
                         if has_shift:
                             fq = fq + (shift[k] if inner_runs else h0)
                         res = fq / s
-                        if load == LOAD_F32:
+                        if kind == F32:
                             orow[jj] = as_bits(res)
                         else:
                             orow[jj] = encode_fast(as_bits(res), q)
