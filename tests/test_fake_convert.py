@@ -84,6 +84,23 @@ def test_large_array_uses_threads_and_matches_serial():
     assert same(fp8kit.fake_convert(x, s), one)
 
 
+@pytest.mark.parametrize("nchunks", [2, 7, 61])
+@pytest.mark.parametrize(
+    "shape, scale_shape",
+    [((3, 4, 5, 6, 7, 2), (3, 1, 5, 1, 7, 1)), ((5, 7, 11, 13), (5, 1, 11, 1)), ((9, 31), (9, 1))],
+)
+def test_chunks_starting_mid_row_walk_every_dimension(monkeypatch, nchunks, shape, scale_shape):
+    # Chunks start anywhere in a row and carry into outer dimensions: force many of them.
+    rng = np.random.default_rng(nchunks)
+    x = sample(np.float32, shape, rng)
+    scale = np.exp2(rng.integers(-6, 6, scale_shape)) * rng.uniform(0.5, 2, scale_shape)
+    scale = scale.astype(np.float32)
+    shift = rng.standard_normal(scale_shape).astype(np.float32)
+    monkeypatch.setattr(fp8kit._parallel, "chunks_for", lambda n: nchunks)
+    got = fp8kit.fake_convert(x, scale, shift)
+    assert same(got, oracle(x, scale, shift, "float8_e4m3fn"))
+
+
 def test_spec_rules_nan_saturation_and_zero_sign():
     x = np.array([np.nan, np.inf, -np.inf, 1e9, -0.0, 0.0], np.float32)
     y = fp8kit.fake_convert(x, np.float32(1.0))
