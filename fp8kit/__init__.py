@@ -10,6 +10,7 @@ from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
 from .fake_convert import fake_convert
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
+from .packing import pack, unpack
 
 __version__ = "0.1.0"
 
@@ -26,8 +27,10 @@ __all__ = [
     "get_format",
     "get_num_threads",
     "num_threads",
+    "pack",
     "register_format",
     "registered_formats",
     "round_to",
     "set_num_threads",
+    "unpack",
 ]

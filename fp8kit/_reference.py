@@ -34,13 +34,46 @@ def _round_half_even(q: Fraction) -> int:
 def _special_codes(fmt: FloatFormat, negative: bool) -> tuple[int, int | None, int]:
     """(NaN code, Inf code or None, max code) carrying the sign where the format can."""
     sign = fmt.sign_mask if negative else 0
-    nan = fmt.nan_code if fmt.specials == "fnuz" else fmt.nan_code | sign
+    if fmt.nan_code is None:  # "finite": never asked for (no overflow to NaN)
+        nan = -1
+    else:
+        nan = fmt.nan_code if fmt.specials == "fnuz" else fmt.nan_code | sign
     inf = None if fmt.inf_code is None else fmt.inf_code | sign
     return nan, inf, fmt.max_code | sign
 
 
-def encode_value(x: float | Fraction, fmt: FloatFormat, *, saturate: bool = True) -> int:
-    """Code of ``x`` in ``fmt``: one rounding (nearest, ties to even) of the exact value.
+def _round_mode(t: Fraction, negative: bool, rounding: str, rnd: int, random_bits: int) -> int:
+    """t >= 0 rounded to an integer in a rounding mode (for ``stochastic``: up when
+    floor(frac(t) * 2**B) + R >= 2**B, R the top B bits of the 32-bit word ``rnd``)."""
+    n = math.floor(t)
+    frac = t - n
+    if rounding == "nearest_even":
+        return _round_half_even(t)
+    if rounding == "nearest_away":
+        return n + (frac >= Fraction(1, 2))
+    if rounding == "toward_zero":
+        return n
+    if rounding == "toward_positive":
+        return n + (frac > 0 and not negative)
+    if rounding == "toward_negative":
+        return n + (frac > 0 and negative)
+    if rounding == "stochastic":
+        b = random_bits
+        return n + (math.floor(frac * 2**b) + (rnd >> (32 - b)) >= 2**b)
+    raise ValueError(f"unknown rounding {rounding!r}")
+
+
+def encode_value(
+    x: float | Fraction,
+    fmt: FloatFormat,
+    *,
+    saturate: bool = True,
+    rounding: str = "nearest_even",
+    rnd: int = 0,
+    random_bits: int = 32,
+) -> int:
+    """Code of ``x`` in ``fmt``: one rounding of the exact value, nearest-even by default
+    (``rnd``: the element's 32-bit random word, for ``rounding="stochastic"``).
 
     Examples
     --------
@@ -49,8 +82,14 @@ def encode_value(x: float | Fraction, fmt: FloatFormat, *, saturate: bool = True
     >>> hex(encode_value(1.0 + 2**-4 + 2**-40, get_format("float8_e4m3fn")))
     '0x39'
     """
+    if fmt.specials == "unsigned":
+        return _encode_unsigned(x, fmt, saturate, rounding, rnd, random_bits)
     if isinstance(x, float) and math.isnan(x):
+        if not fmt.has_nan:  # ml_dtypes: zero of the opposite sign
+            return 0 if math.copysign(1.0, x) < 0 else fmt.sign_mask
         return _special_codes(fmt, math.copysign(1.0, x) < 0)[0]
+    if not fmt.has_nan:  # no Inf and no NaN to overflow to
+        saturate = True
     negative = (x < 0) if not isinstance(x, float) else math.copysign(1.0, x) < 0
     nan, inf, maxc = _special_codes(fmt, negative)
     if isinstance(x, float) and math.isinf(x):
@@ -65,7 +104,7 @@ def encode_value(x: float | Fraction, fmt: FloatFormat, *, saturate: bool = True
     m = fmt.mantissa_bits
     e = max(_floor_log2(q), fmt.minexp)
     quantum = Fraction(2) ** (e - m)
-    k = _round_half_even(q / quantum)  # |x| rounds to k * quantum
+    k = _round_mode(q / quantum, negative, rounding, rnd, random_bits)  # |x| -> k * quantum
     if k == 0:
         return sign if fmt.has_negative_zero else 0
     if k == 1 << (m + 1):  # the mantissa carried into the next binade
@@ -75,10 +114,53 @@ def encode_value(x: float | Fraction, fmt: FloatFormat, *, saturate: bool = True
     else:
         mag = ((e - fmt.minexp + 1) << m) | (k - (1 << m))
     if mag > fmt.max_code:  # "[x] > FLT_MAX"
-        if saturate:
+        toward_zero = rounding == "toward_zero" or rounding == (
+            "toward_negative" if not negative else "toward_positive"
+        )
+        if saturate or toward_zero:  # directed modes stop at max on their side
             return maxc
         return inf if inf is not None else nan
     return mag | sign
+
+
+def _encode_unsigned(
+    x: float | Fraction,
+    fmt: FloatFormat,
+    saturate: bool,
+    rounding: str = "nearest_even",
+    rnd: int = 0,
+    random_bits: int = 32,
+) -> int:
+    """ml_dtypes' rounding to float8_e8m0fnu, for any bias: powers of two, nearest with ties
+    up; below 2**(1 - bias) (where ml_dtypes rounds as if code 0 were a subnormal of quantum
+    2**(1 - bias)) code 1 above 2**-bias and code 0 otherwise; no zero, no sign.
+
+    Other modes: toward_positive rounds up to the next power of two, toward_zero and
+    toward_negative down (to 2**-bias at least); stochastic goes up from 2**k with
+    probability (x - 2**k) / 2**k (0 below 2**-bias)."""
+    if isinstance(x, float) and (math.isnan(x) or x == 0 or math.copysign(1.0, x) < 0):
+        return fmt.nan_code
+    if not isinstance(x, float) and x <= 0:
+        return fmt.nan_code
+    overflow = fmt.max_code if saturate else fmt.nan_code
+    if isinstance(x, float) and math.isinf(x):
+        return overflow
+    q = Fraction(x)
+    nearest = rounding in ("nearest_even", "nearest_away")
+    if nearest and q < Fraction(2) ** (1 - fmt.bias):
+        return 1 if q > Fraction(2) ** -fmt.bias else 0
+    if q <= Fraction(2) ** -fmt.bias:
+        return 0
+    e = _floor_log2(q)
+    t = q / Fraction(2) ** e  # in [1, 2)
+    if nearest:
+        k = e + (1 if t >= Fraction(3, 2) else 0)
+    else:
+        k = e + _round_mode(t - 1, False, rounding, rnd, random_bits)
+    code = k + fmt.bias
+    if code > fmt.max_code and rounding in ("toward_zero", "toward_negative"):
+        return fmt.max_code
+    return overflow if code > fmt.max_code else code
 
 
 def decode_code(code: int, fmt: FloatFormat) -> Fraction | float:
@@ -90,6 +172,8 @@ def round_value(x: float | Fraction, fmt: FloatFormat, *, saturate: bool = True)
     """``x`` rounded to ``fmt``: exact value (Fraction), or a float for +-0, Inf and NaN."""
     code = encode_value(x, fmt, saturate=saturate)
     value = fmt.code_value(code)
+    if not fmt.signed:
+        return value
     if isinstance(value, Fraction) and value == 0:
         return -0.0 if code & fmt.sign_mask else 0.0
     return value

@@ -13,9 +13,11 @@ from ._kernels.codec import (
     bits_dtype,
     dummy,
     encode_kernel,
+    encode_mode_kernel,
     f16_lut,
     lookup_kernel,
 )
+from ._kernels.rounding import MODES, NEAREST_EVEN, STOCHASTIC
 from ._kernels.tables import decode_table
 from .formats import _NUMPY_DTYPES, FloatFormat, get_format
 
@@ -85,21 +87,39 @@ def _contiguous_order(a: np.ndarray) -> str | None:
     return None
 
 
-def _apply(kernel, x: np.ndarray, lut, table, out_bits: np.dtype, out: np.ndarray | None):
+def _apply(
+    kernel,
+    x: np.ndarray,
+    lut,
+    table,
+    out_bits: np.dtype,
+    out: np.ndarray | None,
+    extra: tuple = (),
+    c_order: bool = False,
+):
     """Run an elementwise kernel on x (bits view) into out (bits view) with numpy semantics:
-    any shape, strides and layout; broadcasting of x to out; overlap-safe."""
+    any shape, strides and layout; broadcasting of x to out; overlap-safe.
+
+    ``extra`` are further kernel arguments (before nchunks).  ``c_order``: the kernel must
+    see elements in C order (stochastic rounding counts them), so other layouts are copied.
+    """
+
+    def run(src, dst):
+        _parallel.launch(kernel, src.size, src, lut, table, dst, *extra)
+
     if out is None:
         order = _contiguous_order(x)
-        if order is None:
+        if order is None or (c_order and order != "C"):
             x = np.ascontiguousarray(x)
             order = "C"
         result = np.empty(x.shape, dtype=out_bits, order=order)
-        _parallel.run(kernel, x.ravel(order=order), lut, table, result.ravel(order=order))
+        run(x.ravel(order=order), result.ravel(order=order))
         return result
     target = out.view(out_bits)
     order = _contiguous_order(target)
     direct = (
         order is not None
+        and (order == "C" or not c_order)
         and x.shape == target.shape
         and _contiguous_order(x) == order
         and (x.ndim < 2 or x.flags.c_contiguous == target.flags.c_contiguous)
@@ -114,11 +134,11 @@ def _apply(kernel, x: np.ndarray, lut, table, out_bits: np.dtype, out: np.ndarra
             x = x.copy(order=order)
             direct = True
     if direct:
-        _parallel.run(kernel, x.ravel(order=order), lut, table, target.ravel(order=order))
+        run(x.ravel(order=order), target.ravel(order=order))
         return out
     src = np.ascontiguousarray(np.broadcast_to(x, target.shape))
     tmp = np.empty(target.shape, dtype=out_bits)
-    _parallel.run(kernel, src.ravel(), lut, table, tmp.ravel())
+    run(src.ravel(), tmp.ravel())
     np.copyto(target, tmp)
     return out
 
@@ -131,6 +151,45 @@ def _saturate(value: Any, func: str) -> bool:
     raise TypeError(f"{func}: saturate must be True or False (or 1/0); got {value!r}")
 
 
+ROUNDING_MODES = tuple(MODES)
+
+
+def _rounding(rounding: Any, seed: Any, random_bits: Any, func: str):
+    """(mode number, Philox key, random bits) of the rounding arguments, validated."""
+    if not isinstance(rounding, str) or rounding not in MODES:
+        raise ValueError(
+            f"{func}: rounding must be one of {', '.join(ROUNDING_MODES)}; got {rounding!r}"
+        )
+    if (
+        not isinstance(random_bits, (int, np.integer))
+        or isinstance(random_bits, bool)
+        or not 1 <= random_bits <= 32
+    ):
+        raise ValueError(f"{func}: random_bits must be an int in 1..32; got {random_bits!r}")
+    mode = MODES[rounding]
+    if mode != STOCHASTIC:
+        if seed is not None:
+            raise ValueError(f"{func}: seed is only used with rounding='stochastic'")
+        return mode, _NO_KEY, int(random_bits)
+    if seed is None:
+        seed = int(np.random.default_rng().integers(0, 1 << 63))
+    elif isinstance(seed, np.random.Generator):
+        seed = int(seed.integers(0, 1 << 63))
+    elif not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise TypeError(
+            f"{func}: seed must be an int in 0..2**64-1 or a numpy Generator; got {seed!r}"
+        )
+    if not 0 <= int(seed) < 1 << 64:
+        raise ValueError(f"{func}: seed must be in 0..2**64-1; got {seed}")
+    seed = int(seed)
+    key = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
+    return mode, key, int(random_bits)
+
+
+_NO_KEY = np.zeros(2, np.uint32)
+_NO_KEY.flags.writeable = False
+
+
 def _result(value: np.ndarray, was_scalar: bool):
     return value[()] if was_scalar else value
 
@@ -139,12 +198,22 @@ def _lut_for(load: int) -> np.ndarray:
     return f16_lut() if load == LOAD_LUT else dummy(np.uint32)
 
 
-def encode(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = None):
-    """Round floats to the nearest value of a format and return its codes.
+def encode(
+    x: Any,
+    fmt: Any,
+    *,
+    saturate: bool = True,
+    out: np.ndarray | None = None,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 32,
+):
+    """Round floats to a value of a format and return its codes.
 
-    Rounding is to nearest, ties to even, from the exact input value (float64 input is not
-    first rounded to float32).  Overflow, Inf, NaN and -0 follow the float8 tables of ONNX
-    Cast-21, extended to every format in the registry.
+    Rounding is to nearest, ties to even (or the given ``rounding`` mode), once, from the
+    exact input value (float64 input is not first rounded to float32).  Overflow, Inf, NaN
+    and -0 follow the float8 tables of ONNX Cast-21, extended to every format in the
+    registry.
 
     Parameters
     ----------
@@ -160,6 +229,19 @@ def encode(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = 
     out : ndarray, optional
         Where to write the codes: dtype uint8 (formats of up to 8 bits) or uint16, or the
         format's ml_dtypes dtype; x is broadcast to its shape.
+    rounding : str, default "nearest_even"
+        ``"nearest_even"``, ``"nearest_away"``, ``"toward_zero"``, ``"toward_positive"``,
+        ``"toward_negative"`` or ``"stochastic"`` (see docs/rounding.md).  Directed modes
+        overflow to +-max on the side they round toward zero, to Inf/NaN (or +-max with
+        ``saturate``) on the other.
+    seed : int or numpy.random.Generator, optional
+        Stochastic rounding only: the key of the counter-based generator (an int in
+        0..2**64-1, or a Generator, which is advanced by one draw).  Results depend only on
+        (seed, element index in C order, value).  None draws a fresh seed.
+    random_bits : int, default 32
+        Stochastic rounding only: random bits per element (1..32); a value is rounded up
+        with probability ``floor(f * 2**random_bits) / 2**random_bits``, ``f`` its
+        fractional position between the two neighbouring codes.
 
     Returns
     -------
@@ -189,11 +271,20 @@ def encode(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = 
     if out is not None:
         allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
         _check_out(out, x.shape, allowed, "encode")
-    kernel, pl = encode_kernel(fmt, x.dtype, _saturate(saturate, "encode"))
+    sat = _saturate(saturate, "encode")
+    mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
+    if mode == NEAREST_EVEN:
+        kernel, pl = encode_kernel(fmt, x.dtype, sat)
+        extra = ()
+    else:
+        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits)
+        extra = (key,)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    res = _apply(kernel, xb, _lut_for(pl.load), dummy(np.uint8), code_dtype, out)
+    res = _apply(
+        kernel, xb, _lut_for(pl.load), dummy(np.uint8), code_dtype, out, extra, mode == STOCHASTIC
+    )
     return _result(res, was_scalar)
 
 
@@ -295,8 +386,17 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     return _result(res, was_scalar)
 
 
-def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None = None):
-    """Round floats to the nearest value of a format, keeping their dtype.
+def round_to(
+    x: Any,
+    fmt: Any,
+    *,
+    saturate: bool = True,
+    out: np.ndarray | None = None,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 32,
+):
+    """Round floats to a value of a format (nearest-even by default), keeping their dtype.
 
     Equivalent to ``decode(encode(x, fmt, saturate=saturate), fmt, dtype=x.dtype)`` in a
     single pass.  If a rounded value does not exist in x's dtype (only possible when the
@@ -312,6 +412,8 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None 
         As in :func:`encode`.
     out : ndarray, optional
         Output array of x's dtype; x is broadcast to its shape.
+    rounding, seed, random_bits
+        The rounding mode, as in :func:`encode`.
 
     Returns
     -------
@@ -338,17 +440,32 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: np.ndarray | None 
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
     table = decode_table(fmt, dt)
-    kernel, pl = encode_kernel(fmt, dt, _saturate(saturate, "round_to"), table_dtype=table.dtype)
+    sat = _saturate(saturate, "round_to")
+    mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
+    if mode == NEAREST_EVEN:
+        kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype)
+        extra = ()
+    else:
+        kernel, pl = encode_mode_kernel(fmt, dt, sat, mode, rbits, table_dtype=table.dtype)
+        extra = (key,)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out)
+    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
     if out is None:
         res = res.view(dt)
     return _result(res, was_scalar)
 
 
-def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
+def astype(
+    x: Any,
+    fmt: Any,
+    *,
+    saturate: bool = True,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 32,
+) -> np.ndarray:
     """Convert floats to a format's numpy/ml_dtypes dtype (e.g. ``ml_dtypes.float8_e4m3fn``).
 
     The result is a view of the codes from :func:`encode` (no copy).
@@ -361,6 +478,8 @@ def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
         A format that has a numpy or ml_dtypes dtype.
     saturate : bool, default True
         As in :func:`encode`.  (``x.astype(ml_dtypes.float8_e4m3fn)`` does not saturate.)
+    rounding, seed, random_bits
+        The rounding mode, as in :func:`encode`.
 
     Returns
     -------
@@ -384,6 +503,8 @@ def astype(x: Any, fmt: Any, *, saturate: bool = True) -> np.ndarray:
         raise TypeError(
             f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"
         )
-    codes = np.asarray(encode(x, fmt, saturate=saturate))
+    codes = np.asarray(
+        encode(x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits)
+    )
     res = codes.view(fmt.dtype)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res

@@ -18,12 +18,14 @@ _DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.b
 
 
 def _destination(name: Any) -> FloatFormat:
-    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8]
+    # Signed 8-bit formats: float8_e8m0fnu (no sign, no zero) is a scale type, not a
+    # destination a quantize-dequantize can round x * scale to.
+    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8 and f.signed]
     try:
         fmt = get_format(name, argname="destination_type")
     except (ValueError, TypeError):
         fmt = None
-    if fmt is None or fmt.bits != 8:
+    if fmt is None or fmt.name not in eight_bit:
         raise ValueError(
             f"unknown destination_type {name!r}; valid: f8e4m3, f8e5m2 (OpenVINO) or an 8-bit "
             f"format: {', '.join(eight_bit)}"

@@ -27,10 +27,14 @@ __all__ = [
 #: Special-value conventions.  ``"ieee"``: the all-ones exponent holds +-Inf (mantissa 0) and
 #: NaN (mantissa != 0).  ``"fn"`` (finite): no Inf; only the all-ones exponent *and* mantissa
 #: is NaN, every other code is finite.  ``"fnuz"`` (finite, unsigned zero): no Inf and no -0;
-#: the code that would be -0 (sign bit alone) is the single NaN.
-SPECIALS = ("ieee", "fn", "fnuz")
+#: the code that would be -0 (sign bit alone) is the single NaN.  ``"finite"``: no Inf and no
+#: NaN at all, every code is a number (the OCP MX element types float6/float4; ml_dtypes calls
+#: them ``fn`` too).  ``"unsigned"``: no sign bit, no zero and no subnormals; every code
+#: ``c`` is ``2**(c - bias)`` except all ones, the NaN (the MX scale type float8_e8m0fnu;
+#: mantissa_bits must be 0).
+SPECIALS = ("ieee", "fn", "fnuz", "finite", "unsigned")
 
-Specials = Literal["ieee", "fn", "fnuz"]
+Specials = Literal["ieee", "fn", "fnuz", "finite", "unsigned"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,7 +56,7 @@ class FloatFormat:
     bias : int
         Exponent bias: a normal code with exponent field ``e`` has the value
         ``2**(e - bias) * (1 + m / 2**mantissa_bits)``.
-    specials : {"ieee", "fn", "fnuz"}
+    specials : {"ieee", "fn", "fnuz", "finite", "unsigned"}
         How Inf, NaN and -0 are encoded; see :data:`SPECIALS`.
 
     Raises
@@ -104,6 +108,11 @@ class FloatFormat:
             )
         if self.specials == "fn" and self.exponent_bits + self.mantissa_bits < 2:
             raise ValueError("an 'fn' format needs at least 2 bits besides the sign")
+        if self.specials == "unsigned" and self.mantissa_bits != 0:
+            raise ValueError(
+                "an 'unsigned' format (powers of two, like float8_e8m0fnu) needs "
+                f"mantissa_bits=0, got {self.mantissa_bits}"
+            )
         # Every finite value must be exact in float64, so that decoding to float64 and the
         # exact reference are lossless and encoding from float64 never needs normalisation.
         if self.max_exponent_field - self.bias > 1023 or self.minexp - self.mantissa_bits < -1074:
@@ -131,7 +140,12 @@ class FloatFormat:
     @property
     def bits(self) -> int:
         """Total width in bits (sign, exponent and mantissa)."""
-        return 1 + self.exponent_bits + self.mantissa_bits
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def signed(self) -> bool:
+        """Whether the format has a sign bit (all but ``unsigned`` formats)."""
+        return self.specials != "unsigned"
 
     @property
     def has_inf(self) -> bool:
@@ -139,20 +153,35 @@ class FloatFormat:
         return self.specials == "ieee"
 
     @property
+    def has_nan(self) -> bool:
+        """Whether the format encodes NaN (all but ``finite`` formats)."""
+        return self.specials != "finite"
+
+    @property
+    def has_zero(self) -> bool:
+        """Whether the format encodes zero (all but ``unsigned`` formats)."""
+        return self.specials != "unsigned"
+
+    @property
     def has_negative_zero(self) -> bool:
-        """Whether -0 is a distinct code (false for ``fnuz`` formats)."""
-        return self.specials != "fnuz"
+        """Whether -0 is a distinct code (false for ``fnuz`` and ``unsigned`` formats)."""
+        return self.specials not in ("fnuz", "unsigned")
 
     @property
     def max_exponent_field(self) -> int:
         """Largest exponent field that holds finite normal numbers."""
         top = (1 << self.exponent_bits) - 1
-        return top - 1 if self.specials == "ieee" else top
+        return top - 1 if self.specials in ("ieee", "unsigned") else top
 
     @property
     def sign_mask(self) -> int:
-        """The sign bit as an integer code."""
-        return 1 << (self.bits - 1)
+        """The sign bit as an integer code (0 for ``unsigned`` formats, which have none)."""
+        return 1 << (self.bits - 1) if self.signed else 0
+
+    @property
+    def magnitude_mask(self) -> int:
+        """The bits of a code other than the sign."""
+        return (1 << (self.bits - int(self.signed))) - 1
 
     @property
     def max_code(self) -> int:
@@ -168,12 +197,16 @@ class FloatFormat:
         return ((1 << self.exponent_bits) - 1) << self.mantissa_bits
 
     @property
-    def nan_code(self) -> int:
-        """Code of the canonical (positive, quiet) NaN.
+    def nan_code(self) -> int | None:
+        """Code of the canonical (positive, quiet) NaN, or None when the format has no NaN.
 
         ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz``: the
-        sign bit alone (this NaN has no sign).
+        sign bit alone (this NaN has no sign); ``unsigned``: all ones.
         """
+        if self.specials == "finite":
+            return None
+        if self.specials == "unsigned":
+            return (1 << self.bits) - 1
         if self.specials == "fnuz":
             return self.sign_mask
         if self.specials == "fn":
@@ -199,7 +232,7 @@ class FloatFormat:
     @property
     def minexp(self) -> int:
         """Exponent of the smallest normal number: ``smallest_normal == 2**minexp``."""
-        return 1 - self.bias
+        return -self.bias if self.specials == "unsigned" else 1 - self.bias
 
     @property
     def maxexp(self) -> int:
@@ -214,6 +247,9 @@ class FloatFormat:
     @property
     def negep(self) -> int:
         """Exponent of :attr:`epsneg`."""
+        if self.minexp >= 0 and self.specials != "unsigned":
+            # 1.0 is the smallest normal (or below it): below 1.0 lie the subnormals
+            return self.minexp - self.mantissa_bits
         return -self.mantissa_bits - 1
 
     @property
@@ -223,8 +259,9 @@ class FloatFormat:
 
     @property
     def min(self) -> float:
-        """Most negative finite value, ``-max``."""
-        return -self.max
+        """Most negative finite value, ``-max`` (the smallest value for ``unsigned``
+        formats, as ml_dtypes says)."""
+        return self.smallest_normal if self.specials == "unsigned" else -self.max
 
     @property
     def smallest_normal(self) -> float:
@@ -235,7 +272,8 @@ class FloatFormat:
 
     @property
     def smallest_subnormal(self) -> float:
-        """Smallest positive value, ``2**(minexp - nmant)``."""
+        """Smallest positive value, ``2**(minexp - nmant)`` (``unsigned`` formats have no
+        subnormals: their smallest normal)."""
         return math.ldexp(1.0, self.minexp - self.mantissa_bits)
 
     @property
@@ -245,8 +283,8 @@ class FloatFormat:
 
     @property
     def epsneg(self) -> float:
-        """Distance from 1.0 to the next smaller value, ``2**(-nmant - 1)``."""
-        return math.ldexp(1.0, -self.mantissa_bits - 1)
+        """Distance from 1.0 to the next smaller value, ``2**negep``."""
+        return math.ldexp(1.0, self.negep)
 
     @property
     def precision(self) -> int:
@@ -281,6 +319,10 @@ class FloatFormat:
         code = int(code)
         if not 0 <= code < (1 << self.bits):
             raise ValueError(f"code {code} is outside 0..{(1 << self.bits) - 1}")
+        if self.specials == "unsigned":
+            if code == self.nan_code:
+                return math.nan
+            return Fraction(2) ** (code - self.bias)
         sign = -1 if code & self.sign_mask else 1
         mag = code & (self.sign_mask - 1)
         if self.specials == "fnuz" and code == self.sign_mask:
@@ -313,6 +355,13 @@ float8_e5m2 = _builtin("float8_e5m2", 5, 2, 15, "ieee")
 float8_e5m2fnuz = _builtin("float8_e5m2fnuz", 5, 2, 16, "fnuz")
 bfloat16 = _builtin("bfloat16", 8, 7, 127, "ieee")
 float16 = _builtin("float16", 5, 10, 15, "ieee")
+float8_e4m3 = _builtin("float8_e4m3", 4, 3, 7, "ieee")
+float8_e3m4 = _builtin("float8_e3m4", 3, 4, 3, "ieee")
+float8_e4m3b11fnuz = _builtin("float8_e4m3b11fnuz", 4, 3, 11, "fnuz")
+float8_e8m0fnu = _builtin("float8_e8m0fnu", 8, 0, 127, "unsigned")
+float6_e2m3fn = _builtin("float6_e2m3fn", 2, 3, 1, "finite")
+float6_e3m2fn = _builtin("float6_e3m2fn", 3, 2, 3, "finite")
+float4_e2m1fn = _builtin("float4_e2m1fn", 2, 1, 1, "finite")
 
 _NUMPY_DTYPES: dict[FloatFormat, np.dtype] = {
     float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
@@ -321,6 +370,13 @@ _NUMPY_DTYPES: dict[FloatFormat, np.dtype] = {
     float8_e5m2fnuz: np.dtype(ml_dtypes.float8_e5m2fnuz),
     bfloat16: np.dtype(ml_dtypes.bfloat16),
     float16: np.dtype(np.float16),
+    float8_e4m3: np.dtype(ml_dtypes.float8_e4m3),
+    float8_e3m4: np.dtype(ml_dtypes.float8_e3m4),
+    float8_e4m3b11fnuz: np.dtype(ml_dtypes.float8_e4m3b11fnuz),
+    float8_e8m0fnu: np.dtype(ml_dtypes.float8_e8m0fnu),
+    float6_e2m3fn: np.dtype(ml_dtypes.float6_e2m3fn),
+    float6_e3m2fn: np.dtype(ml_dtypes.float6_e3m2fn),
+    float4_e2m1fn: np.dtype(ml_dtypes.float4_e2m1fn),
 }
 
 # name (lower case) -> format.  Canonical names first, then ONNX and OpenVINO spellings.
@@ -384,6 +440,25 @@ register_format(float8_e5m2, ["FLOAT8E5M2", "f8e5m2"])
 register_format(float8_e5m2fnuz, ["FLOAT8E5M2FNUZ"])
 register_format(bfloat16, ["BFLOAT16", "bf16"])
 register_format(float16, ["FLOAT16", "f16", "half"])
+
+#: OCP MX element and scale formats and the other float8 variants of ml_dtypes (issue 8).
+#: Not in BUILTIN_FORMATS, which keeps the formats of ONNX Cast-21 and FakeConvert-13.
+MORE_FORMATS = (
+    float8_e4m3,
+    float8_e3m4,
+    float8_e4m3b11fnuz,
+    float8_e8m0fnu,
+    float6_e2m3fn,
+    float6_e3m2fn,
+    float4_e2m1fn,
+)
+register_format(float8_e4m3, [])
+register_format(float8_e3m4, [])
+register_format(float8_e4m3b11fnuz, [])
+register_format(float8_e8m0fnu, ["FLOAT8E8M0", "f8e8m0"])
+register_format(float6_e2m3fn, ["FLOAT6E2M3"])
+register_format(float6_e3m2fn, ["FLOAT6E3M2"])
+register_format(float4_e2m1fn, ["FLOAT4E2M1", "f4e2m1"])
 
 
 def registered_formats() -> dict[str, FloatFormat]:
@@ -494,7 +569,13 @@ def format_table(formats: Any = None) -> str:
     )
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for fmt in chosen:
-        nan = {"ieee": "IEEE", "fn": "all ones", "fnuz": "-0 code"}[fmt.specials]
+        nan = {
+            "ieee": "IEEE",
+            "fn": "all ones",
+            "fnuz": "-0 code",
+            "finite": "none",
+            "unsigned": "all ones",
+        }[fmt.specials]
         rows.append(
             f"| `{fmt.name}` | {fmt.bits} | {fmt.exponent_bits} | {fmt.mantissa_bits} "
             f"| {fmt.bias} | {'yes' if fmt.has_inf else 'no'} | {nan} "

@@ -61,6 +61,12 @@ def cast_like(typingctx, value, like):
 @njit(inline="always")
 def _finish(v, a, code, p):
     """Apply overflow, Inf, NaN and sign rules to a rounded magnitude code."""
+    return _finish_with(v, a, code, p, p[10])
+
+
+@njit(inline="always")
+def _finish_with(v, a, code, p, ovf):
+    """:func:`_finish` with the overflow code given (rounding modes choose it by sign)."""
     (
         abs_mask,
         _,
@@ -72,7 +78,7 @@ def _finish(v, a, code, p):
         _,
         src_inf,
         max_mag,
-        ovf,
+        _,
         inf_res,
         nan_mag,
         sign_bit,
@@ -84,7 +90,8 @@ def _finish(v, a, code, p):
     mag = inf_res if a == src_inf else mag
     mag = nan_mag if a > src_inf else mag
     if neg_zero:
-        return mag | cast_like((v & sign_bit) >> sign_shift, zero)
+        # xor: formats without NaN give zero of the opposite sign for NaN (see _params)
+        return mag ^ cast_like((v & sign_bit) >> sign_shift, zero)
     # fnuz: no -0, so a negative value that rounds to zero gives +0; the NaN code already
     # carries the sign bit.
     return mag | (
@@ -142,11 +149,32 @@ def encode_generic(v, p, q):
     m = (a & mant_mask) | (hidden if e != zero_of(one) else zero_of(one))
     ee = e if e > one else one
     extra = emin_field - ee if ee < emin_field else zero_of(one)
-    sh = base_sh + (extra if extra < cap else cap)
+    # every shift from cap = src_m + 2 on drops all of m (< 2**(src_m + 1)); capping the
+    # total keeps it below the lane width (a wider shift is undefined in LLVM)
+    sh_full = base_sh + extra
+    sh = sh_full if sh_full < cap else cap
     r = (m + ((one << (sh - one)) - one) + ((m >> sh) & one)) >> sh
     k = ee - emin_field if ee > emin_field else zero_of(one)
     code = (k << m_bits) + r
     return _finish(v, a, code, p)
+
+
+@njit(inline="always")
+def encode_unsigned(v, q):
+    """Code of an ``unsigned`` format (powers of two ``2**(c - bias)``, NaN all ones) for
+    source bits ``v``, as ml_dtypes rounds to float8_e8m0fnu: nearest, ties up; below
+    ``2**(1 - bias)``, code 1 for anything above ``2**-bias`` and code 0 (there is no zero)
+    for the rest; negative numbers, zeros and NaN give NaN."""
+    abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
+    zero = one - one
+    a = v & abs_mask
+    e = cast_like((a + half) >> src_m, one)
+    code = e - rebias if e > rebias else zero
+    code = (one if a > c0 else zero) if a < c1 else code
+    code = ovf if code > max_code else code
+    code = inf_res if a == src_inf else code
+    bad = (v != a) | (a == zero) | (a > src_inf)
+    return nan_code if bad else code
 
 
 @njit(inline="always")

@@ -22,7 +22,7 @@ import numpy as np
 from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat
-from .bits import cast_like, chunk, encode_fast, encode_generic
+from .bits import cast_like, chunk, encode_fast, encode_generic, encode_unsigned
 
 # Source float layouts the kernels round from: (bits, mantissa bits, exponent bits, bias).
 _SOURCES = {
@@ -82,6 +82,17 @@ def _strategy(fmt: FloatFormat, source: str) -> str | None:
 def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
     """Choose source layout, load step and algorithm for rounding ``in_dtype`` data to fmt."""
     in_dtype = np.dtype(in_dtype)
+    if fmt.specials == "unsigned":
+        # Powers of two only: one rule on the exponent field; float32 holds every value of
+        # formats with bias <= 127 (2**-127 is a float32 subnormal, handled apart).
+        if in_dtype != np.float64 and fmt.bias <= 127 and fmt.maxexp <= 128:
+            load = {
+                np.dtype(np.float32): LOAD_DIRECT,
+                np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
+                np.dtype(np.float16): LOAD_LUT,
+            }[in_dtype]
+            return Plan("float32", load, False, "unsigned")
+        return Plan("float64", LOAD_DIRECT, in_dtype != np.float64, "unsigned")
     if in_dtype == np.float64:
         return Plan("float64", LOAD_DIRECT, False, _strategy(fmt, "float64") or "generic")
     load = {
@@ -108,11 +119,20 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
     max_mag = fmt.max_code
     nan_mag = fmt.nan_code
     inf_mag = fmt.inf_code if fmt.has_inf else nan_mag
+    if not fmt.has_nan:
+        # No Inf, no NaN: overflow and Inf saturate whatever the flag says, and NaN gives
+        # zero with the opposite sign (the sign bit as "magnitude", xor-ed with the sign):
+        # what ml_dtypes (and so the ONNX reference) does for float6/float4.
+        nan_mag = fmt.sign_mask
+        inf_mag = max_mag
+        saturate = True
     if saturate:
         ovf = max_mag
         # ONNX Cast-21, saturate=True: "+/- Inf -> +/- FLT_MAX" for E4M3FN and E5M2, but
         # "NaN" for the fnuz formats.
         inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
+        if fmt.specials == "finite":
+            inf_res = max_mag
     else:
         ovf = inf_res = inf_mag
     p = (
@@ -143,6 +163,24 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
         u(m),
         u(sh),
     )
+    if fmt.specials == "unsigned":
+        rebias = src_bias - fmt.bias
+        q = (
+            u((1 << (width - 1)) - 1),  # abs_mask
+            u(1),
+            u(src_m),
+            u(1 << (src_m - 1)),  # half: ties round up (away from zero), as ml_dtypes does
+            u(rebias),
+            u(((1 << src_e) - 1) << src_m),  # src_inf
+            u(fmt.max_code),
+            u(fmt.max_code if saturate else nan_mag),  # finite overflow
+            u(fmt.max_code if saturate else nan_mag),  # +Inf
+            u(nan_mag),
+            # Below 2**(1 - bias), ml_dtypes rounds as if code 0 were a subnormal of
+            # quantum 2**(1 - bias): anything above 2**-bias gives code 1.
+            u(int(np.array(2.0 ** (1 - fmt.bias), f).view(u))),
+            u(int(np.array(2.0**-fmt.bias, f).view(u))),
+        )
     return p, q
 
 
@@ -243,6 +281,7 @@ def encode_kernel(
     p, q = _params(fmt, pl.source, saturate)
     load = pl.load
     generic = strategy == "generic"
+    unsigned = strategy == "unsigned"
     lookup = table_dtype is not None
     width = _SOURCES[pl.source][0]
     in_bits = {LOAD_DIRECT: np.dtype(f"uint{width}"), LOAD_BF16: np.uint16, LOAD_LUT: np.uint16}[
@@ -267,7 +306,9 @@ def encode_kernel(
                         v = lut[xc[j]]
                     else:
                         v = xc[j]
-                    if generic:
+                    if unsigned:
+                        code = encode_unsigned(v, q)
+                    elif generic:
                         code = encode_generic(v, p, q)
                     else:
                         code = encode_fast(v, p)
@@ -328,3 +369,90 @@ def _make_bf16_to_f32(parallel):
                 oc[j] = nan if cast_like(v & abs_mask, one) > inf else cast_like(v << 16, one)
 
     return kernel
+
+
+@functools.cache
+def encode_mode_kernel(
+    fmt: FloatFormat,
+    in_dtype: np.dtype,
+    saturate: bool,
+    mode: int,
+    random_bits: int = 32,
+    table_dtype=None,
+):
+    """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`.
+
+    Signature ``(x, lut, table, out, key, nchunks)``: ``key`` is the uint32[2] Philox key of
+    stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has index
+    ``c * step + i`` in the flat (C-order) array.  Returns ``(kernel, plan)``.
+    """
+    from .rounding import (
+        STOCHASTIC,
+        TOWARD_NEGATIVE,
+        TOWARD_POSITIVE,
+        TOWARD_ZERO,
+        encode_mode,
+        encode_unsigned_mode,
+        random_word,
+    )
+
+    pl = plan(fmt, np.dtype(in_dtype))
+    p, q = _params(fmt, pl.source, saturate)
+    u = type(p[1])
+    ovf, max_mag = p[10], p[9]
+    o = {
+        TOWARD_ZERO: (max_mag, max_mag),
+        TOWARD_POSITIVE: (ovf, max_mag),
+        TOWARD_NEGATIVE: (max_mag, ovf),
+    }.get(mode, (ovf, ovf))
+    o = (u(o[0]), u(o[1]))
+    load = pl.load
+    unsigned = pl.strategy == "unsigned"
+    stochastic = mode == STOCHASTIC
+    lookup = table_dtype is not None
+    width = _SOURCES[pl.source][0]
+    in_bits = {LOAD_DIRECT: np.dtype(f"uint{width}"), LOAD_BF16: np.uint16, LOAD_LUT: np.uint16}[
+        load
+    ]
+    out_dtype = np.dtype(table_dtype) if lookup else _CODE_DTYPES[8 if fmt.bits <= 8 else 16]
+    sig = types.void(
+        _array(in_bits, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(out_dtype if lookup else np.uint8, readonly=True),
+        _array(out_dtype),
+        _array(np.uint32, readonly=True),
+        types.intp,
+    )
+    version = source_version()
+    rbits = int(random_bits)
+
+    def make(parallel):
+        def kernel(x, lut, table, out, key, nchunks):
+            if version == 0 or parallel is None:  # see source_version
+                return
+            one = p[1]
+            k0, k1 = key[0], key[1]
+            step = (x.size + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                base = np.uint64(c * step)
+                for j in range(xc.size):
+                    if load == LOAD_BF16:
+                        v = cast_like(cast_like(xc[j], one) << 16, one)
+                    elif load == LOAD_LUT:
+                        v = lut[xc[j]]
+                    else:
+                        v = xc[j]
+                    rnd = random_word(base + np.uint64(j), k0, k1) if stochastic else k0
+                    if unsigned:
+                        code = encode_unsigned_mode(v, q, mode, rnd, rbits)
+                    else:
+                        code = encode_mode(v, p, q, o, mode, rnd, rbits)
+                    if lookup:
+                        oc[j] = table[code]
+                    else:
+                        oc[j] = code
+
+        return kernel
+
+    return Kernel(make, sig), pl

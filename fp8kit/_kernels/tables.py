@@ -34,6 +34,11 @@ def _finite_values(e, m, fmt):
 def code_values(fmt: FloatFormat) -> np.ndarray:
     """float64 value of every code 0 .. 2**bits - 1 (exact: formats fit float64)."""
     codes = np.arange(1 << fmt.bits, dtype=np.int64)
+    if fmt.specials == "unsigned":  # powers of two, all ones is NaN
+        values = np.ldexp(1.0, (codes - fmt.bias).astype(np.int32))
+        values[fmt.nan_code] = np.nan
+        values.flags.writeable = False
+        return values
     m_bits = fmt.mantissa_bits
     mag = codes & (fmt.sign_mask - 1)
     e = mag >> m_bits
@@ -48,7 +53,7 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
         values = np.where(top & (m != 0), np.copysign(np.nan, values), values)
     elif fmt.specials == "fn":
         values = np.where(mag == fmt.sign_mask - 1, np.copysign(np.nan, values), values)
-    else:
+    elif fmt.specials == "fnuz":
         values[fmt.sign_mask] = -np.nan  # the -0 code; the sign bit is set, as in ml_dtypes
     values.flags.writeable = False
     return values
