@@ -55,7 +55,8 @@ def operands(dtypes, *, zero_dim=True, scalars=True):
 
 
 def split(operand):
-    """``"0d:int8"`` -> ("0d", "int8"); ``"int8"`` -> ("tensor", "int8"); ``"py:int"`` -> ("py", "int")."""
+    """``"0d:int8"`` -> ("0d", "int8"); ``"int8"`` -> ("tensor", "int8"); ``"py:int"`` -> ("py",
+    "int")."""
     if operand.startswith("py:"):
         return "py", operand[3:]
     if operand.startswith("0d:"):

@@ -92,7 +92,9 @@ def build():
         "generator": "scripts/oracles/openvino_table.py",
         "library": version,
         "operands": ops_t,
-        "ops": {op_key(True, False, t): C.grid(ops_t, promote(True, False, t)) for t in U64_TARGETS},
+        "ops": {
+            op_key(True, False, t): C.grid(ops_t, promote(True, False, t)) for t in U64_TARGETS
+        },
     }
     return {"openvino": main, "openvino_u64_targets": targets}
 
