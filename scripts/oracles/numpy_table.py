@@ -5,10 +5,11 @@
 - tests/data/promotion/numpy.json: ``np.result_type`` (add) and ``np.true_divide`` (divide)
   on every ordered pair of numpy's own numeric dtypes, as arrays of shape (2,), 0-d arrays and
   Python scalars;
-- tests/data/promotion/numpy_ml_dtypes.json: ``np.result_type`` of arrays over every pair
-  that involves an ml_dtypes type.  numpy's answers there come from the casts ml_dtypes
-  registers and depend on operand order; fp8kit does not follow them (docs/promotion.md), the
-  table is kept to document that.
+- tests/data/promotion/numpy_ml_dtypes.json: ``np.result_type`` and the dtype of ``x + y``
+  for arrays of every pair of types, ml_dtypes ones included.  numpy's answers there come
+  from the casts and loops ml_dtypes registers: some do not hold both operands, and ``x + y``
+  depends on operand order.  fp8kit does not follow them (docs/promotion.md); the table is
+  kept to document that.
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def build():
         except TypeError:
             return "error"
 
+    def add(a, b):
+        try:
+            with np.errstate(all="ignore"):
+                return str((make(a) + make(b)).dtype)
+        except TypeError:
+            return "error"
+
     def true_divide(a, b):
         try:
             with np.errstate(all="ignore"):
@@ -78,7 +86,10 @@ def build():
         "generator": "scripts/oracles/numpy_table.py",
         "library": f"{version}, ml_dtypes {ml_dtypes.__version__}",
         "operands": mixed_ops,
-        "ops": {"add": C.grid(mixed_ops, result_type)},
+        "ops": {
+            "result_type": C.grid(mixed_ops, result_type),
+            "operator": C.grid(mixed_ops, add),
+        },
     }
     return {"numpy": own, "numpy_ml_dtypes": ml}
 
