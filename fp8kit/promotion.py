@@ -47,6 +47,8 @@ __all__ = [
     "PromotionPolicy",
     "convert_promote_types",
     "disagreement_table",
+    "docs_block",
+    "knob_table",
     "openvino",
     "promotion_table",
     "result_type",
@@ -496,8 +498,9 @@ def _name(spec: Any, argname: str) -> str:
         try:
             dt = np.dtype(spec)
         except TypeError:
-            raise TypeError(f"{argname}: {spec!r} is not a dtype or type name") from None
-        name = _NAME_OF_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
+            dt = None
+        if dt is not None:
+            name = _NAME_OF_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
     if name is None or name not in _DTYPES:
         raise TypeError(
             f"{argname}: {spec!r} is not a type fp8kit promotes; valid: {', '.join(ALL_DTYPES)}"
@@ -509,41 +512,43 @@ def _name(spec: Any, argname: str) -> str:
     return name
 
 
+_SPEC_CACHE: dict[Any, tuple[str, str]] = {}  # dtypes, names and types -> operand
+
+
 def _operand(x: Any, argname: str) -> tuple[str, str]:
     """(level, name): ("tensor", dtype), ("0d", dtype) or ("py", "bool"/"int"/...)."""
     t = type(x)
-    r = _PY_TYPES.get(t)
+    r = _PY_TYPES.get(t)  # by type: True == 1 == 1.0 would collide in a value-keyed dict
     if r is not None:
         return r
     if t is np.ndarray:
-        return (
-            "0d" if x.ndim == 0 else "tensor",
-            _NAME_OF_DTYPE.get(x.dtype) or _name(x.dtype, argname),
-        )
-    if t is np.dtype:
-        n = _NAME_OF_DTYPE.get(x)
-        return ("tensor", n if n is not None else _name(x, argname))
-    if t is str:
+        n = _NAME_OF_DTYPE.get(x.dtype)
+        return ("0d" if x.ndim == 0 else "tensor", n if n is not None else _name(x.dtype, argname))
+    if isinstance(x, np.generic):  # before the cache: np.float32(1) == 1.0
+        return ("0d", _name(x.dtype, argname))
+    try:
+        return _SPEC_CACHE[x]
+    except (KeyError, TypeError):
+        pass
+    r = _slow_operand(x, argname)
+    if isinstance(x, (str, type, np.dtype)):
+        _SPEC_CACHE[x] = r
+    return r
+
+
+def _slow_operand(x: Any, argname: str) -> tuple[str, str]:
+    if isinstance(x, str):
         if x.startswith("0d:"):
             return ("0d", _name(x[3:], argname))
         if x.startswith("py:") and x[3:] in _PY_INDEX:
             return ("py", x[3:])
         return ("tensor", _name(x, argname))
-    if x in _PY_TYPES:
+    if isinstance(x, type) and x in _PY_TYPES:
         return _PY_TYPES[x]
-    if isinstance(x, np.generic):
-        return ("0d", _name(x.dtype, argname))
-    if isinstance(x, (bool, int, float, complex)):  # subclasses
-        return _PY_TYPES[
-            bool
-            if isinstance(x, bool)
-            else int
-            if isinstance(x, int)
-            else float
-            if isinstance(x, float)
-            else complex
-        ]
-    if isinstance(x, type) or isinstance(x, np.dtype):
+    for py in (bool, int, float, complex):  # subclasses of the Python scalar types
+        if isinstance(x, py):
+            return _PY_TYPES[py]
+    if isinstance(x, (type, np.dtype)):
         return ("tensor", _name(x, argname))
     dtype, ndim = getattr(x, "dtype", None), getattr(x, "ndim", None)
     if dtype is not None and ndim is not None:
@@ -987,3 +992,76 @@ def disagreement_table(
         if len(known) > 1:
             lines.append(f"| {_short(a)}, {_short(b)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _knob_value(policy: PromotionPolicy, field: str) -> str:
+    v = getattr(policy, field)
+    if field == "dtypes":
+        return "all" if v == ALL_DTYPES else ", ".join(_short(n) for n in v)
+    if field == "mixes":
+        return "all" if v == frozenset(_KIND_PAIRS) else ", ".join(sorted(v)) or "none"
+    if field == "islands":
+        return (
+            "; ".join(
+                f"{'/'.join(_short(n) for n in m)} with {'/'.join(k) or 'nothing'}" for m, k in v
+            )
+            or "none"
+        )
+    if field == "scalar_dtypes":
+        return ", ".join(_short(n) if n else "none" for n in v)
+    if field == "canonical":
+        return ", ".join(f"{_short(a)}->{_short(b)}" for a, b in v) or "none"
+    return str(v)
+
+
+def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
+    """The policies' fields side by side (Markdown): every preset is one set of knobs.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[3]
+    '| int_to_float | float | safe_width |'
+    """
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    lines = [
+        "| field | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    for f in _FIELDS:
+        if f.name == "name":
+            continue
+        lines.append(f"| {f.name} | " + " | ".join(_knob_value(p, f.name) for p in policies) + " |")
+    return "\n".join(lines)
+
+
+#: The frameworks compared in docs/promotion.md: OpenVINO's type logic without its lossy
+#: errors, and JAX's 64-bit lattice (the 32-bit mode narrows it).
+_DISAGREEMENT_POLICIES = (openvino(promote_unsafe=True), TORCH, NUMPY, JAX_X64, ARRAY_API, PADDLE)
+
+
+def _doc_policies() -> dict[str, PromotionPolicy]:
+    extra = [openvino(promote_unsafe=True), openvino(pytorch_scalar_promotion=True)]
+    return {**PRESETS, **{p.name: p for p in extra}}
+
+
+def docs_block(name: str) -> str:
+    """A generated block of docs/promotion.md: a policy's table (by name) or
+    ``"disagreements"``.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i4 |")
+    True
+    """
+    if name == "disagreements":
+        return disagreement_table(_DISAGREEMENT_POLICIES)
+    if name == "knobs":
+        return knob_table(_doc_policies().values())
+    policies = _doc_policies()
+    if name not in policies:
+        raise ValueError(
+            f"unknown docs block {name!r}; valid: disagreements, {', '.join(policies)}"
+        )
+    return promotion_table(policies[name])
