@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import fp8kit
 from fp8kit import promotion as P
+from fp8kit.promotion import _engine, _types
 
 OV_SAFE = P.OPENVINO
 OV_UNSAFE = P.openvino(promote_unsafe=True)
@@ -349,11 +350,11 @@ def test_presets_are_policies_of_one_engine():
 
 
 def test_result_type_is_cached():
-    P._cached.cache_clear()
+    _engine._cached.cache_clear()
     first = P.result_type("int8", "float8_e5m2", policy=P.JAX)
     for _ in range(3):
         assert P.result_type(np.dtype(np.int8), "f8e5m2", policy=P.JAX) is first
-    info = P._cached.cache_info()
+    info = _engine._cached.cache_info()
     assert info.misses == 1 and info.hits == 3
 
 
@@ -388,8 +389,8 @@ def test_weak_scalars_of_the_same_kind_never_change_a_tensor(policy, a):
     """The category rule: a Python scalar of the tensor's own category leaves it alone."""
     if a not in policy.dtypes or policy.python_scalars != "weak":
         return
-    kind = ("bool", "int", "float", "complex")[P._CATEGORY[a]]
-    want = str(P._DTYPES[policy._canon.get(a, a)])
+    kind = ("bool", "int", "float", "complex")[_types._CATEGORY[a]]
+    want = str(_types._DTYPES[policy._canon.get(a, a)])
     assert rt(a, f"py:{kind}", policy) == rt(f"py:{kind}", a, policy) == want
 
 
@@ -428,7 +429,7 @@ def test_convert_promote_types_is_exact_when_the_common_type_holds_both(
     rng = np.random.default_rng(0)
 
     def sample(name):
-        dt = np.dtype(P._DTYPES[name])
+        dt = np.dtype(_types._DTYPES[name])
         if dt.kind in "iu" or name in ("int4", "uint4"):
             info = ml_dtypes.iinfo(dt) if name in ("int4", "uint4") else np.iinfo(dt)
             return rng.integers(int(info.min), int(info.max) + 1, (4, 5)).astype(dt)
