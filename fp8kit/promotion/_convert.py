@@ -12,14 +12,7 @@ from ._policy import PromotionPolicy, openvino
 from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
 
 
-def _to_array(x: Any) -> np.ndarray:
-    if isinstance(x, (bool, int, float, complex, np.generic)):
-        return np.asarray(x)
-    return np.asarray(x)
-
-
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
-
     if x.dtype == to:
         return x
     if to.kind == "c":
@@ -87,4 +80,4 @@ def convert_promote_types(
             "convert_promote_types: give either policy= or the OpenVINO attributes, not both"
         )
     common = result_type(a, b, policy=policy)
-    return _convert(_to_array(a), common, saturate), _convert(_to_array(b), common, saturate)
+    return _convert(np.asarray(a), common, saturate), _convert(np.asarray(b), common, saturate)

@@ -259,7 +259,7 @@ def result_type(
     """
     if policy is None:
         policy = OPENVINO
-    elif type(policy) is not PromotionPolicy and not isinstance(policy, PromotionPolicy):
+    elif not isinstance(policy, PromotionPolicy):
         raise TypeError(f"policy must be a PromotionPolicy; got {policy!r}")
     if op not in _OPS:
         raise ValueError(f"op: {op!r} is not allowed; valid: {', '.join(_OPS)}")
