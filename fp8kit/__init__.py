@@ -5,21 +5,26 @@ and :func:`astype` run compiled Numba kernels built on first use (nothing compil
 import).
 """
 
+from . import promotion
 from ._parallel import get_num_threads, num_threads, set_num_threads
 from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
 from .fake_convert import fake_convert
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
 from .packing import pack, unpack
+from .promotion import PromotionError, PromotionPolicy, convert_promote_types
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FloatFormat",
+    "PromotionError",
+    "PromotionPolicy",
     "astype",
     "cast",
     "cast_rule",
     "cast_table",
+    "convert_promote_types",
     "decode",
     "encode",
     "fake_convert",
@@ -28,6 +33,7 @@ __all__ = [
     "get_num_threads",
     "num_threads",
     "pack",
+    "promotion",
     "register_format",
     "registered_formats",
     "round_to",

@@ -1,0 +1,83 @@
+"""convert_promote_types: both operands converted to their common type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..cast import cast
+from ._engine import result_type
+from ._policy import PromotionPolicy, openvino
+from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
+
+
+def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
+    if x.dtype == to:
+        return x
+    if to.kind == "c":
+        if x.dtype.kind == "c":
+            return x.astype(to)
+        # real -> complex: exact to the real component type first, then numpy's widening
+        real = cast(x, _COMPONENT[_NAME_OF_DTYPE[to]], saturate=saturate)
+        return real.astype(to)
+    if x.dtype.kind == "c":
+        raise PromotionError(f"cannot convert complex data to {to}")
+    return cast(x, to, saturate=saturate)
+
+
+def convert_promote_types(
+    a: Any,
+    b: Any,
+    *,
+    promote_unsafe: bool = False,
+    pytorch_scalar_promotion: bool = False,
+    u64_integer_promotion_target: Any = "f32",
+    policy: PromotionPolicy | None = None,
+    saturate: bool = True,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Both inputs converted to their common type (OpenVINO ConvertPromoteTypes-14).
+
+    Parameters
+    ----------
+    a, b : array_like
+        Arrays (any shape; 0-d arrays count as scalar tensors), numpy scalars or Python
+        scalars.
+    promote_unsafe, pytorch_scalar_promotion, u64_integer_promotion_target
+        The three attributes of ConvertPromoteTypes-14 (see :func:`openvino`).
+    policy : PromotionPolicy, optional
+        Promote by another policy instead (then the three attributes must keep their
+        defaults).
+    saturate : bool, default True
+        Passed to :func:`fp8kit.cast` (ONNX Cast-21 semantics), which does the conversions.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        ``a`` and ``b`` with the common dtype and their own shapes (an input that already
+        has it is returned as is, without a copy).
+
+    Raises
+    ------
+    PromotionError
+        When there is no common type (e.g. promote_unsafe=False and a lossy promotion).
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> a, b = fp8kit.convert_promote_types(np.array([1, 2], np.int8), np.ones(3, np.float32))
+    >>> a.dtype, b.dtype, a.shape, b.shape
+    (dtype('float32'), dtype('float32'), (2,), (3,))
+    >>> x = np.array([0.5, 448.0], dtype="float8_e4m3fn")
+    >>> a, b = fp8kit.convert_promote_types(x, np.array([1.0], dtype="float16"))
+    >>> a.dtype, a.tolist()
+    (dtype('float16'), [0.5, 448.0])
+    """
+    if policy is None:
+        policy = openvino(promote_unsafe, pytorch_scalar_promotion, u64_integer_promotion_target)
+    elif promote_unsafe or pytorch_scalar_promotion or u64_integer_promotion_target != "f32":
+        raise ValueError(
+            "convert_promote_types: give either policy= or the OpenVINO attributes, not both"
+        )
+    common = result_type(a, b, policy=policy)
+    return _convert(np.asarray(a), common, saturate), _convert(np.asarray(b), common, saturate)

@@ -1,0 +1,311 @@
+"""PromotionPolicy, the presets, and openvino() for ConvertPromoteTypes-14 attributes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from ._types import _CATEGORY_NAME, _OV_NAMES, ALL_DTYPES, _name
+
+# ------------------------------------------------------------------------------- policy
+_KIND_PAIRS = (
+    "bool+int",
+    "bool+float",
+    "bool+complex",
+    "int+int",
+    "int+float",
+    "int+complex",
+    "float+float",
+    "float+complex",
+    "complex+complex",
+)
+Island = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PromotionPolicy:
+    """The knobs of a type-promotion system.  Every preset is one of these.
+
+    Operands have a level: tensors, then 0-d tensors (``zero_dim``), then Python scalars.
+    Two operands of one level meet by the *join* (the fields from ``dtypes`` to
+    ``u64_signed``); a weaker operand meets a stronger one by the *category rule*
+    (``zero_dim`` to ``float_with_complex``): categories are bool < int < float <
+    complex, and a weaker operand of the same or a lower category takes the stronger one's
+    type.
+
+    Attributes
+    ----------
+    name : str
+        Shown in error messages and tables.
+    dtypes : tuple of str
+        The framework's types; others raise PromotionError.
+    mixes : frozenset of str
+        Which kinds may meet at the tensor level: ``"bool+int"``, ``"int+int"`` (integers of
+        different types), ``"int+float"``, ``"float+complex"``, ... (all nine by default).
+    islands : tuple of (types, partner kinds)
+        Types that promote only with themselves and with the kinds listed
+        (e.g. PyTorch's float8 types: ``((float8 types), ())``).
+    islands_bind_zero_dim : bool
+        Whether islands also refuse a weaker 0-d tensor (Paddle) or let the category rule
+        decide (PyTorch).
+    int_to_float : {"float", "safe_width"}
+        An integer meets a float (or complex): ``"float"`` gives the float's type;
+        ``"safe_width"`` gives the smallest type that holds both exactly, float64/complex128
+        at most (NumPy).
+    float_tie : {"float16", "bfloat16"}
+        When two 16-bit floats are both smallest (two different float8 types), which one.
+    u64_signed : str
+        uint64 meets a signed integer: the result type, or ``"error"``.
+    lossy : {"allow", "error"}
+        ``"error"`` refuses promotions that widen past both inputs, integers into floats
+        narrower than twice their width, uint64 with signed integers, and narrowing 0-d
+        operands (OpenVINO's promote_unsafe=False).
+    zero_dim : {"tensor", "weaker", "same_kind"}
+        0-d tensors are tensors (NumPy, JAX, Array API), a weaker level (PyTorch, Paddle), or
+        weaker only against a tensor of the same kind, int or float (OpenVINO's
+        pytorch_scalar_promotion).
+    python_scalars : {"weak", "zero_dim"}
+        Python scalars are the weakest level, or 0-d tensors of their default dtypes
+        (OpenVINO constants).
+    scalar_dtypes : tuple of 4 str or None
+        Default dtypes of Python bool, int, float, complex (None: not supported).
+    scalar_upcast : {"join", "join_real", "default", "error"}
+        A weaker operand of a higher category than the stronger one: join their types (NumPy,
+        JAX), join unless it is complex, whose type then wins (PyTorch), take the weaker
+        one's type (Paddle), or refuse (Array API).
+    bool_scalar_mixes : bool
+        Whether a Python bool meets non-bool tensors (False in the Array API).
+    complex_of_float16 : str
+        The complex type of a float16 tensor meeting a weaker complex operand: ``complex64``,
+        or ``complex32`` (PyTorch; it has no numpy dtype, so that is an error here).
+    float_with_complex : {"category", "join"}
+        A float and a complex operand of different levels: by the category rule (a complex
+        tensor keeps its type; a float tensor meeting a weaker complex gets the complex type
+        of its own precision), or by their join whichever is weaker (Paddle: complex64 with a
+        0-d float64 gives complex128, float32 with a 0-d complex128 gives complex128).
+    canonical : tuple of (str, str)
+        Types replaced on input and output (JAX without x64: int64 -> int32, ...).
+    true_divide : {"common", "default_float", "default_float_not_bool", "float_of_width", "error"}
+        ``op="divide"`` when the common type is bool or integer: keep it, the default float
+        dtype, the default float for integers only (bool stays bool), float32 up to 32 bits
+        and float64 above (JAX), or refuse (Array API).
+    """
+
+    name: str
+    dtypes: tuple[str, ...] = ALL_DTYPES
+    mixes: frozenset[str] = frozenset(_KIND_PAIRS)
+    islands: tuple[Island, ...] = ()
+    islands_bind_zero_dim: bool = False
+    int_to_float: Literal["float", "safe_width"] = "float"
+    float_tie: Literal["float16", "bfloat16"] = "float16"
+    u64_signed: str = "float64"
+    lossy: Literal["allow", "error"] = "allow"
+    zero_dim: Literal["tensor", "weaker", "same_kind"] = "tensor"
+    python_scalars: Literal["weak", "zero_dim"] = "weak"
+    scalar_dtypes: tuple[str, str, str, str | None] = ("bool", "int64", "float64", "complex128")
+    scalar_upcast: Literal["join", "join_real", "default", "error"] = "join"
+    bool_scalar_mixes: bool = True
+    complex_of_float16: str = "complex64"
+    float_with_complex: Literal["category", "join"] = "category"
+    canonical: tuple[tuple[str, str], ...] = ()
+    true_divide: Literal[
+        "common", "default_float", "default_float_not_bool", "float_of_width", "error"
+    ] = "default_float"
+
+    def __post_init__(self) -> None:
+        _check_choice(self.int_to_float, ("float", "safe_width"), "int_to_float")
+        _check_choice(self.float_tie, ("float16", "bfloat16"), "float_tie")
+        _check_choice(self.lossy, ("allow", "error"), "lossy")
+        _check_choice(self.zero_dim, ("tensor", "weaker", "same_kind"), "zero_dim")
+        _check_choice(self.python_scalars, ("weak", "zero_dim"), "python_scalars")
+        _check_choice(
+            self.scalar_upcast, ("join", "join_real", "default", "error"), "scalar_upcast"
+        )
+        _check_choice(self.float_with_complex, ("category", "join"), "float_with_complex")
+        _check_choice(
+            self.true_divide,
+            ("common", "default_float", "default_float_not_bool", "float_of_width", "error"),
+            "true_divide",
+        )
+        for n in self.dtypes:
+            _check_choice(n, ALL_DTYPES, "dtypes")
+        for m in self.mixes:
+            _check_choice(m, _KIND_PAIRS, "mixes")
+        if self.u64_signed != "error":
+            _check_choice(self.u64_signed, ALL_DTYPES, "u64_signed")
+        for members, partners in self.islands:
+            for n in members:
+                _check_choice(n, ALL_DTYPES, "islands")
+            for k in partners:
+                _check_choice(k, _CATEGORY_NAME, "island partner kinds")
+        if len(self.scalar_dtypes) != 4:
+            raise ValueError(f"scalar_dtypes must have 4 entries; got {self.scalar_dtypes!r}")
+        for n in self.scalar_dtypes:
+            if n is not None:
+                _check_choice(n, ALL_DTYPES, "scalar_dtypes")
+        # A policy is a cache key: hash it once.
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in _FIELDS)))
+        object.__setattr__(self, "_island_of", {n: isl for isl in self.islands for n in isl[0]})
+        object.__setattr__(self, "_canon", dict(self.canonical))
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
+
+
+PromotionPolicy.__module__ = "fp8kit.promotion"
+_FIELDS = dataclasses.fields(PromotionPolicy)
+
+
+def _check_choice(value: Any, allowed: Iterable[str], what: str) -> None:
+    allowed = tuple(allowed)
+    if value not in allowed:
+        raise ValueError(f"{what}: {value!r} is not allowed; valid: {', '.join(allowed)}")
+
+
+# ------------------------------------------------------------------------------ presets
+_F8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+_NUMPY_OWN = tuple(n for n in ALL_DTYPES if n not in _F8 + ("int4", "uint4", "bfloat16"))
+
+#: OpenVINO ConvertPromoteTypes-14 with its default attributes (see :func:`openvino`).
+OPENVINO: PromotionPolicy  # set below
+
+#: PyTorch 2.13 (``torch.result_type``; ``op="divide"`` is ``torch.true_divide``).
+TORCH = PromotionPolicy(
+    name="TORCH",
+    islands=(
+        (_F8, ()),  # "Promotion for Float8 Types is not supported"
+        (("int4",), ()),
+        (("uint4", "uint16", "uint32", "uint64"), ("float",)),  # shell unsigned types
+    ),
+    zero_dim="weaker",
+    scalar_dtypes=("bool", "int64", "float32", "complex64"),
+    scalar_upcast="join_real",
+    complex_of_float16="complex32",
+    u64_signed="error",
+)
+
+#: NumPy 2 (NEP 50); ml_dtypes types join by the same "smallest type holding both" rule.
+NUMPY = PromotionPolicy(name="NUMPY", int_to_float="safe_width")
+
+#: JAX in its default 32-bit mode (``jnp.result_type``; weak Python scalars).
+JAX: PromotionPolicy  # set below
+
+#: JAX with ``jax_enable_x64``.
+JAX_X64 = PromotionPolicy(
+    name="JAX_X64",
+    islands=((("int4", "uint4"), ("bool",)), (_F8, ("bool", "int"))),
+    true_divide="float_of_width",
+)
+JAX = dataclasses.replace(
+    JAX_X64,
+    name="JAX",
+    scalar_dtypes=("bool", "int32", "float32", "complex64"),
+    canonical=(
+        ("int64", "int32"),
+        ("uint64", "uint32"),
+        ("float64", "float32"),
+        ("complex128", "complex64"),
+    ),
+)
+
+#: The Array API standard 2025.12 (``array_api_strict``).
+ARRAY_API = PromotionPolicy(
+    name="ARRAY_API",
+    dtypes=tuple(n for n in _NUMPY_OWN if n != "float16"),
+    mixes=frozenset({"int+int", "float+float", "float+complex", "complex+complex"}),
+    u64_signed="error",
+    scalar_upcast="error",
+    bool_scalar_mixes=False,
+    true_divide="error",
+)
+
+#: Paddle 3.x dynamic mode (the spec's tensor-tensor and tensor-scalar tables).
+PADDLE = PromotionPolicy(
+    name="PADDLE",
+    dtypes=(
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    ),
+    mixes=frozenset(
+        {"float+float", "bool+complex", "int+complex", "float+complex", "complex+complex"}
+    ),
+    islands=((("float8_e4m3fn", "float8_e5m2"), ()),),
+    islands_bind_zero_dim=True,
+    zero_dim="weaker",
+    scalar_dtypes=("bool", "int64", "float32", "complex64"),
+    scalar_upcast="default",
+    float_with_complex="join",
+    true_divide="default_float_not_bool",
+)
+
+
+def openvino(
+    promote_unsafe: bool = False,
+    pytorch_scalar_promotion: bool = False,
+    u64_integer_promotion_target: Any = "f32",
+) -> PromotionPolicy:
+    """The policy of OpenVINO's ConvertPromoteTypes-14 with the given attributes.
+
+    Parameters
+    ----------
+    promote_unsafe : bool, default False
+        False refuses promotions that widen past both inputs, put integers into floats
+        narrower than twice their width, mix uint64 with signed integers, or narrow a 0-d
+        operand.
+    pytorch_scalar_promotion : bool, default False
+        A 0-d tensor meeting a tensor of the same kind (both integer or both float) takes
+        the tensor's type.
+    u64_integer_promotion_target : dtype or str, default "f32"
+        The type of uint64 with a signed integer (used when promote_unsafe is True).
+
+    Returns
+    -------
+    PromotionPolicy
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.result_type("int8", "uint8", policy=P.openvino(promote_unsafe=True))
+    dtype('int16')
+    >>> P.result_type("uint64", "int8", policy=P.openvino(True, False, "f64"))
+    dtype('float64')
+    """
+    target = _name(u64_integer_promotion_target, "u64_integer_promotion_target")
+    attrs = []
+    if promote_unsafe:
+        attrs.append("promote_unsafe=True")
+    if pytorch_scalar_promotion:
+        attrs.append("pytorch_scalar_promotion=True")
+    if target != "float32":
+        attrs.append(f"u64_integer_promotion_target={target}")
+    return PromotionPolicy(
+        name="OPENVINO" + (f"({', '.join(attrs)})" if attrs else ""),
+        dtypes=tuple(_OV_NAMES.values()),
+        u64_signed=target,
+        lossy="allow" if promote_unsafe else "error",
+        zero_dim="same_kind" if pytorch_scalar_promotion else "tensor",
+        python_scalars="zero_dim",
+        scalar_dtypes=("bool", "int64", "float64", None),
+        true_divide="common",
+    )
+
+
+OPENVINO = openvino()
+
+#: The presets by name.
+PRESETS: dict[str, PromotionPolicy] = {
+    p.name: p for p in (OPENVINO, TORCH, NUMPY, JAX, JAX_X64, ARRAY_API, PADDLE)
+}

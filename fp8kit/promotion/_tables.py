@@ -1,0 +1,195 @@
+"""Markdown tables generated from the code (docs/promotion.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ._engine import result_type
+from ._policy import (
+    _FIELDS,
+    _KIND_PAIRS,
+    ARRAY_API,
+    JAX_X64,
+    NUMPY,
+    PADDLE,
+    PRESETS,
+    TORCH,
+    PromotionPolicy,
+    openvino,
+)
+from ._types import _NAME_OF_DTYPE, _PY_INDEX, ALL_DTYPES, PromotionError, _operand
+
+
+def _short(operand: str) -> str:
+    level, name = _operand(operand, "operand")
+    short = (
+        name.replace("float8_", "f8_")
+        .replace("bfloat", "bf")
+        .replace("float", "f")
+        .replace("complex", "c")
+        .replace("uint", "u")
+        .replace("int", "i")
+    )
+    return {"tensor": short, "0d": f"0d {short}", "py": f"py {name}"}[level]
+
+
+def _cell(policy: PromotionPolicy, a: str, b: str, op: str) -> str:
+    try:
+        return _short(_NAME_OF_DTYPE[result_type(a, b, policy=policy, op=op)])
+    except PromotionError:
+        return "-"
+
+
+def operands_of(
+    policy: PromotionPolicy, *, zero_dim: bool = True, scalars: bool = True
+) -> list[str]:
+    """The operand list of a policy's tables: its tensors, 0-d tensors and Python scalars."""
+    ops = list(policy.dtypes)
+    if zero_dim:
+        ops += [f"0d:{n}" for n in policy.dtypes]
+    if scalars:
+        ops += [f"py:{k}" for k in _PY_INDEX]
+    return ops
+
+
+def promotion_table(
+    policy: PromotionPolicy,
+    *,
+    op: str = "add",
+    rows: list[str] | None = None,
+    columns: list[str] | None = None,
+) -> str:
+    """A Markdown table of ``result_type(row, column, policy=policy, op=op)``.
+
+    Rows default to the policy's tensors, 0-d tensors and Python scalars; columns to its
+    tensors.  ``-`` marks a PromotionError.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> print(P.promotion_table(P.ARRAY_API, rows=["int8", "py:float"], columns=["int8", "uint8"]))
+    | ARRAY_API | i8 | u8 |
+    |---|---|---|
+    | **i8** | i8 | i16 |
+    | **py float** | - | - |
+    """
+    rows = operands_of(policy) if rows is None else rows
+    columns = list(policy.dtypes) if columns is None else columns
+    lines = [
+        f"| {policy.name} | " + " | ".join(_short(c) for c in columns) + " |",
+        "|" + "---|" * (len(columns) + 1),
+    ]
+    for r in rows:
+        lines.append(
+            f"| **{_short(r)}** | " + " | ".join(_cell(policy, r, c, op) for c in columns) + " |"
+        )
+    return "\n".join(lines)
+
+
+def disagreement_table(
+    policies: Iterable[PromotionPolicy] | None = None, *, op: str = "add"
+) -> str:
+    """The pairs on which the policies disagree, side by side (Markdown).
+
+    Every unordered pair of tensor types, and each type with each Python scalar, is listed
+    when the policies that have both types do not all agree; ``n/a`` marks a policy that
+    lacks a type, ``-`` an error.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.disagreement_table([P.NUMPY, P.TORCH]).splitlines()[0]
+    '| pair | NUMPY | TORCH |'
+    """
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    lines = [
+        "| pair | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    names = list(ALL_DTYPES)
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i:]]
+    pairs += [(a, f"py:{k}") for a in names for k in _PY_INDEX]
+    for a, b in pairs:
+        cells = []
+        for p in policies:
+            if a not in p.dtypes or (not b.startswith("py:") and b not in p.dtypes):
+                cells.append("n/a")
+            else:
+                cells.append(_cell(p, a, b, op))
+        known = {c for c in cells if c != "n/a"}
+        if len(known) > 1:
+            lines.append(f"| {_short(a)}, {_short(b)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _knob_value(policy: PromotionPolicy, field: str) -> str:
+    v = getattr(policy, field)
+    if field == "dtypes":
+        return "all" if v == ALL_DTYPES else ", ".join(_short(n) for n in v)
+    if field == "mixes":
+        return "all" if v == frozenset(_KIND_PAIRS) else ", ".join(sorted(v)) or "none"
+    if field == "islands":
+        return (
+            "; ".join(
+                f"{'/'.join(_short(n) for n in m)} with {'/'.join(k) or 'nothing'}" for m, k in v
+            )
+            or "none"
+        )
+    if field == "scalar_dtypes":
+        return ", ".join(_short(n) if n else "none" for n in v)
+    if field == "canonical":
+        return ", ".join(f"{_short(a)}->{_short(b)}" for a, b in v) or "none"
+    return str(v)
+
+
+def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
+    """The policies' fields side by side (Markdown): every preset is one set of knobs.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[6]
+    '| int_to_float | float | safe_width |'
+    """
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    lines = [
+        "| field | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    for f in _FIELDS:
+        if f.name == "name":
+            continue
+        lines.append(f"| {f.name} | " + " | ".join(_knob_value(p, f.name) for p in policies) + " |")
+    return "\n".join(lines)
+
+
+#: The frameworks compared in docs/promotion.md: OpenVINO's type logic without its lossy
+#: errors, and JAX's 64-bit lattice (the 32-bit mode narrows it).
+_DISAGREEMENT_POLICIES = (openvino(promote_unsafe=True), TORCH, NUMPY, JAX_X64, ARRAY_API, PADDLE)
+
+
+def _doc_policies() -> dict[str, PromotionPolicy]:
+    extra = [openvino(promote_unsafe=True), openvino(pytorch_scalar_promotion=True)]
+    return {**PRESETS, **{p.name: p for p in extra}}
+
+
+def docs_block(name: str) -> str:
+    """A generated block of docs/promotion.md: a policy's table (by name) or
+    ``"disagreements"``.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i4 |")
+    True
+    """
+    if name == "disagreements":
+        return disagreement_table(_DISAGREEMENT_POLICIES)
+    if name == "knobs":
+        return knob_table(_doc_policies().values())
+    policies = _doc_policies()
+    if name not in policies:
+        raise ValueError(
+            f"unknown docs block {name!r}; valid: disagreements, {', '.join(policies)}"
+        )
+    return promotion_table(policies[name])

@@ -1,0 +1,84 @@
+"""The PADDLE oracle table: ``x + y``, ``x / y`` and ``x == y`` in paddle's dynamic mode.
+
+``python scripts/oracles/paddle_table.py`` writes tests/data/promotion/paddle.json (CPU).
+Tensors have shape [2], 0-d tensors shape [], and Python scalars go through paddle's operator
+overloading (the spec's "Tensor-to-Scalar" case).  Cells where paddle raised its
+type-promotion error are ``"error"``; where promotion passed but the CPU has no kernel for the
+resulting type (float16/bfloat16/float8 arithmetic) they are ``"nokernel"``.  Two Python
+scalars are not asked.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as C  # noqa: E402
+
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+
+
+def build():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # paddle warns about ccache at import
+        import paddle
+
+    paddle.set_device("cpu")
+    paddle.disable_static()
+
+    def make(op):
+        kind, name = C.split(op)
+        if kind == "py":
+            return C.PY_VALUES[op]
+        shape = [2] if kind == "tensor" else []
+        return paddle.ones(shape, dtype="float32").astype(name)
+
+    def run(fn):
+        def cell(a, b):
+            try:
+                return str(fn(make(a), make(b)).dtype).replace("paddle.", "")
+            except Exception as e:  # paddle raises its own exception types
+                text = str(e)
+                if "Type promotion" in text or "InvalidType" in text:
+                    return "error"
+                if "NotFound" in text and "kernel" in text:
+                    return "nokernel"
+                raise
+
+        return cell
+
+    ops = C.operands(DTYPES)
+    table = {
+        "preset": "PADDLE",
+        "generator": "scripts/oracles/paddle_table.py",
+        "library": f"paddlepaddle {paddle.__version__} (dynamic mode, CPU)",
+        "operands": ops,
+        "ops": {
+            "add": C.grid(ops, run(operator.add), skip_py_pairs=True),
+            "divide": C.grid(ops, run(operator.truediv), skip_py_pairs=True),
+            "compare": C.grid(ops, run(operator.eq), skip_py_pairs=True),
+        },
+    }
+    return {"paddle": table}
+
+
+if __name__ == "__main__":
+    C.main(build, ["paddle"])
