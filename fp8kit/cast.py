@@ -21,7 +21,8 @@ import numpy as np
 from . import _parallel
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from .codec import _native, _saturate, decode, encode
+from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from .codec import _native, _rounding, _saturate, decode, encode
 from .formats import get_format
 
 __all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
@@ -136,7 +137,16 @@ def _source_type(x: np.ndarray) -> CastType:
     return cast_type(dt, argname="x")
 
 
-def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
+def cast(
+    x: Any,
+    to: Any,
+    *,
+    saturate: bool = True,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 32,
+    round_mode: str = "up",
+) -> np.ndarray:
     """Cast ``x`` to another Cast-21 type, with ONNX Cast-21 semantics.
 
     Parameters
@@ -151,6 +161,17 @@ def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
         For float8 destinations, the Cast-21 saturate tables; for integer destinations from
         floats, True clamps to the integer range (NaN -> 0) and False reproduces the bits of
         the ONNX reference on x86 (see docs/cast.md).
+    rounding : str, default "nearest_even"
+        For float16, bfloat16 and float8 destinations: any rounding mode of
+        :func:`fp8kit.encode` (Cast-21 itself rounds to nearest-even).  ``"stochastic"``
+        takes ``seed`` and ``random_bits`` as there; it needs float or 8- to 32-bit integer
+        data (int64 values are not all exact in float64).
+    seed, random_bits
+        Stochastic rounding only; see :func:`fp8kit.encode`.
+    round_mode : {"up", "down", "nearest"}, default "up"
+        Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``, not a Cast-21 type) only: the
+        ``round_mode`` attribute of Cast-24/25, bit-compatible with the ONNX reference
+        (``onnx.reference``); see docs/formats.md.
 
     Returns
     -------
@@ -173,10 +194,29 @@ def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
     array([127, 128], dtype=uint8)
     """
     arr = np.asarray(x)
+    sat = _saturate(saturate, "cast")
+    if _is_e8m0(to):
+        return _to_e8m0(_native(arr), sat, round_mode)
     src = _source_type(arr)
     dst = cast_type(to)
-    sat = _saturate(saturate, "cast")
     arr = _native(arr)
+    mode = _rounding(rounding, seed, random_bits, "cast")[0]
+    rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
+    if mode != NEAREST_EVEN:
+        if not (dst.is_float8 or dst.name in ("float16", "bfloat16")) or src.kind not in (
+            "float",
+            "int",
+        ):
+            raise ValueError(
+                f"cast: rounding={rounding!r} applies to casts from numbers to float16, "
+                f"bfloat16 and float8 types; got {src.name} -> {dst.name}"
+            )
+        if mode == STOCHASTIC and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+            raise ValueError(
+                f"cast: rounding='stochastic' from {src.name} is not supported (its values "
+                "are not all exact in float64); cast to float64 first if that is acceptable"
+            )
+        return _numeric(arr, src, dst, sat, rnd)
     if src.kind == "string":
         return _from_string(arr, dst, sat)
     if dst.kind == "string":
@@ -206,27 +246,31 @@ def _widen_float(arr: np.ndarray, src: CastType) -> np.ndarray:
     return decode(arr, dtype=np.float32)
 
 
-def _numeric(arr: np.ndarray, src: CastType, dst: CastType, sat: bool) -> np.ndarray:
+def _numeric(
+    arr: np.ndarray, src: CastType, dst: CastType, sat: bool, rnd: dict | None = None
+) -> np.ndarray:
+    rnd = rnd or {}
     if src.kind == "float":
         wide = _widen_float(arr, src)
         if dst.kind == "int":
             f8_inf = np.isinf(wide) if src.is_float8 else None
             return _float_to_int(wide, dst, sat, f8_inf)
-        return _float_to_float(wide, dst, sat)
+        return _float_to_float(wide, dst, sat, rnd)
     # integer source
     if src.name in ("int4", "uint4"):
         arr = arr.astype(np.int8)
     if dst.kind == "int":
         return _int_to_int(arr, dst)
-    return _int_to_float(arr, dst, sat)
+    return _int_to_float(arr, dst, sat, rnd)
 
 
-def _float_to_float(x: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+def _float_to_float(x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None) -> np.ndarray:
+    rnd = rnd or {}
     if dst.is_float8:
-        return encode(x, dst.name, saturate=sat).view(dst.dtype)
+        return encode(x, dst.name, saturate=sat, **rnd).view(dst.dtype)
     if dst.name in ("bfloat16", "float16"):
         # "floating point: +/- infinity if OOR": saturate applies to float8 only.
-        return encode(x, dst.name, saturate=False).view(dst.dtype)
+        return encode(x, dst.name, saturate=False, **rnd).view(dst.dtype)
     with np.errstate(over="ignore"):  # float64 -> float32 overflow is Inf by the spec
         return x.astype(dst.dtype)
 
@@ -252,14 +296,63 @@ def _round_to_odd_f64(v: np.ndarray) -> np.ndarray:
     return _run_unary(int_to_odd_float64_kernel(v.dtype), v, np.float64)
 
 
-def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None) -> np.ndarray:
     if dst.name in ("float32", "float64"):
         return arr.astype(dst.dtype)  # C int -> float conversion: one rounding
     if arr.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+        # round-to-odd keeps every directed and nearest rounding to <= 51 bits exact
         f64 = _round_to_odd_f64(arr)
     else:
         f64 = arr.astype(np.float64)  # exact
-    return _float_to_float(f64, dst, sat)
+    return _float_to_float(f64, dst, sat, rnd)
+
+
+# ------------------------------------------------------------------------------- e8m0
+_E8M0_NAMES = ("float8_e8m0fnu", "float8e8m0", "f8e8m0")
+
+
+def _is_e8m0(to: Any) -> bool:
+    if isinstance(to, str):
+        return to.lower() in _E8M0_NAMES
+    try:
+        return np.dtype(to) == np.dtype(ml_dtypes.float8_e8m0fnu)
+    except TypeError:
+        return False
+
+
+def _to_e8m0(arr: np.ndarray, sat: bool, round_mode: Any) -> np.ndarray:
+    """Cast-24/25 to FLOAT8E8M0 as the ONNX reference computes it: the value is taken as
+    float32, its sign ignored; the exponent field is the code, raised by one by
+    ``round_mode`` ("up": any fraction; "nearest": guard bit and (round or sticky bit or a
+    nonzero exponent), so ties go up except below 2**-126; "down": never); the largest
+    exponent does not round up under saturate; NaN and Inf give the NaN code 0xFF.  (So 0
+    gives 2**-127, and 2**-127 itself rounds "up" to 2**-126: the reference works on the
+    float32 exponent field, where 2**-127 is a subnormal.)"""
+    if round_mode not in ("up", "down", "nearest"):
+        raise ValueError(f"cast: round_mode must be 'up', 'down' or 'nearest'; got {round_mode!r}")
+    src = _source_type(arr)
+    if src.kind == "string":
+        raise TypeError("cast: strings cannot be cast to float8_e8m0fnu; cast them to float32")
+    if src.kind == "float":
+        arr = _widen_float(arr, src)
+    elif src.name in ("int4", "uint4"):
+        arr = arr.astype(np.int8)
+    with np.errstate(over="ignore", invalid="ignore"):  # as the reference: via float32
+        bits = np.ascontiguousarray(arr.astype(np.float32)).view(np.uint32)
+    exp = (bits >> np.uint32(23)) & np.uint32(0xFF)
+    special = exp == 0xFF
+    if round_mode == "up":
+        up = (bits & np.uint32(0x7FFFFF)) != 0
+    elif round_mode == "nearest":
+        guard = (bits & np.uint32(0x400000)) != 0
+        rest = (bits & np.uint32(0x3FFFFF)) != 0
+        up = guard & (rest | (exp > 0))
+    else:
+        up = np.zeros(bits.shape, bool)
+    if sat:
+        up &= exp != 0xFE
+    code = np.where(special, np.uint32(0xFF), exp + up).astype(np.uint8)
+    return code.view(ml_dtypes.float8_e8m0fnu)
 
 
 def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:

@@ -10,6 +10,9 @@ import numpy as np
 from . import _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import fake_convert_kernel
+from ._kernels.rounding import NEAREST_EVEN
+from ._kernels.tables import decode_table
+from .codec import _rounding
 from .formats import FloatFormat, get_format, registered_formats
 
 __all__ = ["fake_convert"]
@@ -73,6 +76,9 @@ def fake_convert(
     *,
     mode: str = "spec",
     out: np.ndarray | None = None,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 32,
 ) -> np.ndarray:
     """FakeConvert-13: ``(round(data * scale - shift) + shift) / scale``, in one fused pass.
 
@@ -99,6 +105,12 @@ def fake_convert(
         float8, and divided by multiplying with a reciprocal; see docs/fake_convert.md.
     out : ndarray, optional
         Output of data's dtype and shape.
+    rounding : str, default "nearest_even"
+        How ``round`` rounds (``mode="spec"`` only): any mode of :func:`fp8kit.encode`,
+        e.g. ``"stochastic"`` (then ``seed`` and ``random_bits`` as there; element ``i`` of
+        data in C order draws the random word ``i``).  Saturation to +-max is unchanged.
+    seed, random_bits
+        Stochastic rounding only; see :func:`fp8kit.encode`.
 
     Returns
     -------
@@ -169,13 +181,21 @@ def fake_convert(
     sc_flat = sc32.reshape(-1)
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
     ov = mode == "openvino"
-    kernel = fake_convert_kernel(fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), ov)
+    rmode, key, rbits = _rounding(rounding, seed, random_bits, "fake_convert")
+    if ov and rmode != NEAREST_EVEN:
+        raise ValueError(
+            f"fake_convert: mode='openvino' rounds to nearest-even only; got rounding={rounding!r}"
+        )
+    kernel = fake_convert_kernel(
+        fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), ov, rmode, rbits
+    )
+    table = dummy(np.uint32) if rmode == NEAREST_EVEN else decode_table(fmt, np.float32)
     lut = f16_lut() if (arr.dtype == np.float16 or ov) else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
     _parallel.launch(
-        kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, shape4, sstr4,
-        target.reshape(-1).view(bits),
+        kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
+        key, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
     if out is not None and target is not out:
         np.copyto(out, target)

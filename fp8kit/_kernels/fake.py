@@ -15,6 +15,7 @@ from numba import from_dtype, njit, prange, types
 from ..formats import FloatFormat, get_format
 from .bits import as_bits, as_float, cast_like, encode_fast, prefer_512, round_in_place
 from .codec import Kernel, _params, source_version
+from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, random_word
 
 # Data type codes of the kernels (also the argument of _to16/_from16).
 F32, F16, BF16 = 0, 1, 2
@@ -87,8 +88,10 @@ def fake_convert_kernel(
     has_shift: bool,
     inner_runs: bool,
     openvino: bool = False,
+    mode: int = NEAREST_EVEN,
+    random_bits: int = 32,
 ) -> Kernel:
-    """Kernel ``(x, scale, shift, lut, shape, sstrides, out, nchunks)``.
+    """Kernel ``(x, scale, shift, lut, table, key, shape, sstrides, out, nchunks)``.
 
     x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
@@ -96,6 +99,9 @@ def fake_convert_kernel(
     constant along it (stride 0) and is hoisted out of the loop, which lets LLVM vectorize.
     ``openvino``: the OpenVINO CPU plugin's arithmetic (see docs/fake_convert.md).
     ``lut`` is the float16 -> float32 table where float16 is loaded or stored.
+    ``mode``: a rounding mode of :mod:`fp8kit._kernels.rounding` (spec mode only); modes
+    other than nearest-even round through the integer path to a code and read its float32
+    value from ``table``; ``key`` is the Philox key of stochastic rounding.
     """
     kind = _KIND[np.dtype(data_dtype).name]
     bits_dt = np.uint32 if kind == F32 else np.uint16
@@ -105,17 +111,23 @@ def fake_convert_kernel(
     # float32 result -> the data type (spec mode): one IEEE rounding, overflow to Inf
     q = q16 if kind != BF16 else _params(get_format("bfloat16"), "float32", False)[0]
     mx = np.float32(fmt.max)
+    pm, qm = _params(fmt, "float32", True)
+    om = (pm[9], pm[9])  # no overflow: the value is clamped to +-max first
+    stochastic = mode == STOCHASTIC
+    rbits = int(random_bits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     sig = types.void(
-        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
-        _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False), types.intp,
+        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
+        _arr(np.uint32), _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False),
+        types.intp,
     )  # fmt: skip
 
     def make(parallel):
-        def kernel(x, scale, shift, lut, shape, sstr, out, nchunks):
+        def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
             if version == 0 or parallel is None:
                 return
+            k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
@@ -164,7 +176,15 @@ def fake_convert_kernel(
                             else:
                                 orow[jj] = _to16(res, kind, q16)
                             continue
-                        fq = as_float(round_in_place(as_bits(y), r8))
+                        if mode == NEAREST_EVEN:
+                            fq = as_float(round_in_place(as_bits(y), r8))
+                        else:
+                            yc = mx if y > mx else (-mx if y < -mx else y)
+                            rnd = k0
+                            if stochastic:
+                                rnd = random_word(np.uint64(i + jj), k0, k1)
+                            code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
+                            fq = as_float(table[code])
                         if has_shift:
                             fq = fq + (shift[k] if inner_runs else h0)
                         res = fq / s
