@@ -40,8 +40,10 @@ def work_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def working(arr: np.ndarray) -> np.ndarray:
-    """C-contiguous array in the working dtype (no copy when it already is)."""
-    return np.ascontiguousarray(arr, dtype=work_dtype(arr.dtype))
+    """C-contiguous array in the working dtype (no copy when it already is; 0-d stays 0-d,
+    which ``np.ascontiguousarray`` would make 1-d)."""
+    a = np.asarray(arr, dtype=work_dtype(arr.dtype))
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def scale_layout(shape: tuple[int, ...], scale: np.ndarray):

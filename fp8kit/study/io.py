@@ -13,6 +13,7 @@ import mmap
 import os
 import zipfile
 from pathlib import Path
+
 import ml_dtypes
 import numpy as np
 
@@ -142,8 +143,7 @@ def load_tensors(
     suffix = p.suffix.lower()
     if suffix not in SUFFIXES:
         raise StudyInputError(
-            f"{p}: unsupported file type {p.suffix or '(none)'!r}; expected "
-            f"{', '.join(SUFFIXES)}"
+            f"{p}: unsupported file type {p.suffix or '(none)'!r}; expected {', '.join(SUFFIXES)}"
         )
     try:
         if suffix == ".npy":

@@ -27,9 +27,7 @@ def require_matplotlib():
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise PlotUnavailable(
-            "plotting needs matplotlib: pip install 'fp8kit[plot]'"
-        ) from None
+        raise PlotUnavailable("plotting needs matplotlib: pip install 'fp8kit[plot]'") from None
     return Figure
 
 

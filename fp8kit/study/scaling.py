@@ -261,7 +261,9 @@ def scale_for(
     f = get_format(fmt, argname="fmt")
     kind = _kind(scaling, "scale_for")
     ax, block = _axis_block(arr, kind, axis, block_size, "scale_for")
-    return compact_scale(working(arr), f, kind, ax, block, float(margin), bool(pow2))[0]
+    xw = working(arr).reshape(arr.shape or (1,))
+    s = compact_scale(xw, f, kind, ax, block, float(margin), bool(pow2))[0]
+    return s.reshape(()) if arr.ndim == 0 else s
 
 
 def _axis_block(arr, kind, axis, block_size, func):
@@ -314,8 +316,9 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     arr = float_data(x, "mx_scales")
     f = get_format(fmt, argname="fmt")
     ax, block = _axis_block(arr, "block", axis, block_size, "mx_scales")
-    amax, bad = group_amax(working(arr), "block", ax, block)
-    return mx_exponents(amax, bad, f).view(ml_dtypes.float8_e8m0fnu)
+    amax, bad = group_amax(working(arr).reshape(arr.shape or (1,)), "block", ax, block)
+    codes = mx_exponents(amax, bad, f).reshape(amax.shape if arr.ndim else ())
+    return codes.view(ml_dtypes.float8_e8m0fnu)
 
 
 def quantize(
@@ -393,8 +396,9 @@ def quantize(
     else:
         kind = _kind(scaling, "quantize")
         ax, block = _axis_block(arr, kind, axis, block_size, "quantize")
-        sc = compact_scale(xw, f, kind, ax, block, float(margin), bool(pow2))[0]
-        xv, sv = broadcast_view(xw, sc, kind, ax, block)
+        x1 = xw.reshape(xw.shape or (1,))
+        sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
+        xv, sv = broadcast_view(x1, sc, kind, ax, block)
         q = apply_scale(xv, f, sv).reshape(xw.shape)
     return q if q.dtype == arr.dtype else q.astype(arr.dtype)
 
@@ -498,4 +502,3 @@ class DelayedScaling:
     def quantize(self, x: Any) -> np.ndarray:
         """``quantize(x, self.fmt, self)``: this step's tensor through the format."""
         return quantize(x, self.fmt, self)
-

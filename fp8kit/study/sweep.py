@@ -73,8 +73,10 @@ def parse_scaling(spec: Any) -> Scaling:
     if isinstance(spec, Scaling):
         return spec
     m = _SPEC.match(spec) if isinstance(spec, str) else None
-    if m is None or (m.group(2) is not None and int(m.group(2)) < 1) or (
-        m.group(3) is not None and int(m.group(3)) < 1
+    if (
+        m is None
+        or (m.group(2) is not None and int(m.group(2)) < 1)
+        or (m.group(3) is not None and int(m.group(3)) < 1)
     ):
         raise ValueError(f"unknown scaling {spec!r}; valid: {SCALING_SYNTAX}")
     if m.group(1):
@@ -282,9 +284,7 @@ class _TensorStudy:
             return mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
         if kind in ("tensor", "channel"):
             return amax_scale(amax, fmt, self.margin, self.pow2, dt)
-        ds = DelayedScaling(
-            fmt, spec.history_len, spec.algo, margin=self.margin, pow2=self.pow2
-        )
+        ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=self.margin, pow2=self.pow2)
         # one step per index of the leading axis (a single step for fewer than 2 dims)
         used = np.array([ds.step(a) for a in amax.reshape(-1)])
         return clamp_scale(used, dt).astype(dt).reshape(amax.shape)
@@ -317,4 +317,3 @@ class _TensorStudy:
 
 def _dtype_name(dt: np.dtype) -> str:
     return "bfloat16" if dt == ml_dtypes.bfloat16 else dt.name
-
