@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .. import _parallel
-from .._kernels.metrics import amax_kernel
+from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
 from ..fake_convert import fake_convert
 from ..formats import FloatFormat, get_format
@@ -25,6 +25,8 @@ __all__ = ["DelayedScaling", "group_amax", "mx_scales", "quantize", "scale_for"]
 SCALINGS = ("none", "tensor", "channel", "block")
 ALGOS = ("max", "most_recent")
 DEFAULT_AXIS = {"channel": 0, "block": -1}
+
+_FLOAT_OF = {np.dtype(np.uint32): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.float64)}
 
 # Exponent range of an E8M0 scale: codes 0..254 are 2**-127 .. 2**127, code 255 is NaN.
 E8M0_EMIN, E8M0_EMAX, E8M0_BIAS, E8M0_NAN = -127, 127, 127, 255
@@ -64,28 +66,51 @@ def compact_shape(shape: tuple[int, ...], kind: str, axis: int, block: int) -> t
 def group_amax(xw: np.ndarray, kind: str, axis: int = 0, block: int = 1):
     """``(amax, nonfinite)``: the largest finite ``|x|`` of each group of a working array
     (float32/float64, C-contiguous) and whether the group holds a NaN or an Inf, both of
-    :func:`compact_shape` (float64 and bool).  One compiled pass."""
+    :func:`compact_shape` (float64 and bool).  One compiled pass over the data's bits."""
     shape = compact_shape(xw.shape, kind, axis, block)
-    if xw.ndim == 0 or kind in ("none", "tensor"):
-        pre, length, post = 1, xw.size, 1
-        dims = [pre, length, post, 1, 0, 0, 0]
-    elif kind == "channel":
-        pre, length, post = _split(xw.shape, axis)
-        dims = [pre, length, post, 1, 0, 1, 0]
-    else:
-        pre, length, post = _split(xw.shape, axis)
-        nb = -(-length // block)
-        dims = [pre, length, post, block, nb * post, post, 1]
-    groups = math.prod(shape)
     if xw.size == 0:
         return np.zeros(shape), np.zeros(shape, bool)
-    nchunks = _parallel.chunks_for(xw.size)
-    am = np.zeros((nchunks, groups))
-    bad = np.zeros((nchunks, groups))
+    bits = xw.reshape(-1).view(np.uint32 if xw.dtype == np.float32 else np.uint64)
+    n = bits.size
+    if xw.ndim == 0 or kind in ("none", "tensor"):
+        # runs of at least 4K elements, several per thread; their maxima are combined here
+        am, bad = _runs(bits, n, max(4096, -(-n // 256)))
+        am, bad = am.max(keepdims=True), bad.max(keepdims=True)
+    else:
+        pre, length, post = _split(xw.shape, axis)
+        if kind == "channel" and post == 1:  # channels along the contiguous axis
+            am, bad = _cols(bits, pre, length, pre, pre)
+        elif kind == "channel":  # one run of `post` elements per (i, l); reduce over i
+            am, bad = _runs(bits, post, post)
+            am, bad = am.reshape(pre, length).max(axis=0), bad.reshape(pre, length).max(axis=0)
+        elif post == 1:  # blocks along the contiguous axis: runs of `block`
+            am, bad = _runs(bits, length, block)
+        else:  # blocks along another axis: column maxima over each block of rows
+            am, bad = _cols(bits, pre * length, post, length, block)
+    return am.view(xw.dtype).astype(np.float64).reshape(shape), bad.reshape(shape) > 0
+
+
+def _runs(bits: np.ndarray, length: int, run: int):
+    nruns = (bits.size // length) * -(-length // run)
+    am = np.empty(nruns, bits.dtype)
+    bad = np.empty(nruns, bits.dtype)
     _parallel.launch(
-        amax_kernel(xw.dtype), xw.size, xw.reshape(-1), np.array(dims, np.int64), am, bad
-    )
-    return am.max(axis=0).reshape(shape), bad.max(axis=0).reshape(shape) > 0
+        amax_runs_kernel(_FLOAT_OF[bits.dtype]), bits.size, bits,
+        np.array([length, run], np.int64), am, bad,
+    )  # fmt: skip
+    return am, bad
+
+
+def _cols(bits: np.ndarray, rows: int, cols: int, length: int, block: int):
+    groups = (rows // length) * -(-length // block)
+    nchunks = _parallel.chunks_for(bits.size)
+    am = np.zeros((nchunks, groups * cols), bits.dtype)
+    bad = np.zeros((nchunks, groups * cols), bits.dtype)
+    _parallel.launch(
+        amax_cols_kernel(_FLOAT_OF[bits.dtype]), bits.size, bits,
+        np.array([rows, cols, length, block], np.int64), am, bad,
+    )  # fmt: skip
+    return am.max(axis=0), bad.max(axis=0)
 
 
 def amax_scale(amax: np.ndarray, fmt: FloatFormat, margin: float, pow2: bool, dtype):
