@@ -94,11 +94,13 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 sub = 0
                 i = c * step
                 hi = min(i + step, total)
+                # row indices (a, b, d) of the chunk's first element; then counted on, since
+                # divisions per row cost as much as the rows of an MX block (32 elements)
+                r, j0 = i // n3, i % n3
+                a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:  # the chunk, one row segment at a time
-                    r, j0 = i // n3, i % n3
                     j1 = min(n3, j0 + hi - i)
-                    a, rest = r // (n1 * n2), r % (n1 * n2)
-                    base = a * sstr[0] + (rest // n2) * sstr[1] + (rest % n2) * sstr[2]
+                    base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     xr = x[i : i + j1 - j0]
                     qr = q[i : i + j1 - j0]
                     sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
@@ -128,6 +130,14 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                         inf_in += ax == inf
                         lost += finite_x & (not aq < inf)
                     i += j1 - j0
+                    j0 = 0
+                    d += 1
+                    if d == n2:
+                        d = 0
+                        b += 1
+                        if b == n1:
+                            b = 0
+                            a += 1
                 row = out[c]
                 row[0] = se
                 row[1] = ss

@@ -78,16 +78,20 @@ def plot_study(
     colors = [f"C{i}" for i in range(10)]
 
     width = 0.8 / max(1, len(scalings))
+    lowest = math.inf
     for j, sc in enumerate(scalings):
         vals = []
         for f in formats:
             parts = [r.metrics for r in rows if r.format == f and r.scaling == sc]
             v = ErrorMetrics.pooled(parts).sqnr_db if parts else math.nan
             vals.append(v if math.isfinite(v) else math.nan)
+        lowest = min([lowest] + [v for v in vals if math.isfinite(v)])
         xs = np.arange(len(formats)) + (j - (len(scalings) - 1) / 2) * width
         bars = ax_sqnr.bar(xs, vals, width, label=sc, color=colors[j % 10])
         ax_sqnr.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
     ax_sqnr.set_xticks(np.arange(len(formats)), formats, rotation=15, fontsize=8)
+    if math.isfinite(lowest) and lowest > 10:  # differences of a few dB stay visible
+        ax_sqnr.set_ylim(bottom=5 * math.floor((lowest - 5) / 5))
     ax_sqnr.set_ylabel("SQNR (dB), all tensors pooled")
     ax_sqnr.set_title("SQNR per format and scaling")
     ax_sqnr.legend(fontsize=8, title="scaling", title_fontsize=8)
@@ -96,8 +100,10 @@ def plot_study(
     grids = {f: np.log2(positive_grid(get_format(f)) / get_format(f).max) for f in formats}
     lo = min([float(rel.min()) if rel.size else -8.0] + [float(g.min()) for g in grids.values()])
     bins = np.linspace(math.floor(lo) - 1, 0.5, 160)
-    ax_hist.hist(rel, bins=bins, color="0.75", label="data (sampled)")
+    counts, _, _ = ax_hist.hist(rel, bins=bins, color="0.75", label="data (sampled)")
     ax_hist.set_yscale("log")
+    # room above the data for one band of grid ticks per format
+    ax_hist.set_ylim(0.5, max(1.0, float(np.max(counts, initial=1.0))) * 10.0 ** (1 + len(formats)))
     ax_hist.set_xlabel("log2(|x| / amax)   (per-tensor amax scaling maps amax to the format max)")
     ax_hist.set_ylabel("count")
     ax_hist.set_title("Values against each format's representable grid")
@@ -113,5 +119,5 @@ def plot_study(
     if zeros:
         ax_hist.text(0.01, 0.02, f"{zeros} zeros not shown", transform=ax_hist.transAxes,
                      fontsize=7)  # fmt: skip
-    ax_hist.legend(fontsize=7, loc="center left")
+    ax_hist.legend(fontsize=7, loc="lower left")
     fig.savefig(os.fspath(path), dpi=100)
