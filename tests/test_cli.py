@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -92,6 +93,30 @@ def test_several_files_prefix_names(tmp_path, capsys):
         f"{tmp_path / 'b.npz'}:x",
     ]
     assert "skipped" in err and "b.npz:ids" in err
+
+
+def test_safetensors_file(tmp_path, capsys):
+    from test_study_sweep import write_safetensors
+
+    rng = np.random.default_rng(1)
+    t = {
+        "layer.weight": rng.standard_normal((32, 64)).astype(ml_dtypes.bfloat16),
+        "layer.bias": rng.standard_normal(32).astype(np.float32),
+        "step": np.array([7], np.int32),
+    }
+    write_safetensors(tmp_path / "m.safetensors", t)
+    code, out, err = run(capsys, "study", str(tmp_path / "m.safetensors"), "--formats",
+                         "float8_e4m3fn", "--scaling", "channel", "block:32")  # fmt: skip
+    assert code == 0
+    rows = table_rows(out)
+    assert [r.split()[:3] for r in rows] == [
+        ["layer.weight", "float8_e4m3fn", "channel"],
+        ["layer.weight", "float8_e4m3fn", "block:32"],
+        ["layer.bias", "float8_e4m3fn", "channel"],
+        ["layer.bias", "float8_e4m3fn", "block:32"],
+    ]
+    assert "1-D tensor: one channel" in rows[2]
+    assert "skipped" in err and "step" in err
 
 
 def test_markdown_and_options(capsys):

@@ -15,7 +15,8 @@ from .sweep import SweepRow
 
 __all__ = ["PlotUnavailable", "plot_study", "positive_grid", "require_matplotlib"]
 
-_SAMPLE = 1 << 18  # values per tensor in the histogram
+_SAMPLE = 1 << 18  # values per tensor in the histogram ...
+_TOTAL = 1 << 21  # ... and in all (a model of many tensors gets fewer per tensor)
 
 
 class PlotUnavailable(ImportError):
@@ -41,9 +42,10 @@ def positive_grid(fmt) -> np.ndarray:
 def _relative_log2(tensors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, int]:
     """log2(|x| / amax) of a strided sample of each tensor's finite nonzero values."""
     parts, zeros = [], 0
+    per_tensor = max(1024, min(_SAMPLE, _TOTAL // max(1, len(tensors))))
     for arr in tensors.values():
         flat = np.asarray(arr).reshape(-1)
-        sample = flat[:: max(1, flat.size // _SAMPLE)].astype(np.float64)
+        sample = flat[:: max(1, flat.size // per_tensor)].astype(np.float64)
         a = np.abs(sample[np.isfinite(sample)])
         zeros += int(np.count_nonzero(a == 0))
         a = a[a > 0]
