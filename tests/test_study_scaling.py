@@ -375,6 +375,9 @@ def test_explicit_scale():
 
 def test_zero_dim_and_empty_inputs():
     assert study.quantize(np.float32(3.3), "float8_e4m3fn").shape == ()
+    assert study.quantize(np.float32(3.3), "float8_e4m3fn", scale=2.0).shape == ()
+    ds = study.DelayedScaling("float8_e4m3fn")
+    assert study.quantize(np.float32(3.3), "float8_e4m3fn", ds).shape == ()
     assert float(study.scale_for(np.float32(3.0), "float8_e4m3fn", "channel")) == np.float32(
         448 / 3
     )

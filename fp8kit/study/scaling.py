@@ -127,8 +127,8 @@ def amax_scale(amax: np.ndarray, fmt: FloatFormat, margin: float, pow2: bool, dt
 
 
 def clamp_scale(s: Any, dtype) -> np.ndarray:
-    """Scales clamped to the normal range of ``dtype`` (up to its largest power of two), so
-    that a scale and its reciprocal exist there; returned in ``dtype``."""
+    """Scales (float64) clamped to the normal range of ``dtype``, up to its largest power of
+    two, so that a scale and its reciprocal exist in ``dtype``."""
     fi = np.finfo(dtype)
     return np.clip(np.asarray(s, np.float64), float(fi.smallest_normal), 2.0 ** (fi.maxexp - 1))
 
@@ -411,13 +411,13 @@ def quantize(
             ok = False
         if not ok:
             raise ValueError(f"quantize: scale of shape {sc.shape} does not broadcast to x's")
-        q = apply_scale(xw, f, sc)
+        q = apply_scale(xw, f, sc).reshape(xw.shape)
     elif isinstance(scaling, DelayedScaling):
         if scaling.fmt != f:
             raise ValueError(
                 f"quantize: the DelayedScaling is for {scaling.fmt.name}, not {f.name}"
             )
-        q = apply_scale(xw, f, np.asarray(scaling.scale(arr), dtype=xw.dtype))
+        q = apply_scale(xw, f, np.asarray(scaling.scale(arr), dtype=xw.dtype)).reshape(xw.shape)
     else:
         kind = _kind(scaling, "quantize")
         ax, block = _axis_block(arr, kind, axis, block_size, "quantize")
