@@ -6,6 +6,7 @@ import).
 """
 
 from . import promotion
+from . import study  # quantization-error studies (compiles nothing at import)
 from ._parallel import get_num_threads, num_threads, set_num_threads
 from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
@@ -38,5 +39,6 @@ __all__ = [
     "registered_formats",
     "round_to",
     "set_num_threads",
+    "study",
     "unpack",
 ]

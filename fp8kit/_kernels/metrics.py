@@ -1,0 +1,273 @@
+"""Kernels of the quantization-error studies: error metrics and grouped amax.
+
+Each is one pass over the data split into contiguous chunks (one per thread); a chunk writes
+its own partial results and Python combines them (sums add, maxima take the max), so no two
+threads touch the same accumulator.  Metrics accumulate in float64.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import from_dtype, njit, prange, types
+
+from .bits import as_bits, as_float
+from .codec import _JIT, Kernel, source_version
+
+#: Columns of the metrics kernel's partial-result rows.
+SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
+NAN_IN, INF_IN, LOST, FLUSHED, SATURATED, SUBNORMAL = 4, 5, 6, 7, 8, 9
+N_METRICS = 10
+_MAX_COLUMNS = (MAX_ABS, MAX_REL)
+
+
+def _arr(dt, ndim=1, readonly=True):
+    return types.Array(from_dtype(np.dtype(dt)), ndim, "C", readonly=readonly)
+
+
+class SumKernel(Kernel):
+    """A :class:`Kernel` compiled with ``fastmath={"reassoc"}`` only: float64 sums may be
+    reassociated (split into vector lanes), which makes the metrics pass about 3x faster.
+    This is not a codec kernel: no value is rounded, and the flags that would change NaN,
+    Inf or signed-zero handling (``nnan``, ``ninf``, ``nsz``) stay off.  Sums then differ
+    from a sequential sum by rounding (relative 1e-16 per term), as they do between thread
+    counts anyway."""
+
+    def build(self, parallel: bool):
+        if parallel not in self._builds:
+            func = self._make(parallel)
+            opts = dict(_JIT, fastmath={"reassoc"})
+            try:
+                built = njit(self._sig, parallel=parallel, **opts)(func)
+            except RuntimeError as exc:  # no writable cache location (read-only install)
+                if "cannot cache" not in str(exc):
+                    raise
+                built = njit(self._sig, parallel=parallel, **{**opts, "cache": False})(func)
+            self._builds[parallel] = built
+        return self._builds[parallel]
+
+
+@functools.cache
+def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
+    """Kernel ``(x, q, scale, shape, sstr, limits, out, nchunks)``.
+
+    x, q: float32 or float64 data and its quantized values, C-contiguous 1-D; scale: float64,
+    the multiplier applied before rounding (FakeConvert's), read through int64[4] merged
+    ``shape`` and scale strides ``sstr`` as in :mod:`fp8kit._kernels.fake`; limits: float64
+    ``[overflow threshold, 1 if a tie at it rounds up, smallest normal]`` of the format (see
+    :func:`overflow_threshold`); out: float64 ``(nchunks, N_METRICS)``.
+
+    Per element, in float64 (exact for float32 data: products and differences of two
+    float32 numbers fit in 53 bits): a NaN or Inf x is only counted; a finite x whose q is
+    not finite is counted as lost; all other elements enter the sums, maxima and counts.
+    The loop has no branches (masks instead), and the maxima of non-negative numbers are
+    taken on their bits as integers, so that it vectorizes.
+    """
+    version = source_version()
+    sig = types.void(
+        _arr(data_dtype), _arr(data_dtype), _arr(np.float64), _arr(np.int64), _arr(np.int64),
+        _arr(np.float64), _arr(np.float64, 2, readonly=False), types.intp,
+    )  # fmt: skip
+    inf = np.float64(np.inf)
+    zero = np.float64(0.0)
+    bits0 = np.uint64(0)
+
+    def make(parallel):
+        def kernel(x, q, scale, shape, sstr, limits, out, nchunks):
+            if version == 0 or parallel is None:  # see codec.source_version
+                return
+            ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
+            n1, n2, n3 = shape[1], shape[2], shape[3]
+            total = shape[0] * n1 * n2 * n3
+            step = (total + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                se = zero
+                ss = zero
+                mabs = bits0
+                mrel = bits0
+                nan_in = 0
+                inf_in = 0
+                lost = 0
+                flushed = 0
+                sat = 0
+                sub = 0
+                i = c * step
+                hi = min(i + step, total)
+                # row indices (a, b, d) of the chunk's first element; then counted on, since
+                # divisions per row cost as much as the rows of an MX block (32 elements)
+                r, j0 = i // n3, i % n3
+                a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
+                while i < hi:  # the chunk, one row segment at a time
+                    j1 = min(n3, j0 + hi - i)
+                    base = a * sstr[0] + b * sstr[1] + d * sstr[2]
+                    xr = x[i : i + j1 - j0]
+                    qr = q[i : i + j1 - j0]
+                    sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
+                    s0 = scale[base]
+                    for jj in range(xr.size):
+                        s = sr[jj] if inner_runs else s0
+                        xv = np.float64(xr[jj])
+                        qv = np.float64(qr[jj])
+                        ax = abs(xv)
+                        aq = abs(qv)
+                        finite_x = ax < inf
+                        ok = finite_x & (aq < inf)
+                        e = qv - xv if ok else zero
+                        xs = xv if ok else zero
+                        se += e * e
+                        ss += xs * xs
+                        ae = abs(e)
+                        mabs = max(mabs, as_bits(ae))
+                        nz = ok & (ax != zero)
+                        rel = ae / ax if nz else zero
+                        mrel = max(mrel, as_bits(rel))
+                        flushed += nz & (qv == zero)
+                        y = ax * s
+                        sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
+                        sub += ok & (qv != zero) & (aq * s < tiny)
+                        nan_in += xv != xv
+                        inf_in += ax == inf
+                        lost += finite_x & (not aq < inf)
+                    i += j1 - j0
+                    j0 = 0
+                    d += 1
+                    if d == n2:
+                        d = 0
+                        b += 1
+                        if b == n1:
+                            b = 0
+                            a += 1
+                row = out[c]
+                row[0] = se
+                row[1] = ss
+                row[2] = as_float(mabs)
+                row[3] = as_float(mrel)
+                row[4] = nan_in
+                row[5] = inf_in
+                row[6] = lost
+                row[7] = flushed
+                row[8] = sat
+                row[9] = sub
+
+        return kernel
+
+    return SumKernel(make, sig)
+
+
+def combine(partials: np.ndarray) -> np.ndarray:
+    """Combine per-chunk rows: maxima for the max columns, sums for the rest."""
+    total = partials.sum(axis=0)
+    for col in _MAX_COLUMNS:
+        total[col] = partials[:, col].max()
+    return total
+
+
+def _amax_constants(data_dtype):
+    """Bit constants for amax on the bits of float32 (uint32) or float64 (uint64) data:
+    the absolute value's bits order like its value, so the largest magnitude is an integer
+    maximum, which LLVM vectorizes (a float maximum it may not reorder)."""
+    if np.dtype(data_dtype) == np.float32:
+        u = np.uint32
+        return np.dtype(u), u(0x7FFFFFFF), u(0x7F800000), u(0), u(1)
+    u = np.uint64
+    return np.dtype(u), u(0x7FFFFFFFFFFFFFFF), u(0x7FF0000000000000), u(0), u(1)
+
+
+@functools.cache
+def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
+    """Kernel ``(bits, dims, amax, bad, nchunks)``: the largest finite ``|x|`` (as bits) of
+    each run and whether the run holds a NaN or an Inf (1 or 0).
+
+    bits: the data's bits, C-contiguous 1-D, seen as rows of ``dims[0]`` elements, each row
+    cut into runs of ``dims[1]`` elements (the last run of a row shorter when the row length
+    is not a multiple); run ``t`` is run ``t % runs_per_row`` of row ``t // runs_per_row``.
+    amax, bad: bits dtype, one entry per run.
+    """
+    bits_dt, mask, inf_bits, zero, one = _amax_constants(data_dtype)
+    version = source_version()
+    sig = types.void(
+        _arr(bits_dt), _arr(np.int64), _arr(bits_dt, readonly=False),
+        _arr(bits_dt, readonly=False), types.intp,
+    )  # fmt: skip
+
+    def make(parallel):
+        def kernel(bits, dims, amax, bad, nchunks):
+            if version == 0 or parallel is None:  # see codec.source_version
+                return
+            length, run = dims[0], dims[1]
+            per_row = (length + run - 1) // run
+            total = amax.size
+            step = (total + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                for t in range(c * step, min((c + 1) * step, total)):
+                    row, b = t // per_row, t % per_row
+                    lo = row * length + b * run
+                    seg = bits[lo : lo + min(run, length - b * run)]
+                    m = zero
+                    f = zero
+                    for j in range(seg.size):
+                        a = seg[j] & mask
+                        finite = a < inf_bits
+                        m = max(m, a if finite else zero)
+                        f = max(f, zero if finite else one)
+                    amax[t] = m
+                    bad[t] = f
+
+        return kernel
+
+    return Kernel(make, sig)
+
+
+@functools.cache
+def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
+    """Kernel ``(bits, dims, amax, bad, nchunks)``: column-wise largest finite ``|x|`` (as
+    bits) over groups of rows, and NaN/Inf flags.
+
+    bits: the data's bits seen as a C-contiguous ``(rows, cols)`` matrix, with
+    ``dims = [rows, cols, length, block]``: row ``r`` belongs to group row
+    ``(r // length) * blocks + (r % length) // block`` with ``blocks = ceil(length /
+    block)``.  amax, bad: bits dtype ``(nchunks, group_rows * cols)``, zeroed; chunk ``c``
+    writes row ``c`` (combine with a maximum over axis 0).  The inner loop runs along a row
+    and vectorizes.
+    """
+    bits_dt, mask, inf_bits, zero, one = _amax_constants(data_dtype)
+    version = source_version()
+    sig = types.void(
+        _arr(bits_dt), _arr(np.int64), _arr(bits_dt, 2, readonly=False),
+        _arr(bits_dt, 2, readonly=False), types.intp,
+    )  # fmt: skip
+
+    def make(parallel):
+        def kernel(bits, dims, amax, bad, nchunks):
+            if version == 0 or parallel is None:  # see codec.source_version
+                return
+            rows, cols, length, block = dims[0], dims[1], dims[2], dims[3]
+            blocks = (length + block - 1) // block
+            step = (rows + nchunks - 1) // nchunks
+            for c in prange(nchunks):
+                am = amax[c]
+                bd = bad[c]
+                for r in range(c * step, min((c + 1) * step, rows)):
+                    g = ((r // length) * blocks + (r % length) // block) * cols
+                    row = bits[r * cols : (r + 1) * cols]
+                    out = am[g : g + cols]
+                    flags = bd[g : g + cols]
+                    for k in range(cols):
+                        a = row[k] & mask
+                        finite = a < inf_bits
+                        out[k] = max(out[k], a if finite else zero)
+                        flags[k] = max(flags[k], zero if finite else one)
+
+        return kernel
+
+    return Kernel(make, sig)
+
+
+def overflow_threshold(fmt) -> tuple[float, bool]:
+    """``(threshold, tie_up)``: the magnitude from which rounding to nearest-even with an
+    unbounded exponent goes above the format's max (max plus half its last step), and
+    whether a value exactly there rounds up (when max's mantissa is odd).  Saturation only
+    changes values beyond it; those between max and it round to max anyway."""
+    step = 2.0 ** (fmt.maxexp - 1 - fmt.mantissa_bits)
+    return fmt.max + step / 2, bool(fmt.max_code & 1)

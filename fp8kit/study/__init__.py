@@ -1,0 +1,25 @@
+"""Quantization-error studies: how much accuracy a low-precision format costs on your data.
+
+Metrics (:func:`error_metrics`), scaling recipes (:func:`scale_for`, :func:`mx_scales`,
+:class:`DelayedScaling`), scaled quantization through FakeConvert's fused kernel
+(:func:`quantize`) and sweeps over formats and recipes (:func:`sweep`), which the
+``fp8kit study`` command prints.
+"""
+
+from .metrics import ErrorMetrics, error_metrics
+from .scaling import DelayedScaling, mx_scales, quantize, scale_for
+from .sweep import Scaling, SweepRow, demo_tensors, parse_scaling, sweep
+
+__all__ = [
+    "DelayedScaling",
+    "ErrorMetrics",
+    "Scaling",
+    "SweepRow",
+    "demo_tensors",
+    "error_metrics",
+    "mx_scales",
+    "parse_scaling",
+    "quantize",
+    "scale_for",
+    "sweep",
+]

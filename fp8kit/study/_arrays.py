@@ -1,0 +1,67 @@
+"""Input checks and array layouts shared by the study modules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..fake_convert import _element_strides, _merge
+
+#: Data dtypes the studies accept; 16-bit data is worked on in float32 (an exact widening).
+DATA_DTYPES = (
+    np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+)
+_NAMES = "float16, bfloat16, float32 or float64"
+
+
+def float_data(x: Any, func: str, argname: str = "x") -> np.ndarray:
+    """x as a native-order float array of a supported dtype, or a TypeError naming it."""
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{func}: {argname} must be an array of floats") from exc
+    dt = arr.dtype
+    if not dt.isnative:
+        arr = arr.astype(dt.newbyteorder("="))
+        dt = arr.dtype
+    if dt not in DATA_DTYPES:
+        raise TypeError(f"{func}: {argname} must have dtype {_NAMES}; got {dt}")
+    return arr
+
+
+def work_dtype(dtype: np.dtype) -> np.dtype:
+    """float64 for float64 data, float32 for everything narrower."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float64 else np.dtype(np.float32)
+
+
+def working(arr: np.ndarray) -> np.ndarray:
+    """C-contiguous array in the working dtype (no copy when it already is; 0-d stays 0-d,
+    which ``np.ascontiguousarray`` would make 1-d)."""
+    a = np.asarray(arr, dtype=work_dtype(arr.dtype))
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def scale_layout(shape: tuple[int, ...], scale: np.ndarray):
+    """``(shape4, sstr4, scale_flat)`` for a kernel reading a scale broadcast to ``shape``
+    through strides (see :mod:`fp8kit._kernels.fake`).  Expands the scale when the layout
+    needs more than 4 merged dimensions."""
+    sc = np.ascontiguousarray(scale)
+    merged = _merge(shape, _element_strides(sc, shape))
+    if merged is None:
+        sc = np.ascontiguousarray(np.broadcast_to(sc, shape))
+        merged = _merge(shape, _element_strides(sc, shape))
+    return merged[0], merged[1], sc.reshape(-1)
+
+
+def check_axis(axis: Any, ndim: int, func: str, argname: str = "axis") -> int:
+    """A normalised axis, or a ValueError naming the argument."""
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{func}: {argname} must be an int; got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{func}: {argname}={axis} is out of range for an array of {ndim} dims")
+    return int(axis) % ndim

@@ -1,0 +1,239 @@
+"""Quantization-error metrics: one compiled float64 pass over data and its quantized values."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import _parallel
+from .._kernels import metrics as km
+from ..formats import FloatFormat, get_format
+from ._arrays import float_data, scale_layout
+
+__all__ = ["ErrorMetrics", "error_metrics"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorMetrics:
+    """Error figures of quantized values ``q`` against the data ``x``.
+
+    NaN and Inf inputs are counted and left out of every other figure; so are finite inputs
+    whose quantized value is NaN or Inf (``lost``, e.g. an MX block whose scale is NaN).
+    Fractions are of the ``compared`` elements; ``saturated`` and ``subnormal`` are None
+    when no format was given.
+
+    Attributes
+    ----------
+    count : int
+        Elements.
+    compared : int
+        Elements in the error figures: finite inputs with finite quantized values.
+    nan_inputs, inf_inputs : int
+        NaN and +-Inf inputs (not compared).
+    lost : int
+        Finite inputs whose quantized value is NaN or Inf (not compared).
+    sqnr_db : float
+        ``10 log10(sum x**2 / sum (q - x)**2)``; +Inf when there is no error (an all-zero
+        input included), -Inf for a zero signal with an error, NaN when nothing is compared.
+    rmse : float
+        ``sqrt(mean((q - x)**2))``.
+    max_abs_error : float
+        ``max |q - x|``.
+    max_rel_error : float
+        ``max |q - x| / |x|`` over ``x != 0`` (0 when every x is 0).
+    saturated : float or None
+        Fraction with ``|x * scale| > max`` (the format's largest finite value).
+    flushed_to_zero : float
+        Fraction with ``x != 0`` and ``q == 0``.
+    subnormal : float or None
+        Fraction with ``q != 0`` and ``|q * scale| <`` the format's smallest normal.
+    sum_sq_error, sum_sq_signal : float
+        ``sum (q - x)**2`` and ``sum x**2``.
+    n_saturated, n_flushed, n_subnormal : int
+        The counts behind the fractions (``n_saturated``/``n_subnormal`` are 0 without a
+        format).
+    """
+
+    count: int
+    compared: int
+    nan_inputs: int
+    inf_inputs: int
+    lost: int
+    sqnr_db: float
+    rmse: float
+    max_abs_error: float
+    max_rel_error: float
+    saturated: float | None
+    flushed_to_zero: float
+    subnormal: float | None
+    sum_sq_error: float
+    sum_sq_signal: float
+    n_saturated: int
+    n_flushed: int
+    n_subnormal: int
+
+    @classmethod
+    def from_totals(
+        cls,
+        count: int,
+        totals: np.ndarray,
+        has_format: bool = True,
+    ) -> ErrorMetrics:
+        """Figures from combined kernel partials (:data:`fp8kit._kernels.metrics` columns)."""
+        t = [float(v) for v in totals]
+        nan_in, inf_in, lost = int(t[km.NAN_IN]), int(t[km.INF_IN]), int(t[km.LOST])
+        compared = count - nan_in - inf_in - lost
+        se, ss = t[km.SUM_SQ_ERR], t[km.SUM_SQ_SIG]
+        n_sat, n_flush, n_sub = int(t[km.SATURATED]), int(t[km.FLUSHED]), int(t[km.SUBNORMAL])
+        if compared == 0:
+            nan = math.nan
+            return cls(count, 0, nan_in, inf_in, lost, nan, nan, nan, nan,
+                       nan if has_format else None, nan, nan if has_format else None,
+                       0.0, 0.0, 0, 0, 0)  # fmt: skip
+        return cls(
+            count=count,
+            compared=compared,
+            nan_inputs=nan_in,
+            inf_inputs=inf_in,
+            lost=lost,
+            sqnr_db=_sqnr(ss, se),
+            rmse=math.sqrt(se / compared),
+            max_abs_error=t[km.MAX_ABS],
+            max_rel_error=t[km.MAX_REL],
+            saturated=n_sat / compared if has_format else None,
+            flushed_to_zero=n_flush / compared,
+            subnormal=n_sub / compared if has_format else None,
+            sum_sq_error=se,
+            sum_sq_signal=ss,
+            n_saturated=n_sat,
+            n_flushed=n_flush,
+            n_subnormal=n_sub,
+        )
+
+    @classmethod
+    def pooled(cls, parts: list[ErrorMetrics]) -> ErrorMetrics:
+        """The figures of several arrays taken together (sums add, maxima take the max).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> a = study.error_metrics(np.array([1.0, 2.0]), np.array([1.0, 2.5]))
+        >>> b = study.error_metrics(np.array([4.0]), np.array([4.0]))
+        >>> study.ErrorMetrics.pooled([a, b]).rmse == (0.25 / 3) ** 0.5
+        True
+        """
+        if not parts:
+            raise ValueError("pooled: need at least one ErrorMetrics")
+        totals = np.zeros(km.N_METRICS)
+        for p in parts:
+            totals[km.SUM_SQ_ERR] += p.sum_sq_error
+            totals[km.SUM_SQ_SIG] += p.sum_sq_signal
+            if p.compared:
+                totals[km.MAX_ABS] = max(totals[km.MAX_ABS], p.max_abs_error)
+                totals[km.MAX_REL] = max(totals[km.MAX_REL], p.max_rel_error)
+            totals[km.NAN_IN] += p.nan_inputs
+            totals[km.INF_IN] += p.inf_inputs
+            totals[km.LOST] += p.lost
+            totals[km.FLUSHED] += p.n_flushed
+            totals[km.SATURATED] += p.n_saturated
+            totals[km.SUBNORMAL] += p.n_subnormal
+        has_format = all(p.saturated is not None for p in parts)
+        return cls.from_totals(sum(p.count for p in parts), totals, has_format)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict."""
+        return dataclasses.asdict(self)
+
+
+def _sqnr(signal: float, error: float) -> float:
+    if error == 0.0:
+        return math.inf
+    if signal == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(signal / error)
+
+
+def metrics_of(
+    x: np.ndarray, q: np.ndarray, scale: np.ndarray, fmt: FloatFormat | None
+) -> ErrorMetrics:
+    """Metrics of C-contiguous working arrays (both float32 or both float64) of one shape,
+    with a float64 ``scale`` that broadcasts to it; no validation."""
+    shape4, sstr4, sc = scale_layout(x.shape, scale)
+    inner = bool(sstr4[3] == 1)
+    kernel = km.metrics_kernel(x.dtype, inner)
+    if fmt is None:
+        limits = np.array([np.inf, 0.0, 0.0])
+    else:
+        ovf, tie_up = km.overflow_threshold(fmt)
+        limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    nchunks = _parallel.chunks_for(x.size)
+    partials = np.zeros((nchunks, km.N_METRICS))
+    # launch() may fall back to one chunk; unused rows stay zero, which combine() ignores
+    _parallel.launch(
+        kernel, x.size, x.reshape(-1), q.reshape(-1), sc, shape4, sstr4, limits, partials
+    )
+    return ErrorMetrics.from_totals(x.size, km.combine(partials), fmt is not None)
+
+
+def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:
+    """Error of quantized values ``q`` against data ``x``, in float64, in one compiled pass.
+
+    Parameters
+    ----------
+    x : array_like
+        The data: float16, bfloat16, float32 or float64.
+    q : array_like
+        Its quantized (dequantized) values, same shape, any of those dtypes.
+    fmt : str or FloatFormat, optional
+        The format ``x * scale`` was rounded to; needed for the saturated and subnormal
+        fractions (None without it).
+    scale : array_like, optional
+        The multiplier applied before rounding (FakeConvert's ``scale``, as from
+        :func:`scale_for`); broadcasts to x's shape; default 1.
+
+    Returns
+    -------
+    ErrorMetrics
+
+    Raises
+    ------
+    TypeError
+        Non-float ``x`` or ``q``.
+    ValueError
+        Shapes that differ, an unknown format, or a scale that does not broadcast.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> x = np.array([1.0, 3.3, -1000.0, 1e-4, np.nan])
+    >>> q = np.array([1.0, 3.25, -448.0, 0.0, np.nan])
+    >>> m = study.error_metrics(x, q, fmt="float8_e4m3fn")
+    >>> m.compared, m.nan_inputs, m.max_abs_error, m.flushed_to_zero, m.saturated
+    (4, 1, 552.0, 0.25, 0.25)
+    """
+    xa = float_data(x, "error_metrics", "x")
+    qa = float_data(q, "error_metrics", "q")
+    if xa.shape != qa.shape:
+        raise ValueError(f"error_metrics: x has shape {xa.shape} but q has {qa.shape}")
+    wide = np.float64 in (xa.dtype, qa.dtype)
+    dt = np.dtype(np.float64 if wide else np.float32)
+    xw = np.ascontiguousarray(xa, dtype=dt)
+    qw = np.ascontiguousarray(qa, dtype=dt)
+    f = None if fmt is None else get_format(fmt, argname="fmt")
+    sc = np.asarray(1.0 if scale is None else scale)
+    if sc.dtype.kind != "f" and sc.dtype.kind not in "iu":
+        raise TypeError(f"error_metrics: scale must be a number or float array; got {sc.dtype}")
+    try:
+        ok = np.broadcast_shapes(sc.shape, xw.shape) == xw.shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {xw.shape}"
+        )
+    return metrics_of(xw, qw, sc.astype(np.float64), f)

@@ -1,0 +1,529 @@
+"""Scaling recipes (per tensor, per channel, MX blocks, delayed) and scaled quantization.
+
+A scale here is FakeConvert's: the data is multiplied by it, rounded to the format and
+divided by it again, ``q = round(x * scale) / scale``.  An MX block scale ``X`` (the value
+the elements are multiplied by when decoding) is therefore ``1 / scale``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+from .. import _parallel
+from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
+from ..codec import round_to
+from ..fake_convert import fake_convert
+from ..formats import FloatFormat, get_format
+from ._arrays import check_axis, float_data, work_dtype, working
+
+__all__ = ["DelayedScaling", "group_amax", "mx_scales", "quantize", "scale_for"]
+
+SCALINGS = ("none", "tensor", "channel", "block")
+ALGOS = ("max", "most_recent")
+DEFAULT_AXIS = {"channel": 0, "block": -1}
+
+_FLOAT_OF = {np.dtype(np.uint32): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.float64)}
+
+# Exponent range of an E8M0 scale: codes 0..254 are 2**-127 .. 2**127, code 255 is NaN.
+E8M0_EMIN, E8M0_EMAX, E8M0_BIAS, E8M0_NAN = -127, 127, 127, 255
+
+
+def _kind(scaling: Any, func: str) -> str:
+    if not isinstance(scaling, str) or scaling not in SCALINGS:
+        raise ValueError(
+            f"{func}: unknown scaling {scaling!r}; valid: {', '.join(SCALINGS)} "
+            "(delayed scaling: DelayedScaling)"
+        )
+    return scaling
+
+
+def _block_size(block_size: Any, func: str) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)):
+        raise TypeError(f"{func}: block_size must be a positive int; got {block_size!r}")
+    if block_size < 1:
+        raise ValueError(f"{func}: block_size must be a positive int; got {block_size}")
+    return int(block_size)
+
+
+def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+
+
+def compact_shape(shape: tuple[int, ...], kind: str, axis: int, block: int) -> tuple[int, ...]:
+    """Shape of the scales of one recipe: () per tensor, keepdims per channel, the axis
+    shortened to its number of blocks per block."""
+    if kind in ("none", "tensor"):
+        return ()
+    if kind == "channel":
+        return tuple(n if d == axis else 1 for d, n in enumerate(shape))
+    return shape[:axis] + (-(-shape[axis] // block),) + shape[axis + 1 :]
+
+
+def group_amax(xw: np.ndarray, kind: str, axis: int = 0, block: int = 1):
+    """``(amax, nonfinite)``: the largest finite ``|x|`` of each group of a working array
+    (float32/float64, C-contiguous) and whether the group holds a NaN or an Inf, both of
+    :func:`compact_shape` (float64 and bool).  One compiled pass over the data's bits."""
+    shape = compact_shape(xw.shape, kind, axis, block)
+    if xw.size == 0:
+        return np.zeros(shape), np.zeros(shape, bool)
+    bits = xw.reshape(-1).view(np.uint32 if xw.dtype == np.float32 else np.uint64)
+    n = bits.size
+    if xw.ndim == 0 or kind in ("none", "tensor"):
+        # runs of at least 4K elements, several per thread; their maxima are combined here
+        am, bad = _runs(bits, n, max(4096, -(-n // 256)))
+        am, bad = am.max(keepdims=True), bad.max(keepdims=True)
+    else:
+        pre, length, post = _split(xw.shape, axis)
+        if kind == "channel" and post == 1:  # channels along the contiguous axis
+            am, bad = _cols(bits, pre, length, pre, pre)
+        elif kind == "channel":  # one run of `post` elements per (i, l); reduce over i
+            am, bad = _runs(bits, post, post)
+            am, bad = am.reshape(pre, length).max(axis=0), bad.reshape(pre, length).max(axis=0)
+        elif post == 1:  # blocks along the contiguous axis: runs of `block`
+            am, bad = _runs(bits, length, block)
+        else:  # blocks along another axis: column maxima over each block of rows
+            am, bad = _cols(bits, pre * length, post, length, block)
+    return am.view(xw.dtype).astype(np.float64).reshape(shape), bad.reshape(shape) > 0
+
+
+def _runs(bits: np.ndarray, length: int, run: int):
+    nruns = (bits.size // length) * -(-length // run)
+    am = np.empty(nruns, bits.dtype)
+    bad = np.empty(nruns, bits.dtype)
+    _parallel.launch(
+        amax_runs_kernel(_FLOAT_OF[bits.dtype]), bits.size, bits,
+        np.array([length, run], np.int64), am, bad,
+    )  # fmt: skip
+    return am, bad
+
+
+def _cols(bits: np.ndarray, rows: int, cols: int, length: int, block: int):
+    groups = (rows // length) * -(-length // block)
+    nchunks = _parallel.chunks_for(bits.size)
+    am = np.zeros((nchunks, groups * cols), bits.dtype)
+    bad = np.zeros((nchunks, groups * cols), bits.dtype)
+    _parallel.launch(
+        amax_cols_kernel(_FLOAT_OF[bits.dtype]), bits.size, bits,
+        np.array([rows, cols, length, block], np.int64), am, bad,
+    )  # fmt: skip
+    return am.max(axis=0), bad.max(axis=0)
+
+
+def amax_scale(amax: np.ndarray, fmt: FloatFormat, margin: float, pow2: bool, dtype):
+    """``max / amax / 2**margin`` (optionally rounded down to a power of two), 1 where amax
+    is 0, clamped to the normal range of ``dtype`` and returned in it."""
+    amax = np.asarray(amax, np.float64)
+    with np.errstate(divide="ignore", over="ignore"):
+        s = np.where(amax > 0, fmt.max / np.where(amax > 0, amax, 1.0), 1.0) / 2.0**margin
+    s = clamp_scale(s, dtype)
+    if pow2:
+        # floor(log2(s)) exactly: frexp gives s = m * 2**e with 0.5 <= m < 1
+        s = np.ldexp(1.0, np.frexp(s)[1] - 1)
+    return s.astype(dtype)
+
+
+def clamp_scale(s: Any, dtype) -> np.ndarray:
+    """Scales (float64) clamped to the normal range of ``dtype``, up to its largest power of
+    two, so that a scale and its reciprocal exist in ``dtype``."""
+    fi = np.finfo(dtype)
+    return np.clip(np.asarray(s, np.float64), float(fi.smallest_normal), 2.0 ** (fi.maxexp - 1))
+
+
+def mx_exponents(amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat) -> np.ndarray:
+    """E8M0 codes of MX block scales from block amaxes (float64) and NaN/Inf flags.
+
+    OCP Microscaling Formats v1.0, section 6.3 (conversion of a block of k scalars to MX),
+    in our words: the shared exponent is floor(log2(amax of the block)) minus the exponent
+    of the element format's largest normal value (``emax_elem``: 8 for E4M3, 15 for E5M2);
+    the block scale is X = 2**shared_exp, stored as E8M0; the elements are V_i / X rounded
+    to the element format, normal values clamped to its largest normal.
+    The spec leaves the edge cases to the implementation; ours (those of the reference
+    emulation library the spec's authors published): a shared exponent above E8M0's largest
+    (127) gives the NaN scale 0xFF, below its smallest (-127) is clamped to -127; a block
+    holding a NaN or an Inf gets the NaN scale (log2 of Inf overflows); an all-zero block
+    gets 2**-127 (log2(0) = -Inf, clamped; its elements are 0 whatever X is).
+    """
+    emax_elem = fmt.maxexp - 1
+    amax = np.asarray(amax, np.float64)
+    floor_log2 = np.frexp(amax)[1] - 1  # exact: amax = m * 2**e with 0.5 <= m < 1
+    shared = np.maximum(np.where(amax > 0, floor_log2 - emax_elem, E8M0_EMIN), E8M0_EMIN)
+    codes = (np.minimum(shared, E8M0_EMAX) + E8M0_BIAS).astype(np.uint8)
+    codes[(shared > E8M0_EMAX) | np.asarray(bad)] = E8M0_NAN
+    return codes
+
+
+def mx_scale_from_codes(codes: np.ndarray, dtype) -> np.ndarray:
+    """FakeConvert scales ``1 / X = 2**-(code - 127)`` (NaN for code 0xFF) in ``dtype``."""
+    e = codes.astype(np.int64) - E8M0_BIAS
+    s = np.ldexp(1.0, -e)
+    s[codes == E8M0_NAN] = np.nan
+    return s.astype(dtype)
+
+
+def compact_scale(
+    xw: np.ndarray, fmt: FloatFormat, kind: str, axis: int, block: int, margin: float, pow2: bool
+):
+    """``(scale, amax, nonfinite)`` of a working array for one recipe (see :func:`scale_for`).
+    For MX blocks ``scale`` comes from :func:`mx_exponents`."""
+    if kind == "none":
+        return np.ones((), xw.dtype), None, None
+    amax, bad = group_amax(xw, kind, axis, block)
+    if kind == "block":
+        return mx_scale_from_codes(mx_exponents(amax, bad, fmt), xw.dtype), amax, bad
+    return amax_scale(amax, fmt, margin, pow2, xw.dtype), amax, bad
+
+
+def broadcast_view(xw: np.ndarray, scale: np.ndarray, kind: str, axis: int, block: int):
+    """``(x_view, scale_view)``: views in which ``scale_view`` broadcasts to ``x_view``.
+
+    Block scales along an axis whose length is a multiple of the block size become a view
+    ``(pre, blocks, block, post)`` of the data with scales ``(pre, blocks, 1, post)``, which
+    FakeConvert's kernel reads through strides; with a shorter last block the scales are
+    repeated along the axis instead (an array the size of the data when the axis is last).
+    """
+    if kind != "block" or xw.ndim == 0:
+        return xw, scale
+    pre, length, post = _split(xw.shape, axis)
+    nb = -(-length // block)
+    if length % block == 0:
+        return xw.reshape(pre, nb, block, post), scale.reshape(pre, nb, 1, post)
+    expanded = np.repeat(scale.reshape(pre, nb, post), block, axis=1)[:, :length]
+    return xw.reshape(pre, length, post), expanded
+
+
+def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None) -> np.ndarray:
+    """``round(x * scale) / scale`` of a working array with a scale that broadcasts to it.
+
+    float32 data and 8-bit formats: FakeConvert's fused kernel.  Otherwise (float64 data,
+    formats of other widths) the same steps in numpy and :func:`fp8kit.round_to`, in the
+    data's dtype: multiply, clamp to +-max (FakeConvert saturates Inf too; NaN stays),
+    round once, divide.
+    """
+    if xw.dtype == np.float32 and fmt.bits == 8:
+        return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out)
+    return scaled_round_numpy(xw, fmt, scale, out)
+
+
+def scaled_round_numpy(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None):
+    """FakeConvert's steps in numpy and :func:`fp8kit.round_to`, in the dtype of ``xw``."""
+    sc = scale.astype(xw.dtype)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        y = np.multiply(xw, sc, out=out)
+        np.clip(y, -fmt.max, fmt.max, out=y)
+        round_to(y, fmt, saturate=True, out=y)
+        return np.divide(y, sc, out=y)
+
+
+def scale_for(
+    x: Any,
+    fmt: Any,
+    scaling: str = "tensor",
+    *,
+    axis: int | None = None,
+    block_size: int = 32,
+    margin: float = 0.0,
+    pow2: bool = False,
+) -> np.ndarray:
+    """The scale a recipe gives for ``x``: ``q = round(x * scale) / scale``.
+
+    ``"tensor"`` and ``"channel"``: ``scale = max / amax / 2**margin`` with ``amax`` the
+    largest finite ``|x|`` of the tensor or of each channel (NaN and Inf are ignored) and
+    ``max`` the format's largest finite value; rounded down to a power of two with
+    ``pow2``; 1 where ``amax`` is 0; clamped to the working dtype's normal range.
+    ``"block"``: MX (OCP Microscaling v1.0) blocks of ``block_size`` consecutive elements
+    along ``axis``, each with the power-of-two scale ``1 / X`` of its E8M0 shared scale X
+    (see :func:`mx_scales`; ``margin`` and ``pow2`` do not apply).  ``"none"``: 1.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16, float32 or float64 data.
+    fmt : str or FloatFormat
+        The format the data will be rounded to.
+    scaling : {"tensor", "channel", "block", "none"}
+        The recipe.  Delayed scaling keeps state: see :class:`DelayedScaling`.
+    axis : int, optional
+        ``"channel"``: the channel axis (one scale per index along it), default 0;
+        ``"block"``: the axis the blocks run along, default -1.
+    block_size : int, default 32
+        Elements per MX block; a last block shorter than this holds the remainder.
+    margin : float, default 0
+        Divide the scale by ``2**margin`` (headroom, as Transformer Engine's ``margin``).
+    pow2 : bool, default False
+        Round the scale down to a power of two (scaling is then exact).
+
+    Returns
+    -------
+    ndarray
+        float32 (float64 for float64 data): 0-d per tensor; ``x``'s shape with size 1
+        except along ``axis`` per channel; ``axis`` shortened to the number of blocks per
+        block.
+
+    Raises
+    ------
+    TypeError
+        Non-float data, a non-int axis or block size.
+    ValueError
+        Unknown scaling or format, an axis out of range.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> w = np.array([[1.0, -2.0], [0.5, 0.25]], np.float32)
+    >>> float(study.scale_for(w, "float8_e4m3fn"))
+    224.0
+    >>> study.scale_for(w, "float8_e4m3fn", "channel", axis=0).ravel().tolist()
+    [224.0, 896.0]
+    >>> float(study.scale_for(w, "float8_e4m3fn", margin=1, pow2=True))
+    64.0
+    """
+    arr = float_data(x, "scale_for")
+    f = get_format(fmt, argname="fmt")
+    kind = _kind(scaling, "scale_for")
+    ax, block = _axis_block(arr, kind, axis, block_size, "scale_for")
+    xw = working(arr).reshape(arr.shape or (1,))
+    s = compact_scale(xw, f, kind, ax, block, float(margin), bool(pow2))[0]
+    return s.reshape(()) if arr.ndim == 0 else s
+
+
+def _axis_block(arr, kind, axis, block_size, func):
+    block = _block_size(block_size, func)
+    if kind not in DEFAULT_AXIS or arr.ndim == 0:
+        return 0, block
+    ax = DEFAULT_AXIS[kind] if axis is None else axis
+    return check_axis(ax, arr.ndim, func), block
+
+
+def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.ndarray:
+    """MX block scales X (E8M0) of ``x`` for an element format, per OCP Microscaling v1.0.
+
+    Blocks are ``block_size`` consecutive elements along ``axis`` (the last block holds the
+    remainder when the axis length is not a multiple).  For a block with largest magnitude
+    ``amax``: ``X = 2**(floor(log2(amax)) - emax_elem)``, ``emax_elem`` being the exponent
+    of the element format's largest normal value (8 for float8_e4m3fn, 15 for float8_e5m2),
+    clamped below to 2**-127.  NaN (code 0xFF) when the block holds a NaN or an Inf or the
+    exponent exceeds 127.  The element values are then ``round(V / X)`` with saturation:
+    ``quantize(x, fmt, "block")``.
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16, float32 or float64 data.
+    fmt : str or FloatFormat
+        The element format.
+    block_size : int, default 32
+        Elements per block (the MX formats of the spec use 32).
+    axis : int, default -1
+        The axis the blocks run along.
+
+    Returns
+    -------
+    ndarray of ml_dtypes.float8_e8m0fnu
+        x's shape with ``axis`` shortened to the number of blocks;
+        ``.view(np.uint8)`` gives the E8M0 codes (biased exponents).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> v = np.array([0.0, 1.0, 300.0, -3.0, 0.0, 0.0, 0.0, 0.0], np.float32)
+    >>> X = study.mx_scales(v, "float8_e4m3fn", block_size=4)
+    >>> X.astype(np.float64).tolist(), X.view(np.uint8).tolist()
+    ([1.0, 5.877471754111438e-39], [127, 0])
+    """
+    import ml_dtypes
+
+    arr = float_data(x, "mx_scales")
+    f = get_format(fmt, argname="fmt")
+    ax, block = _axis_block(arr, "block", axis, block_size, "mx_scales")
+    amax, bad = group_amax(working(arr).reshape(arr.shape or (1,)), "block", ax, block)
+    codes = mx_exponents(amax, bad, f).reshape(amax.shape if arr.ndim else ())
+    return codes.view(ml_dtypes.float8_e8m0fnu)
+
+
+def quantize(
+    x: Any,
+    fmt: Any,
+    scaling: Any = "tensor",
+    *,
+    scale: Any = None,
+    axis: int | None = None,
+    block_size: int = 32,
+    margin: float = 0.0,
+    pow2: bool = False,
+) -> np.ndarray:
+    """Quantize and dequantize ``x`` through a format with a scaling recipe, in one fused
+    pass: ``round(x * scale) / scale`` (FakeConvert's formula and kernel).
+
+    Rounding is to nearest even, saturating to +-max (Inf too); NaN stays NaN.  float16 and
+    bfloat16 data are computed in float32 and rounded once to their dtype, as FakeConvert
+    does.  float64 data, and formats that are not 8 bits wide, take the same steps in
+    numpy and :func:`fp8kit.round_to`, in the data's dtype (float64 is rounded once).
+
+    Parameters
+    ----------
+    x : array_like
+        float16, bfloat16, float32 or float64 data.
+    fmt : str or FloatFormat
+        Any fp8kit format.
+    scaling : {"tensor", "channel", "block", "none"} or DelayedScaling
+        The recipe, as in :func:`scale_for`; a :class:`DelayedScaling` (for ``fmt``) uses
+        and updates its history.
+    scale : array_like, optional
+        An explicit scale broadcasting to x (``scaling`` is then ignored).
+    axis, block_size, margin, pow2
+        As in :func:`scale_for`.
+
+    Returns
+    -------
+    ndarray
+        x's dtype and shape.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`scale_for`; a scale that does not broadcast; a DelayedScaling for another
+        format.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> x = np.array([0.1, 0.2, 1000.0, -7.0], np.float32)
+    >>> study.quantize(x, "float8_e4m3fn", "none").tolist()
+    [0.1015625, 0.203125, 448.0, -7.0]
+    >>> study.quantize(x, "float8_e4m3fn", "block", block_size=2).tolist()  # X = 2**-11, 2
+    [0.1015625, 0.203125, 896.0, -7.0]
+    """
+    arr = float_data(x, "quantize")
+    f = get_format(fmt, argname="fmt")
+    xw = working(arr)
+    if scale is not None:
+        sc = np.asarray(scale, dtype=xw.dtype)
+        try:
+            ok = np.broadcast_shapes(sc.shape, xw.shape) == xw.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"quantize: scale of shape {sc.shape} does not broadcast to x's")
+        q = apply_scale(xw, f, sc).reshape(xw.shape)
+    elif isinstance(scaling, DelayedScaling):
+        if scaling.fmt != f:
+            raise ValueError(
+                f"quantize: the DelayedScaling is for {scaling.fmt.name}, not {f.name}"
+            )
+        q = apply_scale(xw, f, np.asarray(scaling.scale(arr), dtype=xw.dtype)).reshape(xw.shape)
+    else:
+        kind = _kind(scaling, "quantize")
+        ax, block = _axis_block(arr, kind, axis, block_size, "quantize")
+        x1 = xw.reshape(xw.shape or (1,))
+        sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
+        xv, sv = broadcast_view(x1, sc, kind, ax, block)
+        q = apply_scale(xv, f, sv).reshape(xw.shape)
+    return q if q.dtype == arr.dtype else q.astype(arr.dtype)
+
+
+class DelayedScaling:
+    """Delayed scaling from an amax history, as NVIDIA Transformer Engine does on GPUs.
+
+    Each call of :meth:`scale` returns the scale to use for this step's tensor, computed
+    from the amaxes of *earlier* steps, and then records this step's amax (its largest
+    finite ``|x|``).  After recording, the next scale is ``max / A / 2**margin`` with
+    ``A`` the largest amax of the last ``history_len`` steps (``algo="max"``) or the one
+    just recorded (``"most_recent"``); when ``A`` is 0 the previous scale is kept.  The
+    first step uses ``initial_scale`` (1, as Transformer Engine initialises its scales), or
+    with ``initial_scale=None`` the first tensor's own amax.
+
+    Parameters
+    ----------
+    fmt : str or FloatFormat
+        The format the tensors are rounded to.
+    history_len : int, default 16
+        Steps in the amax history window.
+    algo : {"max", "most_recent"}, default "max"
+    margin : float, default 0
+    pow2 : bool, default False
+        Round each scale down to a power of two.
+    initial_scale : float or None, default 1.0
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> ds = study.DelayedScaling("float8_e4m3fn", history_len=2)
+    >>> [float(ds.scale(np.array([a], np.float32))) for a in (2.0, 4.0, 1.0, 1.0)]
+    [1.0, 224.0, 112.0, 112.0]
+    >>> ds.history
+    (1.0, 1.0)
+    """
+
+    def __init__(
+        self,
+        fmt: Any,
+        history_len: int = 16,
+        algo: str = "max",
+        *,
+        margin: float = 0.0,
+        pow2: bool = False,
+        initial_scale: float | None = 1.0,
+    ) -> None:
+        self.fmt = get_format(fmt, argname="fmt")
+        if isinstance(history_len, bool) or not isinstance(history_len, (int, np.integer)):
+            raise TypeError(f"DelayedScaling: history_len must be an int; got {history_len!r}")
+        if history_len < 1:
+            raise ValueError(f"DelayedScaling: history_len must be >= 1; got {history_len}")
+        if algo not in ALGOS:
+            raise ValueError(f"DelayedScaling: unknown algo {algo!r}; valid: {', '.join(ALGOS)}")
+        if initial_scale is not None and not (
+            math.isfinite(float(initial_scale)) and float(initial_scale) > 0
+        ):
+            raise ValueError(
+                f"DelayedScaling: initial_scale must be a positive number or None; "
+                f"got {initial_scale!r}"
+            )
+        self.history_len = int(history_len)
+        self.algo = algo
+        self.margin = float(margin)
+        self.pow2 = bool(pow2)
+        self.initial_scale = None if initial_scale is None else float(initial_scale)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the history: the next step is a first step again."""
+        self._history: deque[float] = deque(maxlen=self.history_len)
+        self._scale: float | None = self.initial_scale
+
+    @property
+    def history(self) -> tuple[float, ...]:
+        """Recorded amaxes, most recent first."""
+        return tuple(reversed(self._history))
+
+    def step(self, amax: float) -> float:
+        """Record one step's amax and return the scale (float64) that step uses."""
+        amax = float(amax)
+        if self._scale is None:  # initial_scale=None: the first step scales by its own amax
+            self._scale = float(amax_scale(amax, self.fmt, self.margin, self.pow2, np.float64))
+        used = self._scale
+        self._history.append(amax)
+        a = max(self._history) if self.algo == "max" else amax
+        if a > 0:
+            self._scale = float(amax_scale(a, self.fmt, self.margin, self.pow2, np.float64))
+        return used
+
+    def scale(self, x: Any) -> np.floating:
+        """The scale for this step's tensor ``x`` (float32, float64 for float64 data);
+        records x's amax."""
+        arr = float_data(x, "DelayedScaling.scale")
+        xw = working(arr)
+        amax = group_amax(xw, "tensor")[0]
+        used = self.step(float(amax))
+        return work_dtype(arr.dtype).type(clamp_scale(used, xw.dtype))
+
+    def quantize(self, x: Any) -> np.ndarray:
+        """``quantize(x, self.fmt, self)``: this step's tensor through the format."""
+        return quantize(x, self.fmt, self)
