@@ -5,8 +5,7 @@ and :func:`astype` run compiled Numba kernels built on first use (nothing compil
 import).
 """
 
-from . import promotion
-from . import study  # quantization-error studies (compiles nothing at import)
+from . import promotion, study  # (neither compiles anything at import)
 from ._parallel import get_num_threads, num_threads, set_num_threads
 from .cast import cast, cast_rule, cast_table
 from .codec import astype, decode, encode, round_to
