@@ -259,6 +259,47 @@ def codec_rows(size: int, repeat: int, threads: int) -> list[Row]:
     return rows
 
 
+MORE_8BIT = ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu")
+SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
+ROUNDING = ("nearest_away", "toward_zero", "toward_positive", "toward_negative", "stochastic")
+
+
+def more_rows(size: int, repeat: int) -> list[Row]:
+    """Issue 8's formats: encode and decode against ml_dtypes (and torch where it has them)."""
+    rng = np.random.default_rng(SEED)
+    x32 = rng.standard_normal(size, dtype=np.float32)
+    rows: list[Row] = []
+    for fmt in MORE_8BIT + SUB_BYTE:
+        rows += measure(f"encode float32 -> {fmt}", encoders(x32, fmt), size, 5, repeat)
+    for fmt in MORE_8BIT + SUB_BYTE:
+        codes = fp8kit.encode(x32, fmt)
+        rows += measure(f"decode {fmt} -> float32", decoders(codes, fmt), size, 5, repeat)
+    return rows
+
+
+def rounding_rows(size: int, repeat: int) -> list[Row]:
+    """Each rounding mode against nearest-even (the reference row), float32 -> e4m3fn."""
+    rng = np.random.default_rng(SEED)
+    x32 = rng.standard_normal(size, dtype=np.float32)
+    rows: list[Row] = []
+    for fmt in ("float8_e4m3fn", "bfloat16"):
+        code_dt = fp8kit.get_format(fmt).code_dtype
+        outs = {m: np.empty(size, code_dt) for m in ("nearest_even", *ROUNDING)}
+
+        def impl(mode, fmt=fmt, outs=outs):
+            kw = {"rounding": mode, "seed": 1 if mode == "stochastic" else None}
+            out = outs[mode]
+            return Impl(
+                f"fp8kit rounding={mode}", lambda: fp8kit.encode(x32, fmt, out=out, **kw),
+                lambda: out,
+            )  # fmt: skip
+
+        impls = [impl("nearest_even"), *(impl(m) for m in ROUNDING)]
+        nbytes = 4 + np.dtype(code_dt).itemsize
+        rows += measure(f"rounding modes: encode float32 -> {fmt}", impls, size, nbytes, repeat)
+    return rows
+
+
 def _with_threads(fn: Callable[[], object], n: int) -> Callable[[], object]:
     def run():
         with fp8kit.num_threads(n):
@@ -424,7 +465,16 @@ def main(argv: list[str] | None = None) -> int:
         help="fresh processes per import / first-call measurement (default 5)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write all results to FILE")
+    parser.add_argument(
+        "--sections",
+        default="codec,startup",
+        help="comma-separated: codec, more (issue 8's formats), rounding, startup "
+        "(default codec,startup)",
+    )
     args = parser.parse_args(argv)
+    sections = set(args.sections.split(","))
+    if not sections <= {"codec", "more", "rounding", "startup"}:
+        parser.error(f"unknown section in --sections {args.sections!r}")
     if args.size < 1 or args.repeat < 1 or args.threads < 1 or args.process_repeat < 1:
         parser.error("--size, --repeat, --threads and --process-repeat must be positive")
 
@@ -468,28 +518,37 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
 
     t_start = time.perf_counter()
-    rows = codec_rows(args.size, args.repeat, args.threads)
+    rows = codec_rows(args.size, args.repeat, args.threads) if "codec" in sections else []
+    if "more" in sections:
+        rows += more_rows(args.size, args.repeat)
+    if "rounding" in sections:
+        rows += rounding_rows(args.size, args.repeat)
     print("## Throughput\n")
     print(detail_table(rows))
     print("\n## Ratios (other implementation's time / fp8kit time)\n")
     print(summary_table(rows))
     sys.stdout.flush()
 
-    imports = {
-        "import fp8kit": import_times("fp8kit", args.process_repeat),
-        "import numpy, ml_dtypes, numba (fp8kit's dependencies)": import_times(
-            "numpy, ml_dtypes, numba", args.process_repeat
-        ),
-    }
-    first = first_call_times(args.process_repeat)
-    print("\n## Start-up (each sample a fresh interpreter; first calls on 4096 float32)\n")
-    print(startup_table(imports, first))
-    files = first["cache files written by the cold process"]
+    imports: dict[str, list[float]] = {}
+    first: dict[str, list[float]] = {}
+    if "startup" in sections:
+        imports = {
+            "import fp8kit": import_times("fp8kit", args.process_repeat),
+            "import numpy, ml_dtypes, numba (fp8kit's dependencies)": import_times(
+                "numpy, ml_dtypes, numba", args.process_repeat
+            ),
+        }
+        first = first_call_times(args.process_repeat)
+        print("\n## Start-up (each sample a fresh interpreter; first calls on 4096 float32)\n")
+        print(startup_table(imports, first))
+        files = first["cache files written by the cold process"]
+        print(
+            f"\nEmpty cache = new temporary NUMBA_CACHE_DIR per sample (kernels compiled); warm "
+            f"cache = a second process with the same dir ({statistics.median(files):.0f} cache "
+            f"files written by the first)."
+        )
     print(
-        f"\nEmpty cache = new temporary NUMBA_CACHE_DIR per sample (kernels compiled); warm "
-        f"cache = a second process with the same dir ({statistics.median(files):.0f} cache "
-        f"files written by the first). Total run time {time.perf_counter() - t_start:.0f} s; "
-        f"load average at end {_loadavg()}."
+        f"\nTotal run time {time.perf_counter() - t_start:.0f} s; load average at end {_loadavg()}."
     )
 
     if args.json:

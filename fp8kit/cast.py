@@ -144,7 +144,7 @@ def cast(
     saturate: bool = True,
     rounding: str = "nearest_even",
     seed: Any = None,
-    random_bits: int = 32,
+    random_bits: int = 16,
     round_mode: str = "up",
 ) -> np.ndarray:
     """Cast ``x`` to another Cast-21 type, with ONNX Cast-21 semantics.

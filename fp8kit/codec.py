@@ -206,7 +206,7 @@ def encode(
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
-    random_bits: int = 32,
+    random_bits: int = 16,
 ):
     """Round floats to a value of a format and return its codes.
 
@@ -238,10 +238,13 @@ def encode(
         Stochastic rounding only: the key of the counter-based generator (an int in
         0..2**64-1, or a Generator, which is advanced by one draw).  Results depend only on
         (seed, element index in C order, value).  None draws a fresh seed.
-    random_bits : int, default 32
+    random_bits : int, default 16
         Stochastic rounding only: random bits per element (1..32); a value is rounded up
         with probability ``floor(f * 2**random_bits) / 2**random_bits``, ``f`` its
-        fractional position between the two neighbouring codes.
+        fractional position between the two neighbouring codes.  16 bits make the
+        probability exact for float16/bfloat16 sources; one 32-bit Philox word serves two
+        elements up to 16 bits and four up to 8 (faster), so the bits drawn for an
+        element depend on ``random_bits`` too.
 
     Returns
     -------
@@ -394,7 +397,7 @@ def round_to(
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
-    random_bits: int = 32,
+    random_bits: int = 16,
 ):
     """Round floats to a value of a format (nearest-even by default), keeping their dtype.
 
@@ -464,7 +467,7 @@ def astype(
     saturate: bool = True,
     rounding: str = "nearest_even",
     seed: Any = None,
-    random_bits: int = 32,
+    random_bits: int = 16,
 ) -> np.ndarray:
     """Convert floats to a format's numpy/ml_dtypes dtype (e.g. ``ml_dtypes.float8_e4m3fn``).
 

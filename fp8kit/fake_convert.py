@@ -78,7 +78,7 @@ def fake_convert(
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
-    random_bits: int = 32,
+    random_bits: int = 16,
 ) -> np.ndarray:
     """FakeConvert-13: ``(round(data * scale - shift) + shift) / scale``, in one fused pass.
 

@@ -13,7 +13,7 @@ from numba import njit
 
 import fp8kit
 from fp8kit import get_format
-from fp8kit._kernels.rounding import philox4x32_10, random_word
+from fp8kit._kernels.rounding import parts, philox4x32_10, random_word
 from fp8kit._reference import encode_value
 from fp8kit.formats import BUILTIN_FORMATS, MORE_FORMATS
 
@@ -25,15 +25,15 @@ FORMATS = [f.name for f in (*BUILTIN_FORMATS, *MORE_FORMATS)]
 
 
 @njit
-def _words(n, k0, k1):
+def _words(n, k0, k1, split):
     out = np.empty(n, np.uint32)
     for i in range(n):
-        out[i] = random_word(np.uint64(i), k0, k1)
+        out[i] = random_word(np.uint64(i), k0, k1, split)
     return out
 
 
-def words(n, seed):
-    return _words(n, np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32))
+def words(n, seed, random_bits=32):
+    return _words(n, np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32), parts(random_bits))
 
 
 def sweep(fmt, rng, per_kind=60):
@@ -65,7 +65,7 @@ def check_against_oracle(x, fmt, mode, saturate, random_bits=32, seed=2024):
         seed=seed if mode == "stochastic" else None,
         random_bits=random_bits,
     )
-    rnd = words(x.size, seed)
+    rnd = words(x.size, seed, random_bits)
     xs = np.asarray(x).astype(np.float64).ravel()
     want = [
         encode_value(

@@ -22,7 +22,7 @@ import numpy as np
 from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat
-from .bits import cast_like, chunk, encode_fast, encode_generic, encode_unsigned
+from .bits import cast_like, chunk, encode_fast, encode_generic, encode_unsigned, prefer_512
 
 # Source float layouts the kernels round from: (bits, mantissa bits, exponent bits, bias).
 _SOURCES = {
@@ -391,9 +391,12 @@ def encode_mode_kernel(
         TOWARD_NEGATIVE,
         TOWARD_POSITIVE,
         TOWARD_ZERO,
+        K,
         encode_mode,
         encode_unsigned_mode,
-        random_word,
+        fill_block,
+        parts,
+        word_part,
     )
 
     pl = plan(fmt, np.dtype(in_dtype))
@@ -425,33 +428,66 @@ def encode_mode_kernel(
     )
     version = source_version()
     rbits = int(random_bits)
+    split = parts(rbits)
 
     def make(parallel):
+        def run(xs, os, lut, table, words, k0):
+            one = p[1]
+            for j in range(xs.size):
+                if load == LOAD_BF16:
+                    v = cast_like(cast_like(xs[j], one) << 16, one)
+                elif load == LOAD_LUT:
+                    v = lut[xs[j]]
+                else:
+                    v = xs[j]
+                rnd = words[j] if stochastic else k0
+                if unsigned:
+                    code = encode_unsigned_mode(v, q, mode, rnd, rbits)
+                else:
+                    code = encode_mode(v, p, q, o, mode, rnd, rbits)
+                if lookup:
+                    os[j] = table[code]
+                else:
+                    os[j] = code
+
+        run = njit(inline="always")(run)
+
         def kernel(x, lut, table, out, key, nchunks):
             if version == 0 or parallel is None:  # see source_version
                 return
-            one = p[1]
             k0, k1 = key[0], key[1]
-            step = (x.size + nchunks - 1) // nchunks
+            n = x.size
+            if not stochastic:
+                step = (n + nchunks - 1) // nchunks
+                for c in prange(nchunks):
+                    prefer_512()  # see bits.prefer_512
+                    run(chunk(x, c, step), chunk(out, c, step), lut, table, key, k0)
+                return
+            # stochastic: chunks of whole blocks, whose random words come from one
+            # vectorized pass of Philox per block (see rounding.K for the layout)
+            block = 4 * K * split
+            step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
             for c in prange(nchunks):
-                xc, oc = chunk(x, c, step), chunk(out, c, step)
-                base = np.uint64(c * step)
-                for j in range(xc.size):
-                    if load == LOAD_BF16:
-                        v = cast_like(cast_like(xc[j], one) << 16, one)
-                    elif load == LOAD_LUT:
-                        v = lut[xc[j]]
-                    else:
-                        v = xc[j]
-                    rnd = random_word(base + np.uint64(j), k0, k1) if stochastic else k0
-                    if unsigned:
-                        code = encode_unsigned_mode(v, q, mode, rnd, rbits)
-                    else:
-                        code = encode_mode(v, p, q, o, mode, rnd, rbits)
-                    if lookup:
-                        oc[j] = table[code]
-                    else:
-                        oc[j] = code
+                prefer_512()  # see bits.prefer_512 (Philox's 64-bit products gain most)
+                buf = np.empty((4, K), np.uint32)
+                part = np.empty(K, np.uint32)
+                b = c * step
+                hi = min(b + step, n)
+                while b < hi:
+                    fill_block(buf, b // block, k0, k1)
+                    for t in range(4):
+                        for h in range(split):
+                            s0 = b + (t * split + h) * K
+                            if s0 < hi:
+                                s1 = min(s0 + K, hi)
+                                row = buf[t]
+                                if split == 1:
+                                    run(x[s0:s1], out[s0:s1], lut, table, row, k0)
+                                else:
+                                    for g in range(K):
+                                        part[g] = word_part(row[g], np.uint32(h), split)
+                                    run(x[s0:s1], out[s0:s1], lut, table, part, k0)
+                    b += block
 
         return kernel
 

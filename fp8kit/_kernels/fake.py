@@ -15,7 +15,7 @@ from numba import from_dtype, njit, prange, types
 from ..formats import FloatFormat, get_format
 from .bits import as_bits, as_float, cast_like, encode_fast, prefer_512, round_in_place
 from .codec import Kernel, _params, source_version
-from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, random_word
+from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
 
 # Data type codes of the kernels (also the argument of _to16/_from16).
 F32, F16, BF16 = 0, 1, 2
@@ -115,6 +115,7 @@ def fake_convert_kernel(
     om = (pm[9], pm[9])  # no overflow: the value is clamped to +-max first
     stochastic = mode == STOCHASTIC
     rbits = int(random_bits)
+    split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     sig = types.void(
@@ -182,7 +183,7 @@ def fake_convert_kernel(
                             yc = mx if y > mx else (-mx if y < -mx else y)
                             rnd = k0
                             if stochastic:
-                                rnd = random_word(np.uint64(i + jj), k0, k1)
+                                rnd = random_word(np.uint64(i + jj), k0, k1, split)
                             code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
                             fq = as_float(table[code])
                         if has_shift:

@@ -22,8 +22,9 @@ computed from the true shift (not the capped one the nearest modes can use), so 
 below the smallest subnormal round up with the right, tiny, probability.
 
 Stochastic rounding draws its random word from Philox4x32-10 (Salmon et al., SC'11) keyed by
-the seed and counted by the element's index in C order, so a result depends only on (seed,
-index, value): not on thread count, chunking or device.
+the seed; the counter and word are a fixed function of the element's index in C order (see
+:func:`random_word`), so a result depends only on (seed, index, value): not on thread count,
+chunking or device.
 """
 
 from __future__ import annotations
@@ -52,55 +53,111 @@ _S32 = np.uint64(32)
 @njit(inline="always")
 def philox4x32_10(c0, c1, c2, c3, k0, k1):
     """Philox4x32 with 10 rounds: the four uint32 output words for counter (c0..c3) and key
-    (k0, k1).  Products are formed in 64 bits; every word stays below 2**32."""
+    (k0, k1).  Every word is held in a 64-bit lane below 2**32, so that the 32 x 32 -> 64
+    products map onto one vector multiply (pmuludq) and no lane-width conversions are
+    needed between rounds."""
+    a0, a1, a2, a3 = np.uint64(c0), np.uint64(c1), np.uint64(c2), np.uint64(c3)
+    b0, b1 = np.uint64(k0), np.uint64(k1)
     for _ in range(10):
-        p0 = _M0 * np.uint64(c0)
-        p1 = _M1 * np.uint64(c2)
-        n0 = cast_like((p1 >> _S32) ^ np.uint64(c1) ^ np.uint64(k0), k0)
-        n2 = cast_like((p0 >> _S32) ^ np.uint64(c3) ^ np.uint64(k1), k0)
-        c0, c1, c2, c3 = n0, cast_like(p1 & _LO, k0), n2, cast_like(p0 & _LO, k0)
-        k0 = cast_like(np.uint64(k0) + np.uint64(_W0), k0)
-        k1 = cast_like(np.uint64(k1) + np.uint64(_W1), k0)
-    return c0, c1, c2, c3
+        p0 = _M0 * a0
+        p1 = _M1 * a2
+        a0, a1, a2, a3 = (p1 >> _S32) ^ a1 ^ b0, p1 & _LO, (p0 >> _S32) ^ a3 ^ b1, p0 & _LO
+        b0 = (b0 + np.uint64(_W0)) & _LO
+        b1 = (b1 + np.uint64(_W1)) & _LO
+    return cast_like(a0, k0), cast_like(a1, k0), cast_like(a2, k0), cast_like(a3, k0)
+
+
+#: Philox counters per block of random words.  With ``S = parts(random_bits)`` parts per
+#: 32-bit word (1, 2 or 4: a word serves S elements when they need at most 32 / S bits),
+#: element ``i`` uses part ``h = (i // K) % S`` of word ``t = (i // (K * S)) % 4`` of the
+#: call with counter ``(i // (4 * K * S)) * K + i % K``.  So a kernel fills ``buf[4, K]``
+#: from K calls (one vectorized pass), then walks 4 * S contiguous runs of K elements, run
+#: (t, h) reading ``buf[t]`` with a fixed shift, and every bit drawn is used.
+K = 1024
+
+
+def parts(random_bits: int) -> int:
+    """Elements served by one 32-bit random word: 4 up to 8 bits, 2 up to 16, else 1."""
+    return 4 if random_bits <= 8 else (2 if random_bits <= 16 else 1)
 
 
 @njit(inline="always")
-def random_word(index, k0, k1):
-    """The uint32 random word of element ``index`` (uint64): word 0 of Philox4x32-10 with
-    counter (index low, index high, 0, 0) and key (k0, k1)."""
+def word_part(word, h, split):
+    """Part ``h`` of ``split`` of a 32-bit word, moved to the word's top bits."""
+    if split == 1:
+        return word
+    width = 32 // split
+    return cast_like(
+        cast_like(word >> cast_like(h * width, word), word) << cast_like(32 - width, word), word
+    )
+
+
+@njit(inline="always")
+def random_word(index, k0, k1, split):
+    """The random word (in its top bits) of element ``index`` (uint64) for key (k0, k1),
+    ``split`` = :func:`parts` of the random bits; see :data:`K`.  Kernels that fill whole
+    blocks with :func:`fill_block` draw the same words."""
     zero = k0 - k0
-    lo = cast_like(index & _LO, k0)
-    hi = cast_like(index >> _S32, k0)
-    return philox4x32_10(lo, hi, zero, zero, k0, k1)[0]
+    s = np.uint64(split)
+    ctr = (index // (np.uint64(4 * K) * s)) * np.uint64(K) + (index & np.uint64(K - 1))
+    t = (index // (np.uint64(K) * s)) & np.uint64(3)
+    h = (index // np.uint64(K)) % s
+    w0, w1, w2, w3 = philox4x32_10(
+        cast_like(ctr & _LO, k0), cast_like(ctr >> _S32, k0), zero, zero, k0, k1
+    )
+    w = w0 if t == 0 else (w1 if t == 1 else (w2 if t == 2 else w3))
+    return word_part(w, cast_like(h, k0), split)
+
+
+@njit(inline="always")
+def fill_block(buf, block, k0, k1):
+    """The random words of block ``block``: ``buf[t, g]`` is word t of the call with counter
+    ``block * K + g`` (see :data:`K` for the elements that use it)."""
+    zero = k0 - k0
+    first = np.uint64(block) * np.uint64(K)
+    for g in range(K):
+        ctr = first + np.uint64(g)
+        w0, w1, w2, w3 = philox4x32_10(
+            cast_like(ctr & _LO, k0), cast_like(ctr >> _S32, k0), zero, zero, k0, k1
+        )
+        buf[0, g] = w0
+        buf[1, g] = w1
+        buf[2, g] = w2
+        buf[3, g] = w3
 
 
 @njit(inline="always")
 def _increment(mode, sh, one, kept_lsb, negative):
-    """What a deterministic mode adds below the kept bits (see the module docstring)."""
+    """What a deterministic mode adds below the kept bits (see the module docstring).
+    Every step is truncated to the lane type (``cast_like``) so that LLVM keeps 32-bit
+    lanes for float32 sources (Numba widens integer arithmetic to 64 bits)."""
+    zero = zero_of(one)
+    ones = cast_like(cast_like(one << sh, one) - one, one)
     if mode == NEAREST_EVEN:
-        return ((one << (sh - one)) - one) + kept_lsb
+        return cast_like(cast_like(ones >> one, one) + kept_lsb, one)
     if mode == NEAREST_AWAY:
-        return one << (sh - one)
+        return cast_like(cast_like(ones >> one, one) + one, one)
     if mode == TOWARD_ZERO:
-        return zero_of(one)
+        return zero
     if mode == TOWARD_POSITIVE:
-        return zero_of(one) if negative else (one << sh) - one
-    return (one << sh) - one if negative else zero_of(one)  # TOWARD_NEGATIVE
+        return zero if negative else ones
+    return ones if negative else zero  # TOWARD_NEGATIVE
 
 
 @njit(inline="always")
-def _stochastic_up(low, sh_true, rnd, random_bits, one, limit):
+def _stochastic_up(low, sh_true, rnd, random_bits, one, limit, min_shift):
     """1 if the value rounds up: ``floor(f * 2**B) + R >= 2**B`` with ``f = low / 2**sh_true``
     (exact), written so that no intermediate needs more than 32 bits of R."""
     rb = cast_like(random_bits, one)
-    if sh_true >= rb:
-        d = sh_true - rb
-        f_b = low >> (d if d < limit else limit)
+    d = cast_like(sh_true - rb, one)
+    d = d if d < limit else limit
+    if random_bits <= min_shift:  # (a compile-time constant) sh_true >= rb always
+        f_b = cast_like(low >> d, one)
     else:
-        f_b = low << (rb - sh_true)
-    r = cast_like(rnd, one) >> cast_like(32 - random_bits, one)
+        f_b = cast_like(low >> d, one) if sh_true >= rb else cast_like(low << (rb - sh_true), one)
+    r = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
     max_b = cast_like((np.uint64(1) << np.uint64(random_bits)) - np.uint64(1), one)
-    return one if r > max_b - f_b else zero_of(one)
+    return one if r > cast_like(max_b - f_b, one) else zero_of(one)
 
 
 @njit(inline="always")
@@ -112,24 +169,39 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
     """
     abs_mask, one = p[0], p[1]
     src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = q
-    a = v & abs_mask
+    zero = zero_of(one)
+    a = cast_like(v & abs_mask, one)
     negative = v > abs_mask
-    e = a >> src_m
-    m = (a & mant_mask) | (hidden if e != zero_of(one) else zero_of(one))
+    e = cast_like(a >> src_m, one)
+    m = cast_like(cast_like(a & mant_mask, one) | (hidden if e != zero else zero), one)
     ee = e if e > one else one
-    extra = emin_field - ee if ee < emin_field else zero_of(one)
+    extra = cast_like(emin_field - ee, one) if ee < emin_field else zero
     # every shift from cap = src_m + 2 on drops all of m (< 2**(src_m + 1)); capping the
     # total keeps it below the lane width (a wider shift is undefined in LLVM)
-    sh_full = base_sh + extra
+    sh_full = cast_like(base_sh + extra, one)
     sh = sh_full if sh_full < cap else cap
-    if mode == STOCHASTIC:
-        low = m & ((one << sh) - one)
-        limit = cap - one  # low < 2**(cap - 1): a shift by cap - 1 already gives 0
-        r = (m >> sh) + _stochastic_up(low, sh_full, rnd, random_bits, one, limit)
+    if mode == STOCHASTIC and random_bits <= base_sh:
+        # (the common case, decided at compile time) add R's bits right below the kept
+        # ones.  A shift past the lane's top bit first drops bits of m that cannot reach
+        # the R's precision: floor(floor(m / 2**a) / 2**b) == floor(m / 2**(a + b)).
+        top = cast_like(31 if abs_mask == cast_like(0x7FFFFFFF, abs_mask) else 63, one)
+        over = cast_like(sh_full - top, one) if sh_full > top else zero
+        m2 = cast_like(m >> (over if over < top else top), one)
+        sh2 = sh_full if sh_full < top else top
+        r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
+        inc = cast_like(r_b << cast_like(sh2 - cast_like(random_bits, one), one), one)
+        r = cast_like(cast_like(m2 + inc, one) >> sh2, one)
+    elif mode == STOCHASTIC:
+        low = cast_like(m & cast_like(cast_like(one << sh, one) - one, one), one)
+        limit = cast_like(cap - one, one)  # low < 2**(cap - 1): that shift gives 0
+        up = _stochastic_up(low, sh_full, rnd, random_bits, one, limit, base_sh)
+        r = cast_like(cast_like(m >> sh, one) + up, one)
     else:
-        r = (m + _increment(mode, sh, one, (m >> sh) & one, negative)) >> sh
-    k = ee - emin_field if ee > emin_field else zero_of(one)
-    code = (k << m_bits) + r
+        kept_lsb = cast_like(cast_like(m >> sh, one) & one, one)
+        inc = _increment(mode, sh, one, kept_lsb, negative)
+        r = cast_like(cast_like(m + inc, one) >> sh, one)
+    k = cast_like(ee - emin_field, one) if ee > emin_field else zero
+    code = cast_like(cast_like(k << m_bits, one) + r, one)
     return _finish_with(v, a, code, p, o[1] if negative else o[0])
 
 
@@ -153,7 +225,7 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     limit = src_m
     if mode == STOCHASTIC:
         e = cast_like(a >> src_m, one) + _stochastic_up(
-            a & mant_mask, src_m, rnd, random_bits, one, limit
+            a & mant_mask, src_m, rnd, random_bits, one, limit, src_m
         )
     else:
         e = cast_like((a + inc) >> src_m, one)
@@ -163,7 +235,7 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
         # and 1 is (a - c0) / c0, scaled here to the source's mantissa
         frac = (a - c0) << one if a > c0 else zero
         if mode == STOCHASTIC:
-            low = _stochastic_up(frac, src_m, rnd, random_bits, one, limit)
+            low = _stochastic_up(frac, src_m, rnd, random_bits, one, limit, src_m)
         else:
             low = cast_like((frac + inc) >> src_m, one)
         code = low if a < c1 else code
