@@ -21,7 +21,7 @@ import numpy as np
 from . import _parallel
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from .codec import _native, _saturate, decode, encode
+from .codec import _native, _on_device, _saturate, decode, encode
 from .formats import get_format
 
 __all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
@@ -172,6 +172,10 @@ def cast(x: Any, to: Any, *, saturate: bool = True) -> np.ndarray:
     >>> fp8kit.cast(np.array([1e9, np.inf], np.float32), "float8_e5m2fnuz").view(np.uint8)
     array([127, 128], dtype=uint8)
     """
+    if _on_device(x):
+        from .cuda import _dispatch
+
+        return _dispatch.cast(x, to, saturate=saturate)
     arr = np.asarray(x)
     src = _source_type(arr)
     dst = cast_type(to)

@@ -13,7 +13,7 @@ import numpy as np
 from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat, get_format
-from .bits import as_bits, as_float, cast_like, encode_fast, round_in_place
+from .bits import as_bits, as_float, cast_like, encode_fast, round_in_place, x86_nan
 from .codec import Kernel, _params, source_version
 
 # Data type codes of the kernels (also the argument of _to16/_from16).
@@ -134,7 +134,10 @@ def fake_convert_kernel(
                         k = base + j0 + jj
                         s = scale[k] if inner_runs else s0
                         v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
-                        y = v * s
+                        # x86 returns the first NaN operand, and LLVM may swap the operands of
+                        # a commutative operation: fix which NaN a NaN * NaN gives (the CUDA
+                        # twin rebuilds the same bits, fp8kit/cuda/_kernels.py)
+                        y = x86_nan(v * s, v, s)
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)
                         if openvino:
@@ -159,7 +162,8 @@ def fake_convert_kernel(
                             continue
                         fq = as_float(round_in_place(as_bits(y), r8))
                         if has_shift:
-                            fq = fq + (shift[k] if inner_runs else h0)
+                            hk = shift[k] if inner_runs else h0
+                            fq = x86_nan(fq + hk, fq, hk)
                         res = fq / s
                         if kind == F32:
                             orow[jj] = as_bits(res)
