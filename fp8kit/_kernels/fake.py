@@ -136,7 +136,7 @@ def fake_convert_kernel(
                         v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
                         # x86 returns the first NaN operand, and LLVM may swap the operands of
                         # a commutative operation: fix which NaN a NaN * NaN gives (the CUDA
-                        # twin rebuilds the same bits, fp8kit/cuda/_kernels.py)
+                        # twin rebuilds the same bits, fp8kit/cuda/_scalar.py)
                         y = x86_nan(v * s, v, s)
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)

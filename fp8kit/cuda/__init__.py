@@ -16,6 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+try:
+    import numba_cuda  # noqa: F401  (numba's built-in CUDA target is deprecated)
+except ImportError as exc:
+    raise ImportError(
+        "fp8kit's GPU support needs numba-cuda: pip install 'fp8kit[cuda12]' (CUDA 12) or "
+        "'fp8kit[cuda13]' (CUDA 13)"
+    ) from exc
+
 import numpy as np
 from numba import njit
 
@@ -132,11 +140,11 @@ def device_functions(fmt: Any, saturate: bool = True, dtype: Any = np.float32):
     code_t = fmt.code_dtype.type
     float_t = dt.type
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def encode_one(x):
         return code_t(element(as_bits(float_t(x))))
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def decode_one(code):
         (mag_mask, m, mmask, rebias, fm, shift, step, specials, top, sign_mask, inf_bits,
          qnan, code_sign, sign_pos, one) = d  # fmt: skip

@@ -34,6 +34,7 @@ _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
+@functools.cache
 def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
     """``element(x)`` -> code, for one element of ``in_dtype`` bits, by the CPU kernel's
     plan: bfloat16 widened to float32 by a shift, float16 exactly by arithmetic (the CPU
@@ -46,7 +47,7 @@ def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
     load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
     widen, generic = pl.widen_first, pl.strategy == "generic"
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def element(x):
         if load == LOAD_BF16:
             v = cast_like(cast_like(x, _ONE32) << 16, _ONE32)

@@ -70,7 +70,7 @@ fadd_rn = _nvvm_rn("add")
 fsub_rn = _nvvm_rn("sub")
 
 
-@njit
+@njit(inline="always", error_model="numpy")
 def f16_to_f32_bits(h):
     """float16 bits -> float32 bits, exact, NaN payload kept (as numpy's conversion)."""
     one = np.uint32(1)
@@ -87,7 +87,7 @@ def f16_to_f32_bits(h):
     )
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def widen_bits(v):
     """float32 bits -> float64 bits, exact.  NaN gives the quiet NaN with its sign (all the
     codec reads of a NaN), not what a GPU's conversion gives (a canonical NaN, no sign)."""
@@ -96,7 +96,7 @@ def widen_bits(v):
     return nan if f != f else as_bits(np.float64(f))
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def load16(code, kind):
     """float32 value of data bits: float32 bits, or a float16/bfloat16 code (exact, NaN
     payload kept, as the CPU's table and shift give)."""
@@ -107,7 +107,7 @@ def load16(code, kind):
     return as_float(cast_like(cast_like(code, _ONE32) << 16, _ONE32))
 
 
-@njit(inline="always")
+@njit(inline="always", error_model="numpy")
 def _store(f, kind, q16):
     """Twin of fp8kit._kernels.fake._store: round to the data type and back."""
     if kind == F32:
@@ -128,7 +128,7 @@ def fake_element(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, openvi
     mx = np.float32(fmt.max)
     one, zero = np.float32(1.0), np.float32(0.0)
 
-    @njit(inline="always")
+    @njit(inline="always", error_model="numpy")
     def element(x, sb, hb):
         v, s, h = load16(x, kind), load16(sb, kind), load16(hb, kind)
         y = x86_nan(fmul_rn(v, s), v, s)
