@@ -32,7 +32,7 @@ def _on_device(*args: Any) -> bool:
     with ``__cuda_array_interface__`` but no host ``__array_interface__`` (CuPy, torch).
     Such calls go to :mod:`fp8kit.cuda`."""
     for a in args:
-        if a is None or isinstance(a, np.ndarray):
+        if a is None or isinstance(a, (np.ndarray, np.generic, float, int)):
             continue
         if getattr(type(a), "__cuda_ndarray__", False) or (
             hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__")

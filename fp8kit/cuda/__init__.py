@@ -1,13 +1,13 @@
 """GPU twins of fp8kit's kernels, compiled with numba.cuda (the only package that imports it).
 
-``fp8kit.encode``, ``decode``, ``round_to``, ``cast`` and ``fake_convert`` call these
-functions when given a GPU array (a numba device array or any ``__cuda_array_interface__``
-object: CuPy, torch), so importing this package is only needed for the extras:
+``fp8kit.encode``, ``decode``, ``round_to``, ``cast`` and ``fake_convert`` run here when
+given a GPU array (a numba device array or any ``__cuda_array_interface__`` object: CuPy,
+torch), so importing this package is only needed for the extras:
 
 * :func:`device_functions`: encode/decode one value inside your own ``@cuda.jit`` kernels;
-* ``cast(..., source=...)`` for float8/bfloat16 codes, and ``fake_convert(...,
-  bfloat16=True)`` for bfloat16 bits, since device arrays have no such dtypes;
-* :func:`launch_config`, :func:`is_device_array`.
+* :func:`cast` with ``source=`` for float8/bfloat16 codes, and :func:`fake_convert` with
+  ``bfloat16=True`` for bfloat16 bits, since device arrays have no such dtypes;
+* :func:`is_device_array`: what fp8kit treats as a GPU array.
 
 Results are bit for bit those of the CPU kernels (see docs/cuda.md).
 """
@@ -30,29 +30,10 @@ from numba import njit
 from .._kernels.bits import as_bits, as_float, cast_like, zero_of
 from ..formats import FloatFormat, get_format
 from . import _kernels
-from ._dispatch import (
-    astype,
-    cast,
-    decode,
-    encode,
-    fake_convert,
-    is_device_array,
-    launch_config,
-    round_to,
-)
+from ._dispatch import cast, fake_convert, is_device_array
 from ._scalar import fmul_rn
 
-__all__ = [
-    "astype",
-    "cast",
-    "decode",
-    "device_functions",
-    "encode",
-    "fake_convert",
-    "is_device_array",
-    "launch_config",
-    "round_to",
-]
+__all__ = ["cast", "device_functions", "fake_convert", "is_device_array"]
 
 _SPECIALS = {"ieee": 0, "fn": 1, "fnuz": 2}
 _LAYOUT = {np.dtype(np.float32): (32, 23, 127), np.dtype(np.float64): (64, 52, 1023)}

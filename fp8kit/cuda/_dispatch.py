@@ -38,8 +38,19 @@ def _simulated() -> bool:
 
 
 def is_device_array(x: Any) -> bool:
-    """True for a GPU array: numba.cuda's device arrays (also the simulator's) and any object
-    with ``__cuda_array_interface__`` but no host ``__array_interface__`` (CuPy, torch)."""
+    """Whether fp8kit treats ``x`` as a GPU array (and runs the GPU kernels on it).
+
+    numba.cuda's device arrays (also the CUDA simulator's) and any object with
+    ``__cuda_array_interface__`` but no host ``__array_interface__`` (CuPy arrays, torch CUDA
+    tensors).  numpy arrays, including numba's mapped and managed arrays, are host arrays.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit.cuda import is_device_array
+    >>> is_device_array(np.ones(3)), is_device_array([1.0])
+    (False, False)
+    """
     return _on_device(x)
 
 
@@ -286,11 +297,48 @@ _SMALL = ("float16", "bfloat16")
 
 
 def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
-    """``fp8kit.cast`` for device arrays: the casts from or to float8, bfloat16 and float16,
-    composed of the codec's steps exactly as on the CPU (float8/bfloat16 results as codes).
+    """:func:`fp8kit.cast` for GPU arrays, including float8/bfloat16 codes.
 
-    ``source`` names the format of uint8/uint16 codes (device arrays have no float8 or
-    bfloat16 dtype); float16/32/64 and ml_dtypes device arrays carry their own type.
+    The casts from or to float8, bfloat16 and float16 among float types, composed of the
+    codec's steps exactly as on the CPU, so the bits are those of :func:`fp8kit.cast`.
+    ``fp8kit.cast`` calls this for GPU arrays; call it directly to pass ``source``.
+
+    Parameters
+    ----------
+    x : GPU array
+        float16, float32 or float64 data, an ml_dtypes float8/bfloat16 numba device array,
+        or uint8/uint16 codes of the format named by ``source``.
+    to : dtype or str
+        float8 formats, bfloat16, float16, float32 or float64 (as for :func:`fp8kit.cast`).
+    saturate : bool, default True
+        As for :func:`fp8kit.cast` (float8 destinations).
+    source : str, optional
+        The format of ``x``'s codes: a float8 format, ``"bfloat16"`` or ``"float16"``.
+
+    Returns
+    -------
+    numba device array
+        float16/float32/float64 values, or uint8/uint16 codes for float8 and bfloat16.
+
+    Raises
+    ------
+    TypeError
+        For host arrays, integer or string types, a plain float32/float64 conversion, or
+        codes without ``source``.
+    ValueError
+        For an unknown type or a ``source`` that is not float8, bfloat16 or float16.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numba import cuda  # doctest: +SKIP
+    >>> import fp8kit.cuda
+    >>> codes = cuda.to_device(np.array([0x38, 0x7E, 0x7F], np.uint8))  # doctest: +SKIP
+    >>> y = fp8kit.cuda.cast(codes, "float32", source="float8_e4m3fn")  # doctest: +SKIP
+    >>> y.copy_to_host()  # doctest: +SKIP
+    array([  1., 448.,  nan], dtype=float32)
+
+    (The examples need a GPU or numba's CUDA simulator; the simulator tests run them.)
     """
     dst = cast_type(to)
     sat = _saturate(saturate, "cast")
@@ -383,8 +431,53 @@ def fake_convert(
     out: Any = None,
     bfloat16: bool = False,
 ):
-    """``fp8kit.fake_convert`` for device arrays.  ``bfloat16=True``: data (and array
-    scale/shift) are uint16 device arrays holding bfloat16 bits."""
+    """:func:`fp8kit.fake_convert` for GPU arrays, including bfloat16 bits.
+
+    ``fp8kit.fake_convert`` calls this for GPU arrays; call it directly for ``bfloat16``.
+    The bits are those of the CPU kernel in both modes.
+
+    Parameters
+    ----------
+    data : GPU array
+        float32 or float16 data (or an ml_dtypes bfloat16 numba device array), C-contiguous;
+        with ``bfloat16=True``, uint16 bfloat16 bits.
+    scale, shift : GPU array or number
+        GPU arrays of data's dtype (uint16 bits with ``bfloat16=True``) broadcasting to
+        data's shape, or Python numbers or host scalars (passed by value).  ``shift`` has
+        ``scale``'s shape.
+    destination_type : str
+        As for :func:`fp8kit.fake_convert`.
+    mode : {"spec", "openvino"}
+        As for :func:`fp8kit.fake_convert`.
+    out : GPU array, optional
+        C-contiguous, data's shape and dtype; may be ``data`` itself.
+    bfloat16 : bool, default False
+        ``data`` (and array scale/shift) hold bfloat16 bits in uint16 arrays.
+
+    Returns
+    -------
+    numba device array
+        data's shape and dtype (uint16 bits for bfloat16), or ``out``.
+
+    Raises
+    ------
+    TypeError
+        Host arrays mixed with GPU data, or dtypes other than data's.
+    ValueError
+        Unknown destination or mode, non-contiguous data, shapes that do not broadcast, or
+        scales varying along more than 4 merged dimensions.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from numba import cuda  # doctest: +SKIP
+    >>> import fp8kit.cuda
+    >>> x = cuda.to_device(np.array([0.3, 1000.0, -3.0], np.float32))  # doctest: +SKIP
+    >>> fp8kit.cuda.fake_convert(x, 1.0).copy_to_host().tolist()  # doctest: +SKIP
+    [0.3125, 448.0, -3.0]
+
+    (The examples need a GPU or numba's CUDA simulator; the simulator tests run them.)
+    """
     d = _device(data, "data", "fake_convert")
     if bfloat16:
         if d.dtype not in (np.dtype(np.uint16), _BF16):

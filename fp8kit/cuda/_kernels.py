@@ -1,19 +1,20 @@
 """CUDA kernels: thin grid-stride loops around the CPU kernels' scalar code.
 
-Each kernel body only indexes arrays and calls one ``@njit`` element function that takes
-the loaded element (and closes over plain numbers), so that
+Each kernel body only indexes arrays and calls one ``@njit`` element function on the loaded
+element, so that
 
-* on a GPU, numba.cuda compiles the same scalar bit code as the CPU kernels
-  (:mod:`fp8kit._kernels.bits`, :mod:`fp8kit._kernels.fake`);
-* under the CUDA simulator, where a kernel body runs as Python, that element function still
-  runs compiled (by Numba for the CPU): the body does no arithmetic on numpy scalars, whose
-  widths and overflow rules differ from Numba's (a ``uint8 << 16`` is 0 in numpy).
+* on a GPU, numba.cuda compiles the CPU kernels' scalar code (``encode_fast``,
+  ``encode_generic``, ``round_in_place``, ...) for the device; FakeConvert's element is a
+  twin of the CPU kernel's loop body (:mod:`fp8kit.cuda._scalar`);
+* under the CUDA simulator, where a kernel body runs as Python, the element function still
+  runs compiled (for the CPU): the body does no arithmetic on numpy scalars, whose widths
+  and overflow rules differ from Numba's (a ``uint8 << 16`` is 0 in numpy).
 
 The loaded value goes into the element function with its array's exact type, and what comes
-back is only stored or used as an index.  Element functions are built per configuration
-(closures over the format's parameters), so branches on the configuration fold at compile
-time.  Kernels compile on first use; they are not cached on disk (Numba's CUDA cache could
-not be tested without a GPU).
+back is only stored or used as an index.  Element functions are closures over plain
+numbers, built per configuration, so branches on the configuration fold at compile time
+(also keeping compile times low).  Kernels compile on first use; they are not cached on disk
+(numba.cuda's cache could not be tested without a GPU).
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def test_partial_overlap_reads_the_input_first():
 
 
 def test_grid_stride_loop_covers_more_elements_than_threads():
-    from fp8kit.cuda import launch_config
+    from fp8kit.cuda._dispatch import launch_config
 
     blocks, threads = launch_config(1 << 40)  # the most threads a launch gets
     n = 2 * blocks * threads + 5
