@@ -27,7 +27,6 @@ from . import _kernels
 _F16 = np.dtype(np.float16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
 _FLOAT_NAMES = "float16, float32, float64 (or bfloat16 as an ml_dtypes device array)"
 _NO_COPY = "fp8kit does not copy between host and device"
 

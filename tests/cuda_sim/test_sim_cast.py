@@ -3,10 +3,11 @@
 import ml_dtypes
 import numpy as np
 import pytest
-from simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 import fp8kit
 import fp8kit.cuda
+
+from .simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 DESTS = [*FLOAT8, "bfloat16", "float16", "float32", "float64"]
 

@@ -4,9 +4,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 from numba import cuda
-from simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 import fp8kit
+
+from .simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 USER = [
     fp8kit.FloatFormat(name="u_e3m4", exponent_bits=3, mantissa_bits=4, bias=3, specials="ieee"),

@@ -6,11 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from numba import cuda
-from simdata import FLOAT8, host, inputs, same_bits, to_device
 
 import fp8kit
 import fp8kit.cuda
 from fp8kit.cuda import device_functions
+
+from .simdata import FLOAT8, host, inputs, same_bits, to_device
 
 USER = [
     fp8kit.FloatFormat(name="u_e3m4", exponent_bits=3, mantissa_bits=4, bias=3, specials="ieee"),

@@ -4,9 +4,10 @@ between host and device, never a Numba typing traceback)."""
 import numpy as np
 import pytest
 from numba import cuda
-from simdata import to_device
 
 import fp8kit
+
+from .simdata import to_device
 
 
 def d32(shape=(4, 6), order="C"):

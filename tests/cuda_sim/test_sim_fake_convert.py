@@ -4,10 +4,11 @@ both modes, every data type and the scale layouts."""
 import numpy as np
 import pytest
 from numba import cuda
-from simdata import BF16, bits, host, inputs, same_bits, to_device
 
 import fp8kit
 import fp8kit.cuda
+
+from .simdata import BF16, bits, host, inputs, same_bits, to_device
 
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid|divide)")
 

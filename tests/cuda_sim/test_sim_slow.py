@@ -5,9 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from simdata import BF16, FLOAT8, host, same_bits, to_device
 
 import fp8kit
+
+from .simdata import BF16, FLOAT8, host, same_bits, to_device
 
 ALL16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
 
