@@ -22,7 +22,7 @@ from . import _parallel
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
-from .codec import _native, _rounding, _saturate, decode, encode
+from .codec import _native, _on_device, _rounding, _saturate, decode, encode
 from .formats import get_format
 
 __all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
@@ -193,6 +193,10 @@ def cast(
     >>> fp8kit.cast(np.array([1e9, np.inf], np.float32), "float8_e5m2fnuz").view(np.uint8)
     array([127, 128], dtype=uint8)
     """
+    if _on_device(x):
+        from .cuda import _dispatch
+
+        return _dispatch.cast(x, to, saturate=saturate)
     arr = np.asarray(x)
     sat = _saturate(saturate, "cast")
     if _is_e8m0(to):

@@ -28,6 +28,21 @@ _FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
 _BFLOAT16 = get_format("bfloat16")
 
 
+def _on_device(*args: Any) -> bool:
+    """Is an argument a GPU array?  Checked without importing numba.cuda: numba's device
+    arrays (also the CUDA simulator's, which lack ``__cuda_array_interface__``) and objects
+    with ``__cuda_array_interface__`` but no host ``__array_interface__`` (CuPy, torch).
+    Such calls go to :mod:`fp8kit.cuda`."""
+    for a in args:
+        if a is None or isinstance(a, (np.ndarray, np.generic, float, int)):
+            continue
+        if getattr(type(a), "__cuda_ndarray__", False) or (
+            hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__")
+        ):
+            return True
+    return False
+
+
 def _native(a: np.ndarray) -> np.ndarray:
     if not a.dtype.isnative:
         return a.astype(a.dtype.newbyteorder("="))
@@ -267,6 +282,10 @@ def encode(
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
     """
+    if _on_device(x, out):
+        from .cuda import _dispatch
+
+        return _dispatch.encode(x, fmt, saturate=saturate, out=out)
     fmt = get_format(fmt, argname="fmt")
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "encode", allow_float8=True)
@@ -372,6 +391,10 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     >>> fp8kit.decode(np.array([56, 126, 127, 128], np.uint8), "float8_e4m3fn")
     array([  1., 448.,  nan,  -0.], dtype=float32)
     """
+    if _on_device(codes, out):
+        from .cuda import _dispatch
+
+        return _dispatch.decode(codes, fmt, dtype=dtype, out=out)
     fmt = None if fmt is None else get_format(fmt, argname="fmt")
     was_scalar = np.ndim(codes) == 0 and out is None
     arr, fmt = _code_input(codes, fmt)
@@ -436,6 +459,10 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
+    if _on_device(x, out):
+        from .cuda import _dispatch
+
+        return _dispatch.round_to(x, fmt, saturate=saturate, out=out)
     fmt = get_format(fmt, argname="fmt")
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "round_to", allow_float8=False)
@@ -501,6 +528,10 @@ def astype(
     >>> a8.dtype.name, a8.astype(np.float32).tolist()
     ('float8_e4m3fn', [1.0, 448.0])
     """
+    if _on_device(x):
+        from .cuda import _dispatch
+
+        return _dispatch.astype(x, fmt, saturate=saturate)
     fmt = get_format(fmt, argname="fmt")
     if fmt.dtype is None:
         raise TypeError(

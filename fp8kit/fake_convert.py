@@ -12,7 +12,7 @@ from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import fake_convert_kernel
 from ._kernels.rounding import NEAREST_EVEN
 from ._kernels.tables import decode_table
-from .codec import _rounding
+from .codec import _on_device, _rounding
 from .formats import FloatFormat, get_format, registered_formats
 
 __all__ = ["fake_convert"]
@@ -134,6 +134,10 @@ def fake_convert(
     >>> fp8kit.fake_convert(x, np.float32(0.5), destination_type="f8e5m2").tolist()
     [0.3125, 1024.0, -3.0]
     """
+    if _on_device(data, scale, shift, out):
+        from .cuda import _dispatch
+
+        return _dispatch.fake_convert(data, scale, shift, destination_type, mode=mode, out=out)
     arr = np.asarray(data)
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")

@@ -8,6 +8,7 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
@@ -232,3 +233,19 @@ def prefer_512(typingctx):
         return context.get_dummy_value()
 
     return types.void(), codegen
+
+
+_QUIET32 = np.uint32(0x00400000)
+_INDEFINITE32 = np.uint32(0xFFC00000)
+
+
+@njit(inline="always")
+def x86_nan(r, a, b):
+    """``r``, the float32 result of ``a op b``, with the NaN x86 SSE/AVX give: the first NaN
+    operand made quiet, else (an invalid operation such as 0 * Inf) the default NaN
+    0xFFC00000.  GPUs return one canonical NaN instead, and LLVM may swap the operands of a
+    commutative x86 instruction; with this the NaN bits depend on neither."""
+    quiet = cast_like((as_bits(a) if a != a else as_bits(b)) | _QUIET32, _QUIET32)
+    nan = as_float(quiet)
+    nan = nan if (a != a or b != b) else as_float(_INDEFINITE32)
+    return r if r == r else nan

@@ -13,7 +13,15 @@ import numpy as np
 from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat, get_format
-from .bits import as_bits, as_float, cast_like, encode_fast, prefer_512, round_in_place
+from .bits import (
+    as_bits,
+    as_float,
+    cast_like,
+    encode_fast,
+    prefer_512,
+    round_in_place,
+    x86_nan,
+)
 from .codec import Kernel, _params, source_version
 from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
 
@@ -152,7 +160,10 @@ def fake_convert_kernel(
                         k = base + j0 + jj
                         s = scale[k] if inner_runs else s0
                         v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
-                        y = v * s
+                        # x86 returns the first NaN operand, and LLVM may swap the operands of
+                        # a commutative operation: fix which NaN a NaN * NaN gives (the CUDA
+                        # twin rebuilds the same bits, fp8kit/cuda/_scalar.py)
+                        y = x86_nan(v * s, v, s)
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)
                         if openvino:
@@ -187,7 +198,8 @@ def fake_convert_kernel(
                             code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
                             fq = as_float(table[code])
                         if has_shift:
-                            fq = fq + (shift[k] if inner_runs else h0)
+                            hk = shift[k] if inner_runs else h0
+                            fq = x86_nan(fq + hk, fq, hk)
                         res = fq / s
                         if kind == F32:
                             orow[jj] = as_bits(res)

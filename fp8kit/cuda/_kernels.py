@@ -1,0 +1,135 @@
+"""CUDA kernels: thin grid-stride loops around the CPU kernels' scalar code.
+
+Each kernel body only indexes arrays and calls one ``@njit`` element function on the loaded
+element, so that
+
+* on a GPU, numba.cuda compiles the CPU kernels' scalar code (``encode_fast``,
+  ``encode_generic``, ``round_in_place``, ...) for the device; FakeConvert's element is a
+  twin of the CPU kernel's loop body (:mod:`fp8kit.cuda._scalar`);
+* under the CUDA simulator, where a kernel body runs as Python, the element function still
+  runs compiled (for the CPU): the body does no arithmetic on numpy scalars, whose widths
+  and overflow rules differ from Numba's (a ``uint8 << 16`` is 0 in numpy).
+
+The loaded value goes into the element function with its array's exact type, and what comes
+back is only stored or used as an index.  Element functions are closures over plain
+numbers, built per configuration, so branches on the configuration fold at compile time
+(also keeping compile times low).  Kernels compile on first use; they are not cached on disk
+(numba.cuda's cache could not be tested without a GPU).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+from numba import cuda, njit
+
+from .._kernels.bits import cast_like, encode_fast, encode_generic
+from .._kernels.codec import LOAD_BF16, LOAD_DIRECT, LOAD_LUT, _params, plan
+from ..formats import FloatFormat
+from ._scalar import f16_to_f32_bits, fake_element, widen_bits
+
+_ONE32 = np.uint32(1)
+_F16 = np.dtype(np.float16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@functools.cache
+def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
+    """``element(x)`` -> code, for one element of ``in_dtype`` bits, by the CPU kernel's
+    plan: bfloat16 widened to float32 by a shift, float16 exactly by arithmetic (the CPU
+    uses a table), and to float64 inside the element where the CPU widens the array first.
+    Returns ``(element, plan)``.
+    """
+    in_dtype = np.dtype(in_dtype)
+    pl = plan(fmt, in_dtype)
+    p, q = _params(fmt, pl.source, saturate)
+    load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
+    widen, generic = pl.widen_first, pl.strategy == "generic"
+
+    @njit(inline="always", error_model="numpy")
+    def element(x):
+        if load == LOAD_BF16:
+            v = cast_like(cast_like(x, _ONE32) << 16, _ONE32)
+        elif load == LOAD_LUT:
+            v = f16_to_f32_bits(x)
+        else:
+            v = x
+        if widen:
+            w = widen_bits(v)
+            return encode_generic(w, p, q) if generic else encode_fast(w, p)
+        if generic:
+            return encode_generic(v, p, q)
+        return encode_fast(v, p)
+
+    return element, pl
+
+
+@functools.cache
+def encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, lookup: bool):
+    """Kernel ``(x, table, out)``: ``out[i] = code(x[i])``, or ``table[code]`` with
+    ``lookup`` (round-to-format).  Returns ``(kernel, plan)``."""
+    element, pl = encode_element(fmt, in_dtype, saturate)
+
+    @cuda.jit
+    def kernel(x, table, out):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            code = element(x[i])
+            if lookup:
+                out[i] = table[code]
+            else:
+                out[i] = code
+
+    return kernel, pl
+
+
+@functools.cache
+def lookup_kernel():
+    """Kernel ``(codes, table, out)``: ``out[i] = table[codes[i]]`` (decoding).  The tables
+    are padded to 256 or 65,536 entries, so every uint8/uint16 code is in bounds."""
+
+    @cuda.jit
+    def kernel(x, table, out):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            out[i] = table[x[i]]
+
+    return kernel
+
+
+@functools.cache
+def fake_kernel(
+    fmt: FloatFormat,
+    data_dtype: np.dtype,
+    has_shift: bool,
+    openvino: bool,
+    scale_array: bool,
+    shift_array: bool,
+):
+    """Kernel ``(x, scale, shift, s_val, h_val, n1, n2, n3, st0, st1, st2, st3, out)``.
+
+    x/out: data bits, C order.  An operand given as an array (``scale_array``,
+    ``shift_array``) is read through its strides (in elements) of the data's shape merged
+    to 4 dimensions, (n0, n1, n2, n3); one given as a value is ``s_val``/``h_val`` (bits of
+    the data type) and its array argument is unused.  Scale indices come from the flat
+    index: three divisions per element, none for values.
+    """
+    element = fake_element(fmt, data_dtype, has_shift, openvino)
+    indexed = scale_array or (has_shift and shift_array)
+
+    @cuda.jit
+    def kernel(x, scale, shift, s_val, h_val, n1, n2, n3, st0, st1, st2, st3, out):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            k = 0
+            if indexed:
+                r = i // n3
+                k = (i - r * n3) * st3
+                r2 = r // n2
+                k += (r - r2 * n2) * st2
+                r3 = r2 // n1
+                k += (r2 - r3 * n1) * st1 + r3 * st0
+            s = scale[k] if scale_array else s_val
+            h = shift[k] if (has_shift and shift_array) else h_val
+            out[i] = element(x[i], s, h)
+
+    return kernel
