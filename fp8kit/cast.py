@@ -196,6 +196,11 @@ def cast(
     if _on_device(x):
         from .cuda import _dispatch
 
+        if rounding != "nearest_even" or _is_e8m0(to):
+            raise ValueError(
+                "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
+                "implemented; use fp8kit.encode(x, fmt, rounding=...) for the codes"
+            )
         return _dispatch.cast(x, to, saturate=saturate)
     arr = np.asarray(x)
     sat = _saturate(saturate, "cast")

@@ -285,7 +285,10 @@ def encode(
     if _on_device(x, out):
         from .cuda import _dispatch
 
-        return _dispatch.encode(x, fmt, saturate=saturate, out=out)
+        return _dispatch.encode(
+            x, fmt, saturate=saturate, out=out, rounding=rounding, seed=seed,
+            random_bits=random_bits,
+        )  # fmt: skip
     fmt = get_format(fmt, argname="fmt")
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "encode", allow_float8=True)
@@ -462,7 +465,10 @@ def round_to(
     if _on_device(x, out):
         from .cuda import _dispatch
 
-        return _dispatch.round_to(x, fmt, saturate=saturate, out=out)
+        return _dispatch.round_to(
+            x, fmt, saturate=saturate, out=out, rounding=rounding, seed=seed,
+            random_bits=random_bits,
+        )  # fmt: skip
     fmt = get_format(fmt, argname="fmt")
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "round_to", allow_float8=False)

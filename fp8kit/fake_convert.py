@@ -137,6 +137,10 @@ def fake_convert(
     if _on_device(data, scale, shift, out):
         from .cuda import _dispatch
 
+        if rounding != "nearest_even":
+            raise ValueError(
+                "fake_convert: on the GPU, only rounding='nearest_even' is implemented"
+            )
         return _dispatch.fake_convert(data, scale, shift, destination_type, mode=mode, out=out)
     arr = np.asarray(data)
     if arr.dtype not in _DATA_DTYPES:

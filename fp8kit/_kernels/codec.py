@@ -371,6 +371,21 @@ def _make_bf16_to_f32(parallel):
     return kernel
 
 
+def mode_overflow(p, mode: int):
+    """(overflow code of positive values, of negative values) in a rounding mode: directed
+    modes stop at +-max on the side they round toward zero."""
+    from .rounding import TOWARD_NEGATIVE, TOWARD_POSITIVE, TOWARD_ZERO
+
+    u = type(p[1])
+    ovf, max_mag = p[10], p[9]
+    o = {
+        TOWARD_ZERO: (max_mag, max_mag),
+        TOWARD_POSITIVE: (ovf, max_mag),
+        TOWARD_NEGATIVE: (max_mag, ovf),
+    }.get(mode, (ovf, ovf))
+    return (u(o[0]), u(o[1]))
+
+
 @functools.cache
 def encode_mode_kernel(
     fmt: FloatFormat,
@@ -388,9 +403,6 @@ def encode_mode_kernel(
     """
     from .rounding import (
         STOCHASTIC,
-        TOWARD_NEGATIVE,
-        TOWARD_POSITIVE,
-        TOWARD_ZERO,
         K,
         encode_mode,
         encode_unsigned_mode,
@@ -401,14 +413,7 @@ def encode_mode_kernel(
 
     pl = plan(fmt, np.dtype(in_dtype))
     p, q = _params(fmt, pl.source, saturate)
-    u = type(p[1])
-    ovf, max_mag = p[10], p[9]
-    o = {
-        TOWARD_ZERO: (max_mag, max_mag),
-        TOWARD_POSITIVE: (ovf, max_mag),
-        TOWARD_NEGATIVE: (max_mag, ovf),
-    }.get(mode, (ovf, ovf))
-    o = (u(o[0]), u(o[1]))
+    o = mode_overflow(p, mode)
     load = pl.load
     unsigned = pl.strategy == "unsigned"
     stochastic = mode == STOCHASTIC

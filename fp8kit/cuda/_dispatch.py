@@ -17,9 +17,10 @@ import numpy as np
 from numba import cuda
 
 from .._kernels.codec import FLOAT_DTYPES, bits_dtype
+from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .._kernels.tables import decode_table
 from ..cast import cast_type
-from ..codec import _FORMAT_DTYPES, _on_device, _saturate
+from ..codec import _FORMAT_DTYPES, _on_device, _rounding, _saturate
 from ..fake_convert import _destination, _merge
 from ..formats import FloatFormat, get_format
 from . import _kernels
@@ -186,7 +187,30 @@ def _float_input(x, func: str, *, allow_codes_of: bool):
     raise TypeError(f"{func}: x must have dtype {_FLOAT_NAMES}; got {dt}{hint}")
 
 
-def encode(x: Any, fmt: Any, *, saturate: bool = True, out: Any = None):
+def _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, lookup, func):
+    """The kernel and its extra arguments for a rounding mode (None for nearest-even)."""
+    mode, key, rbits = _rounding(rounding, seed, random_bits, func)
+    if mode == NEAREST_EVEN:
+        return None, ()
+    if mode == STOCHASTIC and order != "C":
+        raise ValueError(
+            f"{func}: rounding='stochastic' on the GPU needs C-contiguous arrays (random "
+            "words are counted by C-order index); make a C-contiguous copy first"
+        )
+    kernel, _ = _kernels.encode_mode_kernel(fmt, dt, sat, mode, rbits, lookup)
+    return kernel, (np.uint32(key[0]), np.uint32(key[1]))
+
+
+def encode(
+    x: Any,
+    fmt: Any,
+    *,
+    saturate: bool = True,
+    out: Any = None,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 16,
+):
     """``fp8kit.encode`` for device arrays: returns a uint8/uint16 device array of codes."""
     fmt = get_format(fmt, argname="fmt")
     sat = _saturate(saturate, "encode")
@@ -201,10 +225,11 @@ def encode(x: Any, fmt: Any, *, saturate: bool = True, out: Any = None):
         d = _separate(d, target, order)
     else:
         target = _empty(d.shape, code_dtype, order)
-    kernel, _ = _kernels.encode_kernel(fmt, d.dtype, sat, False)
+    mk, extra = _mode_kernel(fmt, d.dtype, sat, rounding, seed, random_bits, order, False, "encode")
+    kernel = mk or _kernels.encode_kernel(fmt, d.dtype, sat, False)[0]
     xb = _flat(d, order, bits_dtype(d.dtype))
     ob = _flat(target, order, code_dtype)
-    _launch(kernel, d.size, xb, ob, ob)  # (the table argument is unused without lookup)
+    _launch(kernel, d.size, xb, ob, ob, *extra)  # (the table argument is unused here)
     return out if out is not None else target
 
 
@@ -260,7 +285,16 @@ def _result_float(dtype: Any, func: str) -> np.dtype:
     return dt
 
 
-def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: Any = None):
+def round_to(
+    x: Any,
+    fmt: Any,
+    *,
+    saturate: bool = True,
+    out: Any = None,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 16,
+):
     """``fp8kit.round_to`` for device arrays."""
     fmt = get_format(fmt, argname="fmt")
     sat = _saturate(saturate, "round_to")
@@ -272,7 +306,8 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: Any = None):
         d = _separate(d, target, order)
     else:
         target = _empty(d.shape, dt, order)
-    kernel, _ = _kernels.encode_kernel(fmt, dt, sat, True)
+    mk, extra = _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, True, "round_to")
+    kernel = mk or _kernels.encode_kernel(fmt, dt, sat, True)[0]
     bits = bits_dtype(dt)
     _launch(
         kernel,
@@ -280,6 +315,7 @@ def round_to(x: Any, fmt: Any, *, saturate: bool = True, out: Any = None):
         _flat(d, order, bits),
         _device_table(fmt, dt),
         _flat(target, order, bits),
+        *extra,
     )
     return out if out is not None else target
 

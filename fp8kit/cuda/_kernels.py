@@ -25,8 +25,15 @@ import ml_dtypes
 import numpy as np
 from numba import cuda, njit
 
-from .._kernels.bits import cast_like, encode_fast, encode_generic
-from .._kernels.codec import LOAD_BF16, LOAD_DIRECT, LOAD_LUT, _params, plan
+from .._kernels.bits import cast_like, encode_fast, encode_generic, encode_unsigned
+from .._kernels.codec import LOAD_BF16, LOAD_DIRECT, LOAD_LUT, _params, mode_overflow, plan
+from .._kernels.rounding import (
+    STOCHASTIC,
+    encode_mode,
+    encode_unsigned_mode,
+    parts,
+    random_word,
+)
 from ..formats import FloatFormat
 from ._scalar import f16_to_f32_bits, fake_element, widen_bits
 
@@ -47,6 +54,7 @@ def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
     p, q = _params(fmt, pl.source, saturate)
     load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
     widen, generic = pl.widen_first, pl.strategy == "generic"
+    unsigned = pl.strategy == "unsigned"
 
     @njit(inline="always", error_model="numpy")
     def element(x):
@@ -58,12 +66,71 @@ def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
             v = x
         if widen:
             w = widen_bits(v)
+            if unsigned:
+                return encode_unsigned(w, q)
             return encode_generic(w, p, q) if generic else encode_fast(w, p)
+        if unsigned:
+            return encode_unsigned(v, q)
         if generic:
             return encode_generic(v, p, q)
         return encode_fast(v, p)
 
     return element, pl
+
+
+@functools.cache
+def mode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int, rbits: int):
+    """``element(x, i, k0, k1)`` -> code in a rounding mode of :mod:`fp8kit._kernels.rounding`
+    (not nearest-even), by the CPU's scalar code; ``i`` is the element's C-order index and
+    (k0, k1) the Philox key of stochastic rounding: each thread computes its own element's
+    random word (:func:`fp8kit._kernels.rounding.random_word`), the word the CPU's blocked
+    generator gives that index.  Returns ``(element, plan)``."""
+    in_dtype = np.dtype(in_dtype)
+    pl = plan(fmt, in_dtype)
+    p, q = _params(fmt, pl.source, saturate)
+    o = mode_overflow(p, mode)
+    load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
+    widen, unsigned = pl.widen_first, pl.strategy == "unsigned"
+    stochastic, split = mode == STOCHASTIC, parts(rbits)
+
+    @njit(inline="always", error_model="numpy")
+    def element(x, i, k0, k1):
+        if load == LOAD_BF16:
+            v = cast_like(cast_like(x, _ONE32) << 16, _ONE32)
+        elif load == LOAD_LUT:
+            v = f16_to_f32_bits(x)
+        else:
+            v = x
+        rnd = random_word(np.uint64(i), k0, k1, split) if stochastic else k0
+        if widen:
+            w = widen_bits(v)
+            if unsigned:
+                return encode_unsigned_mode(w, q, mode, rnd, rbits)
+            return encode_mode(w, p, q, o, mode, rnd, rbits)
+        if unsigned:
+            return encode_unsigned_mode(v, q, mode, rnd, rbits)
+        return encode_mode(v, p, q, o, mode, rnd, rbits)
+
+    return element, pl
+
+
+@functools.cache
+def encode_mode_kernel(
+    fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int, rbits: int, lookup: bool
+):
+    """Kernel ``(x, table, out, k0, k1)``: :func:`encode_kernel` in a rounding mode."""
+    element, pl = mode_element(fmt, in_dtype, saturate, mode, rbits)
+
+    @cuda.jit
+    def kernel(x, table, out, k0, k1):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            code = element(x[i], i, k0, k1)
+            if lookup:
+                out[i] = table[code]
+            else:
+                out[i] = code
+
+    return kernel, pl
 
 
 @functools.cache

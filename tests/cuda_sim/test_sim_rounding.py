@@ -1,0 +1,66 @@
+"""Issue 8 on the GPU: the new formats and every rounding mode, stochastic rounding with the
+same seed included, bit for bit the CPU kernels' results."""
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import fp8kit
+from fp8kit.formats import MORE_FORMATS
+
+from .simdata import BF16, host, inputs, same_bits, to_device
+
+MODES = ["nearest_away", "toward_zero", "toward_positive", "toward_negative", "stochastic"]
+NEW = [f.name for f in MORE_FORMATS]
+
+
+@pytest.mark.parametrize("fmt", NEW)
+@pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
+def test_new_formats_match_the_cpu(fmt, saturate):
+    x = inputs(np.float32)
+    d = to_device(x)
+    same_bits(
+        host(fp8kit.encode(d, fmt, saturate=saturate)), fp8kit.encode(x, fmt, saturate=saturate)
+    )
+    codes = np.arange(1 << fp8kit.get_format(fmt).bits, dtype=np.uint8)
+    same_bits(host(fp8kit.decode(to_device(codes), fmt)), fp8kit.decode(codes, fmt))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "fmt, dtype",
+    [("float8_e4m3fn", np.float32), ("float8_e5m2fnuz", np.float64), ("bfloat16", np.float32),
+     ("float8_e8m0fnu", np.float32), ("float4_e2m1fn", np.float16), ("float8_e4m3fn", BF16)],
+    ids=lambda v: v if isinstance(v, str) else np.dtype(v).name,
+)  # fmt: skip
+def test_every_rounding_mode_matches_the_cpu(mode, fmt, dtype):
+    x = inputs(dtype)[::3]  # (every value kind still appears; the simulator is slow)
+    kw = {"rounding": mode, "seed": 1234 if mode == "stochastic" else None}
+    d = to_device(x)
+    with np.errstate(invalid="ignore"):
+        same_bits(host(fp8kit.encode(d, fmt, **kw)), fp8kit.encode(x, fmt, **kw))
+        same_bits(host(fp8kit.round_to(d, fmt, **kw)), fp8kit.round_to(x, fmt, **kw))
+
+
+@pytest.mark.parametrize("random_bits", [5, 16, 32])
+def test_stochastic_rounding_gives_the_cpus_bits_for_the_same_seed(random_bits):
+    # more than one Philox block (4 * 256 * parts elements), so the blocked CPU generator
+    # and the GPU's per-element words are compared across block boundaries
+    rng = np.random.default_rng(random_bits)
+    x = (rng.standard_normal(9000) * 3).astype(np.float32)
+    kw = {"rounding": "stochastic", "seed": 2**40 + 17, "random_bits": random_bits}
+    same_bits(host(fp8kit.encode(to_device(x), "float8_e4m3fn", **kw)),
+              fp8kit.encode(x, "float8_e4m3fn", **kw))  # fmt: skip
+    other = fp8kit.encode(x, "float8_e4m3fn", **{**kw, "seed": 3})
+    assert (other != fp8kit.encode(x, "float8_e4m3fn", **kw)).any()
+
+
+def test_unsupported_rounding_on_the_gpu_is_refused_clearly():
+    d = to_device(np.ones((4, 3), np.float32))
+    with pytest.raises(ValueError, match="only rounding='nearest_even' is implemented"):
+        fp8kit.fake_convert(d, np.float32(1.0), rounding="toward_zero")
+    with pytest.raises(ValueError, match="only rounding='nearest_even' to Cast-21 types"):
+        fp8kit.cast(d, "FLOAT8E4M3FN", rounding="stochastic", seed=1)
+    f = cuda.to_device(np.asfortranarray(np.ones((4, 3), np.float32)))
+    with pytest.raises(ValueError, match="needs C-contiguous arrays"):
+        fp8kit.encode(f, "float8_e4m3fn", rounding="stochastic", seed=1)
