@@ -1,0 +1,73 @@
+"""Issue 8: the new formats against ml_dtypes, and every rounding mode against nearest-even.
+
+``setup`` builds seeded standard-normal float32 data, preallocates the output and runs the
+call once (JIT compilation is not timed).
+"""
+
+import ml_dtypes
+import numpy as np
+
+import fp8kit
+
+SEED = 20240601
+SIZES = [1_000_000, 16_000_000]
+NEW_FORMATS = [
+    "float8_e4m3",
+    "float8_e3m4",
+    "float8_e4m3b11fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+]
+MODES = [
+    "nearest_even",
+    "nearest_away",
+    "toward_zero",
+    "toward_positive",
+    "toward_negative",
+    "stochastic",
+]
+
+
+def _data(size):
+    return np.random.default_rng(SEED).standard_normal(size, dtype=np.float32)
+
+
+class EncodeNewFormats:
+    """float32 -> each new format: fp8kit.encode into a preallocated array, and ml_dtypes'
+    ``astype``."""
+
+    params = (NEW_FORMATS, ["fp8kit", "ml_dtypes"], SIZES)
+    param_names = ["format", "library", "size"]
+
+    def setup(self, fmt, library, size):
+        self.x = _data(size)
+        self.out = np.empty(size, np.uint8)
+        self.dtype = np.dtype(getattr(ml_dtypes, fmt))
+        self.time_encode(fmt, library, size)
+
+    def time_encode(self, fmt, library, size):
+        if library == "fp8kit":
+            fp8kit.encode(self.x, fmt, out=self.out)
+        else:
+            self.x.astype(self.dtype)
+
+
+class RoundingModes:
+    """float32 -> float8_e4m3fn and bfloat16 codes in each rounding mode (stochastic with
+    its default 16 random bits, and with 32)."""
+
+    params = (MODES + ["stochastic_32bits"], ["float8_e4m3fn", "bfloat16"], SIZES)
+    param_names = ["rounding", "format", "size"]
+
+    def setup(self, rounding, fmt, size):
+        self.x = _data(size)
+        self.out = np.empty(size, fp8kit.get_format(fmt).code_dtype)
+        self.kw = {"rounding": rounding.removesuffix("_32bits")}
+        if rounding.startswith("stochastic"):
+            self.kw.update(seed=1, random_bits=32 if rounding.endswith("32bits") else 16)
+        self.time_encode(rounding, fmt, size)
+
+    def time_encode(self, rounding, fmt, size):
+        fp8kit.encode(self.x, fmt, out=self.out, **self.kw)
