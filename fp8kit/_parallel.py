@@ -44,6 +44,11 @@ def get_num_threads() -> int:
     Defaults to ``FP8KIT_NUM_THREADS`` if set, else Numba's thread count (which honours
     ``NUMBA_NUM_THREADS`` and the CPUs available to the process).
 
+    Returns
+    -------
+    int
+        The count set by :func:`set_num_threads` or :func:`num_threads`, else the default.
+
     Examples
     --------
     >>> import fp8kit
@@ -64,6 +69,10 @@ def set_num_threads(n: int) -> None:
     ----------
     n : int
         A positive thread count.
+
+    Returns
+    -------
+    None
 
     Raises
     ------
@@ -86,6 +95,22 @@ def set_num_threads(n: int) -> None:
 @contextlib.contextmanager
 def num_threads(n: int) -> Iterator[None]:
     """Context manager: use ``n`` threads inside the block, restore the previous count after.
+
+    Parameters
+    ----------
+    n : int
+        A positive thread count.
+
+    Returns
+    -------
+    contextlib.AbstractContextManager
+        Entering it sets the count (for the current thread or task, a ``contextvars``
+        variable); leaving it restores the previous one, on errors too.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive integer.
 
     Examples
     --------

@@ -576,6 +576,24 @@ def _fits(src: CastType, dst: CastType) -> bool:
 def cast_rule(src: Any, dst: Any) -> str:
     """The rule code (a key of :data:`RULES`) that ``cast`` applies from src to dst.
 
+    Parameters
+    ----------
+    src, dst : dtype or str
+        Source and destination types, spelled as for :func:`fp8kit.cast`'s ``to``.
+
+    Returns
+    -------
+    str
+        ``"="``, ``"E"``, ``"R"``, ``"F8"``, ``"W"``, ``"T"``, ``"B"``, ``"01"``, ``"P"`` or
+        ``"S"`` (the legend of :func:`cast_table`).
+
+    Raises
+    ------
+    ValueError
+        If a type name is unknown.
+    TypeError
+        If a type is not a type spec, or a dtype outside Cast-21's list (complex ones).
+
     Examples
     --------
     >>> from fp8kit.cast import cast_rule
@@ -602,6 +620,11 @@ def cast_rule(src: Any, dst: Any) -> str:
 
 def cast_table() -> str:
     """The full Cast-21 table (rows: from, columns: to) as Markdown, from :func:`cast_rule`.
+
+    Returns
+    -------
+    str
+        The table and, below it, the legend of the rule codes.
 
     Examples
     --------

@@ -310,6 +310,21 @@ class FloatFormat:
     def code_value(self, code: int) -> Fraction | float:
         """Exact value of one code: a Fraction, or a float for Inf and NaN.
 
+        Parameters
+        ----------
+        code : int
+            A code of the format, 0 to ``2**bits - 1``.
+
+        Returns
+        -------
+        fractions.Fraction or float
+            The exact value; ``math.inf``/``math.nan`` (with the code's sign) for specials.
+
+        Raises
+        ------
+        ValueError
+            If ``code`` is outside ``0..2**bits - 1``.
+
         Examples
         --------
         >>> from fp8kit import get_format
@@ -464,6 +479,11 @@ register_format(float4_e2m1fn, ["FLOAT4E2M1", "f4e2m1"])
 def registered_formats() -> dict[str, FloatFormat]:
     """The registered formats by canonical name, in registration order.
 
+    Returns
+    -------
+    dict of str to FloatFormat
+        A new dict (changing it does not change the registry).
+
     Examples
     --------
     >>> from fp8kit import registered_formats
@@ -555,6 +575,12 @@ def format_table(formats: Any = None) -> str:
     Returns
     -------
     str
+        One row per format: fields, special values, limits and aliases.
+
+    Raises
+    ------
+    ValueError
+        If a format name is unknown.
 
     Examples
     --------

@@ -90,6 +90,21 @@ class PromotionPolicy:
         ``op="divide"`` when the common type is bool or integer: keep it, the default float
         dtype, the default float for integers only (bool stays bool), float32 up to 32 bits
         and float64 above (JAX), or refuse (Array API).
+
+    Raises
+    ------
+    ValueError
+        If a field has a value outside its allowed set (the message names the field).
+
+    Examples
+    --------
+    >>> import dataclasses
+    >>> from fp8kit import promotion as P
+    >>> mine = dataclasses.replace(P.TORCH, name="MINE", int_to_float="safe_width")
+    >>> P.result_type("int16", "float16", policy=mine)
+    dtype('float32')
+    >>> P.result_type("int16", "float16", policy=P.TORCH)
+    dtype('float16')
     """
 
     name: str
@@ -274,6 +289,13 @@ def openvino(
     Returns
     -------
     PromotionPolicy
+        Named ``OPENVINO`` with the attributes that differ from the defaults, e.g.
+        ``OPENVINO(promote_unsafe=True)``.
+
+    Raises
+    ------
+    TypeError
+        If ``u64_integer_promotion_target`` is not a type fp8kit promotes.
 
     Examples
     --------

@@ -43,7 +43,26 @@ def _cell(policy: PromotionPolicy, a: str, b: str, op: str) -> str:
 def operands_of(
     policy: PromotionPolicy, *, zero_dim: bool = True, scalars: bool = True
 ) -> list[str]:
-    """The operand list of a policy's tables: its tensors, 0-d tensors and Python scalars."""
+    """The operand list of a policy's tables: its tensors, 0-d tensors and Python scalars.
+
+    Parameters
+    ----------
+    policy : PromotionPolicy
+        Whose types to list.
+    zero_dim, scalars : bool, default True
+        Include the 0-d tensors (``"0d:int8"``) and the Python scalars (``"py:int"``).
+
+    Returns
+    -------
+    list of str
+        Operand spellings that :func:`result_type` accepts.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.operands_of(P.ARRAY_API)[-4:]
+    ['py:bool', 'py:int', 'py:float', 'py:complex']
+    """
     ops = list(policy.dtypes)
     if zero_dim:
         ops += [f"0d:{n}" for n in policy.dtypes]
@@ -63,6 +82,27 @@ def promotion_table(
 
     Rows default to the policy's tensors, 0-d tensors and Python scalars; columns to its
     tensors.  ``-`` marks a PromotionError.
+
+    Parameters
+    ----------
+    policy : PromotionPolicy
+        The rules to tabulate.
+    op : {"add", "divide", "compare"}, default "add"
+        The operation, as for :func:`result_type`.
+    rows, columns : list of str, optional
+        Operands (see :func:`operands_of` for the spellings).
+
+    Returns
+    -------
+    str
+        The Markdown table, types in short spelling (``i8``, ``f8_e4m3fn``, ``py float``).
+
+    Raises
+    ------
+    ValueError
+        If ``op`` is unknown.
+    TypeError
+        If an operand is not a type the engine knows.
 
     Examples
     --------
@@ -94,6 +134,23 @@ def disagreement_table(
     Every unordered pair of tensor types, and each type with each Python scalar, is listed
     when the policies that have both types do not all agree; ``n/a`` marks a policy that
     lacks a type, ``-`` an error.
+
+    Parameters
+    ----------
+    policies : iterable of PromotionPolicy, optional
+        Default: every preset of :data:`PRESETS`.
+    op : {"add", "divide", "compare"}, default "add"
+        The operation, as for :func:`result_type`.
+
+    Returns
+    -------
+    str
+        The Markdown table, one row per pair on which they disagree.
+
+    Raises
+    ------
+    ValueError
+        If ``op`` is unknown.
 
     Examples
     --------
@@ -145,6 +202,16 @@ def _knob_value(policy: PromotionPolicy, field: str) -> str:
 def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
     """The policies' fields side by side (Markdown): every preset is one set of knobs.
 
+    Parameters
+    ----------
+    policies : iterable of PromotionPolicy, optional
+        Default: every preset of :data:`PRESETS`.
+
+    Returns
+    -------
+    str
+        The Markdown table: one row per field, one column per policy.
+
     Examples
     --------
     >>> from fp8kit import promotion as P
@@ -176,6 +243,22 @@ def _doc_policies() -> dict[str, PromotionPolicy]:
 def docs_block(name: str) -> str:
     """A generated block of docs/promotion.md: a policy's table (by name) or
     ``"disagreements"``.
+
+    Parameters
+    ----------
+    name : str
+        ``"knobs"``, ``"disagreements"``, or the name of a preset or of one of the OpenVINO
+        variants the page shows (``"OPENVINO(promote_unsafe=True)"``).
+
+    Returns
+    -------
+    str
+        The Markdown block.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is none of these.
 
     Examples
     --------

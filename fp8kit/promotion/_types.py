@@ -13,7 +13,19 @@ from ..formats import get_format
 
 
 class PromotionError(TypeError):
-    """Two operands have no common type under a policy; the message says why."""
+    """Two operands have no common type under a policy; the message says why.
+
+    A subclass of TypeError, as numpy's ``DTypePromotionError`` is.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> try:
+    ...     P.result_type("int8", "uint8", policy=P.OPENVINO)
+    ... except P.PromotionError as e:
+    ...     print(str(e).split(":")[0])
+    OPENVINO
+    """
 
 
 PromotionError.__module__ = "fp8kit.promotion"  # where users import it from

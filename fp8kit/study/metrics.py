@@ -55,6 +55,14 @@ class ErrorMetrics:
     n_saturated, n_flushed, n_subnormal : int
         The counts behind the fractions (``n_saturated``/``n_subnormal`` are 0 without a
         format).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> m = study.error_metrics(np.float32([1.0, 3.0, np.nan]), np.float32([1.0, 2.0, np.nan]))
+    >>> m.count, m.compared, m.nan_inputs, m.max_abs_error, m.rmse
+    (3, 2, 1, 1.0, 0.7071067811865476)
     """
 
     count: int
@@ -82,7 +90,32 @@ class ErrorMetrics:
         totals: np.ndarray,
         has_format: bool = True,
     ) -> ErrorMetrics:
-        """Figures from combined kernel partials (:data:`fp8kit._kernels.metrics` columns)."""
+        """Figures from combined kernel partials (:data:`fp8kit._kernels.metrics` columns).
+
+        Parameters
+        ----------
+        count : int
+            Elements in all.
+        totals : ndarray
+            The partial sums, counts and maxima, one per column of the metrics kernel.
+        has_format : bool, default True
+            Whether the saturated and subnormal fractions apply (a format was given).
+
+        Returns
+        -------
+        ErrorMetrics
+            The figures.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> from fp8kit._kernels import metrics as km
+        >>> totals = np.zeros(km.N_METRICS)
+        >>> totals[km.SUM_SQ_ERR], totals[km.SUM_SQ_SIG] = 1.0, 100.0
+        >>> study.ErrorMetrics.from_totals(4, totals).sqnr_db
+        20.0
+        """
         t = [float(v) for v in totals]
         nan_in, inf_in, lost = int(t[km.NAN_IN]), int(t[km.INF_IN]), int(t[km.LOST])
         compared = count - nan_in - inf_in - lost
@@ -117,6 +150,21 @@ class ErrorMetrics:
     def pooled(cls, parts: list[ErrorMetrics]) -> ErrorMetrics:
         """The figures of several arrays taken together (sums add, maxima take the max).
 
+        Parameters
+        ----------
+        parts : list of ErrorMetrics
+            Figures of the arrays, each from :func:`error_metrics`.
+
+        Returns
+        -------
+        ErrorMetrics
+            The figures of all the arrays' elements at once.
+
+        Raises
+        ------
+        ValueError
+            If ``parts`` is empty.
+
         Examples
         --------
         >>> import numpy as np
@@ -145,7 +193,20 @@ class ErrorMetrics:
         return cls.from_totals(sum(p.count for p in parts), totals, has_format)
 
     def as_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict."""
+        """The fields as a plain dict.
+
+        Returns
+        -------
+        dict of str
+            Field name to value, in field order (for JSON output).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> study.error_metrics(np.float32([1.0]), np.float32([1.0])).as_dict()["rmse"]
+        0.0
+        """
         return dataclasses.asdict(self)
 
 

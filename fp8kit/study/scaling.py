@@ -327,6 +327,13 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
         x's shape with ``axis`` shortened to the number of blocks;
         ``.view(np.uint8)`` gives the E8M0 codes (biased exponents).
 
+    Raises
+    ------
+    TypeError
+        If x is not float16, bfloat16, float32 or float64 data.
+    ValueError
+        For an unknown format, a block size below 1 or an axis out of range.
+
     Examples
     --------
     >>> import numpy as np
@@ -446,10 +453,21 @@ class DelayedScaling:
     history_len : int, default 16
         Steps in the amax history window.
     algo : {"max", "most_recent"}, default "max"
+        Scale from the largest amax of the window, or from the last one.
     margin : float, default 0
+        Divide each scale by ``2**margin`` (headroom for growing amaxes).
     pow2 : bool, default False
         Round each scale down to a power of two.
     initial_scale : float or None, default 1.0
+        The first step's scale; None: the first tensor's own ``max / amax``.
+
+    Raises
+    ------
+    TypeError
+        If ``history_len`` is not an int.
+    ValueError
+        For an unknown format or ``algo``, ``history_len < 1``, or an ``initial_scale``
+        that is not a positive finite number.
 
     Examples
     --------
@@ -494,7 +512,22 @@ class DelayedScaling:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the history: the next step is a first step again."""
+        """Forget the history: the next step is a first step again.
+
+        Returns
+        -------
+        None
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> ds = study.DelayedScaling("float8_e4m3fn")
+        >>> _ = ds.scale(np.float32([2.0]))
+        >>> ds.reset()
+        >>> ds.history
+        ()
+        """
         self._history: deque[float] = deque(maxlen=self.history_len)
         self._scale: float | None = self.initial_scale
 
@@ -504,7 +537,30 @@ class DelayedScaling:
         return tuple(reversed(self._history))
 
     def step(self, amax: float) -> float:
-        """Record one step's amax and return the scale (float64) that step uses."""
+        """Record one step's amax and return the scale (float64) that step uses.
+
+        Parameters
+        ----------
+        amax : float
+            The step's largest finite magnitude.
+
+        Returns
+        -------
+        float
+            The scale computed from the earlier steps (``initial_scale`` on the first).
+
+        Raises
+        ------
+        TypeError, ValueError
+            If ``amax`` is not a real number (as ``float(amax)`` raises them).
+
+        Examples
+        --------
+        >>> from fp8kit import study
+        >>> ds = study.DelayedScaling("float8_e4m3fn", initial_scale=None)
+        >>> ds.step(4.0), ds.step(8.0), ds.step(2.0)
+        (112.0, 112.0, 56.0)
+        """
         amax = float(amax)
         if self._scale is None:  # initial_scale=None: the first step scales by its own amax
             self._scale = float(amax_scale(amax, self.fmt, self.margin, self.pow2, np.float64))
@@ -517,7 +573,31 @@ class DelayedScaling:
 
     def scale(self, x: Any) -> np.floating:
         """The scale for this step's tensor ``x`` (float32, float64 for float64 data);
-        records x's amax."""
+        records x's amax.
+
+        Parameters
+        ----------
+        x : array_like
+            float16, bfloat16, float32 or float64 data of this step.
+
+        Returns
+        -------
+        numpy.float32 or numpy.float64
+            The multiplier for ``x`` (``x * scale`` is what gets rounded).
+
+        Raises
+        ------
+        TypeError
+            If x is not float16, bfloat16, float32 or float64 data.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> ds = study.DelayedScaling("float8_e5m2")
+        >>> ds.scale(np.float32([1.0, -4.0])), ds.scale(np.float32([2.0]))
+        (np.float32(1.0), np.float32(14336.0))
+        """
         arr = float_data(x, "DelayedScaling.scale")
         xw = working(arr)
         amax = group_amax(xw, "tensor")[0]
@@ -525,5 +605,31 @@ class DelayedScaling:
         return work_dtype(arr.dtype).type(clamp_scale(used, xw.dtype))
 
     def quantize(self, x: Any) -> np.ndarray:
-        """``quantize(x, self.fmt, self)``: this step's tensor through the format."""
+        """``quantize(x, self.fmt, self)``: this step's tensor through the format.
+
+        Parameters
+        ----------
+        x : array_like
+            float16, bfloat16, float32 or float64 data of this step.
+
+        Returns
+        -------
+        ndarray
+            x scaled by :meth:`scale`, rounded to the format and scaled back, in x's dtype.
+
+        Raises
+        ------
+        TypeError
+            If x is not float16, bfloat16, float32 or float64 data.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> ds = study.DelayedScaling("float8_e4m3fn")
+        >>> ds.quantize(np.float32([0.3, 2.0])).tolist()  # step 1: scale 1
+        [0.3125, 2.0]
+        >>> ds.quantize(np.float32([0.3, 2.0])).tolist()  # step 2: scale 448 / 2
+        [0.2857142984867096, 2.0]
+        """
         return quantize(x, self.fmt, self)

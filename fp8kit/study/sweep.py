@@ -33,7 +33,25 @@ SCALING_SYNTAX = "none, tensor, channel, block[:N], delayed[:LEN[:max|most_recen
 
 @dataclasses.dataclass(frozen=True)
 class Scaling:
-    """A parsed scaling spec of a sweep (see :func:`parse_scaling`)."""
+    """A parsed scaling spec of a sweep (see :func:`parse_scaling`).
+
+    Parameters
+    ----------
+    kind : {"none", "tensor", "channel", "block", "delayed"}
+        The recipe.
+    block_size : int, default 32
+        Elements per MX block (``kind="block"``).
+    history_len : int, default 16
+        Steps in the amax history (``kind="delayed"``).
+    algo : {"max", "most_recent"}, default "max"
+        How delayed scaling picks the amax of its history.
+
+    Examples
+    --------
+    >>> from fp8kit.study import Scaling
+    >>> Scaling("delayed", history_len=4).label
+    'delayed:4:max'
+    """
 
     kind: str
     block_size: int = 32
@@ -42,6 +60,7 @@ class Scaling:
 
     @property
     def label(self) -> str:
+        """The spec string that parses back to this scaling."""
         if self.kind == "block":
             return f"block:{self.block_size}"
         if self.kind == "delayed":
@@ -58,6 +77,16 @@ def parse_scaling(spec: Any) -> Scaling:
     """Parse a scaling spec: ``none``, ``tensor``, ``channel``, ``block[:N]`` (MX blocks of
     N elements, default 32) or ``delayed[:LEN[:ALGO]]`` (Transformer Engine's delayed
     scaling, history length LEN, default 16, ALGO ``max`` or ``most_recent``).
+
+    Parameters
+    ----------
+    spec : str or Scaling
+        The spec (a Scaling is returned as is).
+
+    Returns
+    -------
+    Scaling
+        The parsed spec.
 
     Raises
     ------
@@ -92,6 +121,33 @@ class SweepRow:
 
     ``scale_min``/``scale_max`` span the finite scales used (FakeConvert's multiplier;
     equal for one scale per tensor); ``notes`` explain special cases.
+
+    Attributes
+    ----------
+    tensor : str
+        The tensor's name.
+    shape : tuple of int
+        Its shape.
+    dtype : str
+        Its dtype.
+    format : str
+        The format's canonical name.
+    scaling : str
+        The scaling spec (:attr:`Scaling.label`).
+    metrics : ErrorMetrics
+        The error figures.
+    scale_min, scale_max : float
+        The smallest and largest finite scale used.
+    notes : tuple of str
+        Special cases met (NaN or Inf inputs, an all-zero tensor, ...).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> row = study.sweep({"w": np.float32([[1.0, -2.0]])}, ["float8_e5m2"], ["tensor"])[0]
+    >>> row.tensor, row.format, row.scaling, row.scale_min, row.metrics.rmse
+    ('w', 'float8_e5m2', 'tensor', 28672.0, 0.0)
     """
 
     tensor: str
@@ -105,7 +161,22 @@ class SweepRow:
     notes: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """A flat dict: the row's fields with the metrics' fields inlined."""
+        """A flat dict: the row's fields with the metrics' fields inlined.
+
+        Returns
+        -------
+        dict of str
+            Field name to value, JSON-ready (the shape and notes as lists).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> row = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])[0]
+        >>> d = row.as_dict()
+        >>> d["tensor"], d["shape"], d["sqnr_db"]
+        ('w', [2], inf)
+        """
         d: dict[str, Any] = {
             "tensor": self.tensor,
             "shape": list(self.shape),
@@ -122,6 +193,18 @@ def demo_tensors(seed: int = 0, shape: tuple[int, int] = (256, 1024)) -> dict[st
     """Seeded float32 weight-like matrices for the built-in demo: normal, Laplace and
     Student-t (3 degrees of freedom, heavy tails) values of standard deviation about 0.02,
     each row multiplied by a log-normal factor (channels of different ranges).
+
+    Parameters
+    ----------
+    seed : int, default 0
+        Seed of the numpy generator that draws them.
+    shape : tuple of 2 int, default (256, 1024)
+        Shape of each matrix (rows are the channels).
+
+    Returns
+    -------
+    dict of str to ndarray
+        ``"normal"``, ``"laplace"`` and ``"student_t3"`` float32 matrices.
 
     Examples
     --------

@@ -1,0 +1,266 @@
+"""Generated blocks of fp8kit's Markdown pages, and the Sphinx extension that regenerates them.
+
+A generated block is the text between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in a page of
+docs/.  The committed pages hold a copy (so they read well on GitHub) that
+tests/test_docs_generated.py keeps current; while Sphinx builds the site, this extension
+replaces every block by what the code generates now, so the site never shows a stale table.
+
+    python docs/_ext/fp8kit_docs.py     # rewrite the committed copies of every page
+
+(``python docs/make_study.py`` redraws the committed docs/study.png as well.)
+
+Block names:
+
+``format-table``, ``more-formats-table``
+    :func:`fp8kit.format_table` of the built-in and of the further formats.
+``cast-table``
+    :func:`fp8kit.cast_table`, the Cast-21 rule of every type pair.
+``rounding-table``
+    Sample values rounded to float8_e4m3fn in every rounding mode.
+``promotion:NAME``
+    :func:`fp8kit.promotion.docs_block` (a preset's table, the knobs, the disagreements).
+``study:NAME``
+    The worked study's tables (docs/make_study.py).
+``api:SECTION``
+    The autodoc directives of one section of the API reference, from the ``__all__`` lists.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[1]
+ROOT = DOCS.parent
+if str(ROOT) not in sys.path:  # a source checkout, installed or not
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import fp8kit  # noqa: E402
+from fp8kit import promotion, study  # noqa: E402
+
+BLOCK = re.compile(r"<!-- (?P<name>[^\s/]\S*) -->\n(?P<body>.*?)<!-- /(?P=name) -->", re.S)
+FIGURES = {"study.png"}  # drawn again at build time into _generated/
+
+
+@functools.cache
+def _make_study():
+    spec = importlib.util.spec_from_file_location("make_study", DOCS / "make_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def _study_tables() -> dict[str, str]:
+    return _make_study().tables()
+
+
+# ---------------------------------------------------------------------------- rounding table
+#: (label, value) of the rows of the rounding table.
+ROUNDING_SAMPLES = [
+    ("1.0625", 1.0625),  # the tie between 1 and 1.125
+    ("1.09375", 1.09375),  # three quarters of the way from 1 to 1.125
+    ("-1.0625", -1.0625),
+    ("2^-10", 2.0**-10),  # half the smallest subnormal 2**-9: a tie with 0
+    ("-2^-11", -(2.0**-11)),  # a quarter of the smallest subnormal
+    ("460", 460.0),  # above max 448, below the overflow threshold 464
+    ("500", 500.0),  # beyond the threshold
+]
+
+
+def rounding_table() -> str:
+    """Each sample rounded to float8_e4m3fn in every deterministic mode, as fp8kit computes
+    it now; ``a (b)``: ``a`` with ``saturate=True``, ``b`` with ``saturate=False``."""
+    modes = [m for m in fp8kit.codec.ROUNDING_MODES if m != "stochastic"]
+    lines = [
+        "| x | " + " | ".join(f"`{m}`" for m in modes) + " |",
+        "|---:|" + "---:|" * len(modes),
+    ]
+    for label, value in ROUNDING_SAMPLES:
+        x = np.float64(value)
+        cells = []
+        for mode in modes:
+            sat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode)
+            nosat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode, saturate=False)
+            cells.append(_num(sat) if _same(sat, nosat) else f"{_num(sat)} ({_num(nosat)})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _same(a, b) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True)) and np.signbit(a) == np.signbit(b)
+
+
+def _num(v) -> str:
+    v = float(v)
+    if v != v:
+        return "NaN"
+    if v == 0:
+        return "-0" if np.signbit(v) else "0"
+    exponent = np.log2(abs(v))
+    if abs(v) < 2**-4 and exponent == int(exponent):
+        return f"{'-' if v < 0 else ''}2^{int(exponent)}"
+    return f"{v:g}"
+
+
+# ---------------------------------------------------------------------------- API reference
+#: The sections of the API reference of the package's own names, in order; the subpackages
+#: ``promotion`` and ``study`` are sections of all their ``__all__``.
+API_SECTIONS = {
+    "formats": [
+        "FloatFormat",
+        "get_format",
+        "register_format",
+        "registered_formats",
+        "format_table",
+    ],
+    "codec": ["encode", "decode", "round_to", "astype", "pack", "unpack"],
+    "cast": ["cast", "cast_rule", "cast_table"],
+    "fake_convert": ["fake_convert"],
+    "threads": ["num_threads", "set_num_threads", "get_num_threads"],
+    "promotion": None,
+    "study": None,
+}
+_SUBPACKAGES = {"promotion": promotion, "study": study}
+
+
+def home_of(name: str) -> str:
+    """The qualified name under which the reference documents ``fp8kit.<name>``: a name the
+    package re-exports from a subpackage is documented once, there."""
+    obj = getattr(fp8kit, name)
+    for subname, sub in _SUBPACKAGES.items():
+        if name in sub.__all__ and getattr(sub, name) is obj:
+            return f"fp8kit.{subname}.{name}"
+    return f"fp8kit.{name}"
+
+
+def api_block(section: str) -> str:
+    """The MyST directives documenting one section of the API (``reexports``: the list of
+    the package's names documented in a subpackage)."""
+    own = {n for n in fp8kit.__all__ if home_of(n) == f"fp8kit.{n}" and n not in _SUBPACKAGES}
+    listed = {n for names in API_SECTIONS.values() if names for n in names}
+    if own != listed:
+        raise ValueError(
+            f"API_SECTIONS and fp8kit.__all__ differ: not listed {sorted(own - listed)}, "
+            f"not public {sorted(listed - own)}"
+        )
+    if section == "reexports":
+        return "\n".join(
+            f"- `fp8kit.{n}` is {{py:obj}}`{home_of(n)}`"
+            for n in fp8kit.__all__
+            if home_of(n) != f"fp8kit.{n}"
+        )
+    if section not in API_SECTIONS:
+        valid = ", ".join([*API_SECTIONS, "reexports"])
+        raise ValueError(f"unknown api section {section!r}; valid: {valid}")
+    names = API_SECTIONS[section]
+    if names is None:
+        module = _SUBPACKAGES[section]
+        modname, names = module.__name__, list(module.__all__)
+        out = [_directive("automodule", modname, ["no-members:"])]
+    else:
+        module, modname, out = fp8kit, "fp8kit", []
+    for name in names:
+        obj = getattr(module, name)
+        qual = f"{modname}.{name}"
+        if inspect.isclass(obj):
+            options = [] if issubclass(obj, BaseException) else ["members:"]
+            out.append(_directive("autoclass", qual, options))
+        elif callable(obj):
+            out.append(_directive("autofunction", qual, []))
+        else:
+            out.append(_directive("autodata", qual, ["no-value:"]))
+    # autodoc writes reStructuredText, so MyST hands it to the rST parser (eval-rst)
+    return "```{eval-rst}\n" + "\n\n".join(out) + "\n```"
+
+
+def _directive(kind: str, target: str, options: list[str]) -> str:
+    return f".. {kind}:: {target}" + "".join(f"\n   :{o}" for o in options)
+
+
+# ---------------------------------------------------------------------------- the blocks
+def generate(name: str) -> str:
+    """The text of the generated block ``name``, from the code as it is now."""
+    kind, _, arg = name.partition(":")
+    makers: dict[str, Callable[[], str]] = {
+        "format-table": fp8kit.format_table,
+        "more-formats-table": lambda: fp8kit.format_table(fp8kit.formats.MORE_FORMATS),
+        "cast-table": fp8kit.cast_table,
+        "rounding-table": rounding_table,
+    }
+    if name in makers:
+        return makers[name]()
+    if kind == "promotion" and arg:
+        return promotion.docs_block(arg)
+    if kind == "study" and arg:
+        return _study_tables()[arg]
+    if kind == "api" and arg:
+        return api_block(arg)
+    raise ValueError(
+        f"unknown generated block {name!r}; valid: {', '.join(makers)}, promotion:NAME, "
+        "study:NAME, api:SECTION"
+    )
+
+
+def fill(text: str) -> str:
+    """``text`` with every generated block replaced by what the code generates now."""
+
+    def block(m: re.Match) -> str:
+        name = m["name"]
+        return f"<!-- {name} -->\n{generate(name)}\n<!-- /{name} -->"
+
+    return BLOCK.sub(block, text)
+
+
+def pages() -> list[Path]:
+    """The Markdown pages of the site."""
+    return sorted(p for p in DOCS.glob("*.md"))
+
+
+def draw_figures(outdir: Path) -> None:
+    """Draw the figures of the pages into ``outdir`` (the worked study's)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    gen = _make_study()
+    from fp8kit.study.plot import plot_study
+
+    tensors = study.demo_tensors(seed=0)
+    rows = study.sweep(tensors, gen.FORMATS, gen.SCALINGS)
+    plot_study(rows, tensors, outdir / "study.png", title="fp8kit study (built-in demo)")
+
+
+# ---------------------------------------------------------------------------- Sphinx hooks
+def _source_read(app, docname: str, source: list[str]) -> None:
+    text = fill(source[0])
+    for figure in FIGURES:  # the figure drawn for this build, not the committed copy
+        text = text.replace(f"]({figure})", f"](_generated/{figure})")
+    source[0] = text
+
+
+def _builder_inited(app) -> None:
+    draw_figures(Path(app.srcdir) / "_generated")
+
+
+def setup(app):
+    app.connect("builder-inited", _builder_inited)
+    app.connect("source-read", _source_read)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
+
+
+def main() -> None:
+    for page in pages():
+        text = page.read_text()
+        new = fill(text)
+        if new != text:
+            page.write_text(new)
+            print(f"rewrote {page.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
