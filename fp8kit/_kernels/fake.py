@@ -156,6 +156,11 @@ def fake_convert_kernel(
                     orow = out[i : i + j1 - j0]
                     s0 = scale[base]
                     h0 = shift[base] if has_shift else s0
+                    # Both operands of v * s or fq + h can be NaN only where s or h is; with a
+                    # row-constant s and h that are numbers, the plain operations give x86's
+                    # bits already, and this invariant test lets LLVM keep a loop without
+                    # x86_nan (measured 20% of the per-channel time)
+                    fix_nan = inner_runs or s0 != s0 or h0 != h0
                     for jj in range(xr.size):
                         k = base + j0 + jj
                         s = scale[k] if inner_runs else s0
@@ -163,7 +168,7 @@ def fake_convert_kernel(
                         # x86 returns the first NaN operand, and LLVM may swap the operands of
                         # a commutative operation: fix which NaN a NaN * NaN gives (the CUDA
                         # twin rebuilds the same bits, fp8kit/cuda/_scalar.py)
-                        y = x86_nan(v * s, v, s)
+                        y = x86_nan(v * s, v, s) if fix_nan else v * s
                         if has_shift:
                             y = y - (shift[k] if inner_runs else h0)
                         if openvino:
@@ -199,7 +204,7 @@ def fake_convert_kernel(
                             fq = as_float(table[code])
                         if has_shift:
                             hk = shift[k] if inner_runs else h0
-                            fq = x86_nan(fq + hk, fq, hk)
+                            fq = x86_nan(fq + hk, fq, hk) if fix_nan else fq + hk
                         res = fq / s
                         if kind == F32:
                             orow[jj] = as_bits(res)
