@@ -14,8 +14,12 @@ MODES = ["nearest_away", "toward_zero", "toward_positive", "toward_negative", "s
 NEW = [f.name for f in MORE_FORMATS]
 
 
-@pytest.mark.parametrize("fmt", NEW)
-@pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
+# The simulator runs a Python thread per element: the default run takes one case of each
+# kind, -m slow the full cross product.
+@pytest.mark.parametrize(
+    "fmt, saturate",
+    [pytest.param(f, s, marks=() if s else pytest.mark.slow) for f in NEW for s in (True, False)],
+)
 def test_new_formats_match_the_cpu(fmt, saturate):
     x = inputs(np.float32)
     d = to_device(x)
@@ -26,12 +30,20 @@ def test_new_formats_match_the_cpu(fmt, saturate):
     same_bits(host(fp8kit.decode(to_device(codes), fmt)), fp8kit.decode(codes, fmt))
 
 
-@pytest.mark.parametrize("mode", MODES)
+_FMT_DTYPES = [
+    ("float8_e4m3fn", np.float32), ("float8_e5m2fnuz", np.float64), ("bfloat16", np.float32),
+    ("float8_e8m0fnu", np.float32), ("float4_e2m1fn", np.float16), ("float8_e4m3fn", BF16),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "fmt, dtype",
-    [("float8_e4m3fn", np.float32), ("float8_e5m2fnuz", np.float64), ("bfloat16", np.float32),
-     ("float8_e8m0fnu", np.float32), ("float4_e2m1fn", np.float16), ("float8_e4m3fn", BF16)],
-    ids=lambda v: v if isinstance(v, str) else np.dtype(v).name,
+    "mode, fmt, dtype",
+    [
+        pytest.param(m, f, d, marks=() if i == j % len(_FMT_DTYPES) else pytest.mark.slow,
+                     id=f"{m}-{f}-{np.dtype(d).name}")
+        for j, m in enumerate(MODES)
+        for i, (f, d) in enumerate(_FMT_DTYPES)
+    ],
 )  # fmt: skip
 def test_every_rounding_mode_matches_the_cpu(mode, fmt, dtype):
     x = inputs(dtype)[::3]  # (every value kind still appears; the simulator is slow)
