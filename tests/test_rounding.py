@@ -273,6 +273,77 @@ def test_stochastic_rounding_of_values_far_below_the_smallest_subnormal():
     assert abs((got != 0).mean() - 0.125) < 5 * math.sqrt(0.125 * 0.875 / 400_000)
 
 
+# Stochastic rounding of float32/float64 bits has two kernels: the integer path of every
+# mode, and a constant-shift path (fp8kit._kernels.rounding.encode_stochastic_fast) that
+# writes the value as a fixed-point number first, through one FPU add below the format's
+# smallest normal.  Where the second is used it must give the first's bits: dense sweeps
+# of every binade from far below the smallest subnormal to above the largest normal.
+def _dense_bits(width, rng):
+    src_m, one = (23, np.uint64(1)) if width == 32 else (52, np.uint64(1))
+    bias = 127 if width == 32 else 1023
+    exps = np.arange(bias - 40, bias + 20)
+    mant = rng.integers(0, 1 << src_m, (exps.size, 3000), dtype=np.uint64)
+    bits = (exps[:, None].astype(np.uint64) << np.uint64(src_m)) + mant
+    extra = rng.integers(0, 1 << min(src_m, 40), 5000, dtype=np.uint64)  # source subnormals
+    bits = np.concatenate([bits.ravel(), extra, (one << np.uint64(width - 1)) | bits.ravel()])
+    return bits.astype(np.uint32 if width == 32 else np.uint64)
+
+
+@pytest.mark.parametrize(
+    "name, dtype, random_bits",
+    [
+        pytest.param("float8_e4m3fn", np.float32, 16, id="e4m3fn-f32-16"),
+        pytest.param("float8_e5m2fnuz", np.float32, 21, id="e5m2fnuz-f32-21"),
+        pytest.param("float4_e2m1fn", np.float32, 1, id="e2m1-f32-1"),
+        pytest.param("bfloat16", np.float32, 16, id="bf16-f32-16"),
+        pytest.param("float8_e3m4", np.float64, 32, id="e3m4-f64-32"),
+    ],
+)
+def test_stochastic_constant_shift_path_gives_the_integer_paths_bits(
+    name, dtype, random_bits, monkeypatch
+):
+    from fp8kit._kernels import codec as kernels
+    from fp8kit._kernels.rounding import STOCHASTIC
+
+    fmt = get_format(name)
+    build = kernels.encode_mode_kernel.__wrapped__  # uncached: two variants of one kernel
+    fast, pl = build(fmt, np.dtype(dtype), True, STOCHASTIC, random_bits)
+    assert kernels.stochastic_params(fmt, pl.source, random_bits) is not None
+    monkeypatch.setattr(kernels, "stochastic_params", lambda *args: None)
+    slow, _ = build(fmt, np.dtype(dtype), True, STOCHASTIC, random_bits)
+    x = _dense_bits(np.dtype(dtype).itemsize * 8, np.random.default_rng(random_bits))
+    key = np.array([0x9E3779B9, 7], np.uint32)
+    # Where the FPU's sum rounds up, the path must take it back: the first elements are
+    # (t + 3/4) ulps of the fixed point, with t chosen from the element's own random word so
+    # that t + 1 (the sum rounded to nearest) would carry into the kept bits and t does not.
+    m, src_m = fmt.mantissa_bits, 23 if dtype == np.float32 else 52
+    sh, b = src_m - m, random_bits
+    r = _words(4096, key[0], key[1], parts(b)).astype(np.uint64) >> np.uint64(32 - b)
+    t = (1 << sh) - 1 - (r << np.uint64(sh - b))
+    edge = (t.astype(np.float64) + 0.75) * 2.0 ** (fmt.minexp - src_m)
+    if name != "bfloat16":  # (which shares float32's smallest normal: no FPU add)
+        assert (edge.astype(dtype).astype(np.float64) == edge).all()
+        x[: edge.size] = edge.astype(dtype).view(x.dtype)
+    lut, table = np.zeros(1, np.uint32), np.zeros(1, np.uint8)
+    got, want = (np.empty(x.size, fmt.code_dtype) for _ in range(2))
+    fast.build(False)(x, lut, table, got.view(np.uint8) if fmt.bits <= 8 else got, key, 1)
+    slow.build(False)(x, lut, table, want.view(np.uint8) if fmt.bits <= 8 else want, key, 1)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, [(hex(x[i]), got[i], want[i]) for i in bad[:5]]
+
+
+def test_stochastic_constant_shift_path_is_refused_where_it_would_not_be_exact():
+    from fp8kit._kernels.codec import stochastic_params
+
+    # more random bits than the normal range drops (float32 -> e4m3fn drops 20)
+    assert stochastic_params(get_format("float8_e4m3fn"), "float32", 21) is None
+    # float32 -> float16 drops 13 bits: the default 16 takes the integer path
+    assert stochastic_params(get_format("float16"), "float32", 16) is None
+    assert stochastic_params(get_format("float16"), "float32", 13) is not None
+    # e8m0 has its own kernel
+    assert stochastic_params(get_format("float8_e8m0fnu"), "float32", 1) is None
+
+
 # ------------------------------------------------------------------ the other entry points
 @pytest.mark.parametrize("mode", MODES)
 def test_round_to_astype_and_cast_agree_with_encode(mode):

@@ -386,6 +386,35 @@ def mode_overflow(p, mode: int):
     return (u(o[0]), u(o[1]))
 
 
+def stochastic_params(fmt: FloatFormat, source: str, random_bits: int):
+    """Constants of :func:`fp8kit._kernels.rounding.encode_stochastic_fast` for ``fmt`` on
+    ``source`` bits, or None where it would not be exact: it needs ``random_bits`` at most
+    the ``sh`` bits dropped in the normal range, the format's subnormal spacing over
+    ``2**sh`` a normal source number (the sum's ulp), and every source subnormal below
+    ``2**-random_bits`` of that spacing, where no rule rounds it up: so a flush-to-zero or
+    denormals-are-zero mode set by another library cannot change a result."""
+    width, src_m, _, src_bias = _SOURCES[source]
+    u = np.uint32 if width == 32 else np.uint64
+    f = np.float32 if width == 32 else np.float64
+    src_emin, _ = _src_limits(source)
+    m = fmt.mantissa_bits
+    sh = src_m - m
+    if fmt.specials == "unsigned" or _strategy(fmt, source) is None or random_bits > sh:
+        return None
+    use_magic = fmt.minexp != src_emin
+    if use_magic and (fmt.minexp - src_m < src_emin or fmt.minexp - m - random_bits < src_emin):
+        return None
+    magic = f(2.0**fmt.minexp)
+    rebias = src_bias - fmt.bias
+    return (
+        bool(use_magic),
+        magic,
+        u(int(np.array(magic).view(u))),
+        u((-(rebias << src_m)) & ((1 << width) - 1)),
+        u(sh),
+    )
+
+
 @functools.cache
 def encode_mode_kernel(
     fmt: FloatFormat,
@@ -405,6 +434,7 @@ def encode_mode_kernel(
         STOCHASTIC,
         K,
         encode_mode,
+        encode_stochastic_fast,
         encode_unsigned_mode,
         fill_block,
         parts,
@@ -417,6 +447,9 @@ def encode_mode_kernel(
     load = pl.load
     unsigned = pl.strategy == "unsigned"
     stochastic = mode == STOCHASTIC
+    sp = stochastic_params(fmt, pl.source, random_bits) if stochastic else None
+    fast = sp is not None
+    sp = sp if fast else (False,)
     lookup = table_dtype is not None
     width = _SOURCES[pl.source][0]
     in_bits = {LOAD_DIRECT: np.dtype(f"uint{width}"), LOAD_BF16: np.uint16, LOAD_LUT: np.uint16}[
@@ -436,7 +469,7 @@ def encode_mode_kernel(
     split = parts(rbits)
 
     def make(parallel):
-        def run(xs, os, lut, table, words, k0):
+        def run(xs, os, lut, table, words, k0, h):
             one = p[1]
             for j in range(xs.size):
                 if load == LOAD_BF16:
@@ -445,9 +478,11 @@ def encode_mode_kernel(
                     v = lut[xs[j]]
                 else:
                     v = xs[j]
-                rnd = words[j] if stochastic else k0
+                rnd = word_part(words[j], h, split) if stochastic else k0
                 if unsigned:
                     code = encode_unsigned_mode(v, q, mode, rnd, rbits)
+                elif fast:
+                    code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                 else:
                     code = encode_mode(v, p, q, o, mode, rnd, rbits)
                 if lookup:
@@ -466,7 +501,7 @@ def encode_mode_kernel(
                 step = (n + nchunks - 1) // nchunks
                 for c in prange(nchunks):
                     prefer_512()  # see bits.prefer_512
-                    run(chunk(x, c, step), chunk(out, c, step), lut, table, key, k0)
+                    run(chunk(x, c, step), chunk(out, c, step), lut, table, key, k0, k0)
                 return
             # stochastic: chunks of whole blocks, whose random words come from one
             # vectorized pass of Philox per block (see rounding.K for the layout)
@@ -475,7 +510,6 @@ def encode_mode_kernel(
             for c in prange(nchunks):
                 prefer_512()  # see bits.prefer_512 (Philox's 64-bit products gain most)
                 buf = np.empty((4, K), np.uint32)
-                part = np.empty(K, np.uint32)
                 b = c * step
                 hi = min(b + step, n)
                 while b < hi:
@@ -485,13 +519,7 @@ def encode_mode_kernel(
                             s0 = b + (t * split + h) * K
                             if s0 < hi:
                                 s1 = min(s0 + K, hi)
-                                row = buf[t]
-                                if split == 1:
-                                    run(x[s0:s1], out[s0:s1], lut, table, row, k0)
-                                else:
-                                    for g in range(K):
-                                        part[g] = word_part(row[g], np.uint32(h), split)
-                                    run(x[s0:s1], out[s0:s1], lut, table, part, k0)
+                                run(x[s0:s1], out[s0:s1], lut, table, buf[t], k0, np.uint32(h))
                     b += block
 
         return kernel

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bits import _finish_with, cast_like, zero_of
+from .bits import _finish_with, as_bits, as_float, cast_like, zero_of
 
 NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE, STOCHASTIC = range(6)
 MODES = {
@@ -203,6 +203,36 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
     k = cast_like(ee - emin_field, one) if ee > emin_field else zero
     code = cast_like(cast_like(k << m_bits, one) + r, one)
     return _finish_with(v, a, code, p, o[1] if negative else o[0])
+
+
+@njit(inline="always")
+def encode_stochastic_fast(v, p, sp, o, rnd, random_bits):
+    """Stochastic rounding with constant shifts only, where :func:`stochastic_params` allows
+    it; the same bits as :func:`encode_mode`.
+
+    The magnitude is first written as a fixed-point number ``t`` whose ``sh`` lowest bits are
+    the fraction below the format's last kept bit: in the normal range that is the source
+    bits with the exponent rebased (as in :func:`fp8kit._kernels.bits.encode_fast`); below
+    the format's smallest normal ``2**e``, it is the mantissa field of ``|x| + 2**e``, whose
+    ulp is the format's subnormal spacing over ``2**sh``.  The FPU rounds that sum to
+    nearest; where it rounded up (``(|x| + 2**e) - 2**e > |x|``, an exact subtraction), one
+    ulp is taken off, so ``t`` is ``|x|`` truncated.  Truncation keeps ``floor(f * 2**B)``
+    (``B <= sh``), all the rule looks at, and ``t + (R << (sh - B))`` carries into the kept
+    bits exactly when ``floor(f * 2**B) + R >= 2**B``.
+    """
+    abs_mask, one = p[0], p[1]
+    use_magic, magic, magic_bits, rb, sh = sp
+    a = cast_like(v & abs_mask, one)
+    t = cast_like(a + rb, one)
+    if use_magic:
+        s = as_float(a) + magic
+        sb = as_bits(s)
+        sb = cast_like(sb - one, one) if s - magic > as_float(a) else sb
+        t = cast_like(sb - magic_bits, one) if a < magic_bits else t
+    r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
+    inc = cast_like(r_b << cast_like(sh - cast_like(random_bits, one), one), one)
+    code = cast_like(cast_like(t + inc, one) >> sh, one)
+    return _finish_with(v, a, code, p, o[1] if v > abs_mask else o[0])
 
 
 @njit(inline="always")
