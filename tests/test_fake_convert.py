@@ -1,6 +1,8 @@
 """FakeConvert-13 (../shared/specs/openvino-FakeConvert-13.txt), default mode: the spec
 formula computed exactly once per step, against a plain numpy float32 oracle."""
 
+import importlib
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -99,6 +101,40 @@ def test_chunks_starting_mid_row_walk_every_dimension(monkeypatch, nchunks, shap
     monkeypatch.setattr(fp8kit._parallel, "chunks_for", lambda n: nchunks)
     got = fp8kit.fake_convert(x, scale, shift)
     assert same(got, oracle(x, scale, shift, "float8_e4m3fn"))
+
+
+@pytest.mark.parametrize("dtype", DATA, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        pytest.param({}, id="spec"),
+        pytest.param({"mode": "openvino"}, id="openvino"),
+        pytest.param({"rounding": "stochastic", "seed": 5}, id="stochastic"),
+    ],
+)
+def test_streaming_stores_write_the_same_bits(monkeypatch, dtype, kw):
+    # Large outputs are written through a block buffer with non-temporal stores of whole
+    # aligned cache lines: rows longer than a block and of odd lengths, chunks starting
+    # mid-row, an output 4 bytes off a line boundary, and in place (out=data).
+    fc = importlib.import_module("fp8kit.fake_convert")  # (the package exports the function)
+
+    rng = np.random.default_rng(11)
+    x = sample(dtype, (7, 2500), rng)
+    scale = (rng.uniform(0.5, 2, (7, 1)) * 2.0 ** rng.integers(-4, 4, (7, 1))).astype(dtype)
+    shift = rng.standard_normal((7, 1)).astype(dtype)
+    monkeypatch.setattr(fp8kit._parallel, "chunks_for", lambda n: 3)
+    want = fp8kit.fake_convert(x, scale, shift, **kw)
+    monkeypatch.setattr(fc, "STREAM_MIN_BYTES", 0)
+    assert same(fp8kit.fake_convert(x, scale, shift, **kw), want)
+    raw = np.empty(x.size + 64, dtype)
+    off = (-raw.ctypes.data % 64) // raw.itemsize + 1
+    out = raw[off : off + x.size].reshape(x.shape)
+    assert out.ctypes.data % 64 != 0 and out.flags.c_contiguous
+    fp8kit.fake_convert(x, scale, shift, out=out, **kw)
+    assert same(out, want)
+    inplace = x.copy()
+    fp8kit.fake_convert(inplace, scale, shift, out=inplace, **kw)
+    assert same(inplace, want)
 
 
 def test_spec_rules_nan_saturation_and_zero_sign():

@@ -8,9 +8,14 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
 _FLOAT_OF_BITS = {types.uint32: types.float32, types.uint64: types.float64}
 _BITS_OF_FLOAT = {types.float32: types.uint32, types.float64: types.uint64}
@@ -249,3 +254,83 @@ def x86_nan(r, a, b):
     nan = as_float(quiet)
     nan = nan if (a != a or b != b) else as_float(_INDEFINITE32)
     return r if r == r else nan
+
+
+#: Bytes per streaming store: one AVX-512 register, one cache line.
+STREAM_BYTES = 64
+
+
+@intrinsic
+def byte_address(typingctx, arr, index):
+    """The address of ``arr[index]`` as an integer (for alignment arithmetic)."""
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.gep(ary.data, [args[1]])
+        return builder.ptrtoint(ptr, context.get_value_type(types.uintp))
+
+    return types.uintp(arr, index), codegen
+
+
+@intrinsic
+def stream_line(typingctx, dst, dst_index, src, src_index):
+    """Copy one cache line (64 bytes) from ``src[src_index:]`` to ``dst[dst_index:]`` with a
+    non-temporal store: the line goes to memory without first being read into the cache.
+    ``dst[dst_index]`` must be 64-byte aligned (the instruction faults otherwise)."""
+    if not (isinstance(dst, types.Array) and isinstance(src, types.Array)):
+        return None
+    if dst.dtype != src.dtype or not isinstance(dst.dtype, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        dty, _, sty, _ = signature.args
+        width = dty.dtype.bitwidth
+        vec = ir.VectorType(ir.IntType(width), STREAM_BYTES * 8 // width)
+        d = context.make_array(dty)(context, builder, args[0])
+        s = context.make_array(sty)(context, builder, args[2])
+        sp = builder.bitcast(builder.gep(s.data, [args[3]]), vec.as_pointer())
+        dp = builder.bitcast(builder.gep(d.data, [args[1]]), vec.as_pointer())
+        value = builder.load(sp, align=width // 8)
+        store = builder.store(value, dp, align=STREAM_BYTES)
+        store.set_metadata(
+            "nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
+        )
+        return context.get_dummy_value()
+
+    return types.void(dst, dst_index, src, src_index), codegen
+
+
+@intrinsic
+def store_fence(typingctx):
+    """``sfence`` on x86 (non-temporal stores are weakly ordered: make them visible before
+    the chunk's thread reports done); nothing elsewhere."""
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fn = builder.module.declare_intrinsic(
+                "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])
+            )
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+@njit(inline="always")
+def stream_copy(dst, start, src, count):
+    """``dst[start:start + count] = src[:count]``, whole aligned cache lines with streaming
+    stores (the head and tail outside them with plain ones)."""
+    size = src.itemsize
+    per_line = STREAM_BYTES // size
+    addr = byte_address(dst, start)
+    head = count
+    if addr % size == 0:  # (always, for arrays numpy allocates)
+        head = min(count, ((STREAM_BYTES - addr % STREAM_BYTES) % STREAM_BYTES) // size)
+    for j in range(head):
+        dst[start + j] = src[j]
+    k = head
+    while k + per_line <= count:
+        stream_line(dst, start + k, src, k)
+        k += per_line
+    for j in range(k, count):
+        dst[start + j] = src[j]

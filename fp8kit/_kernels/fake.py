@@ -14,16 +14,23 @@ from numba import from_dtype, njit, prange, types
 
 from ..formats import FloatFormat, get_format
 from .bits import (
+    STREAM_BYTES,
     as_bits,
     as_float,
+    byte_address,
     cast_like,
     encode_fast,
     prefer_512,
     round_in_place,
+    store_fence,
+    stream_copy,
     x86_nan,
 )
 from .codec import Kernel, _params, source_version
 from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
+
+#: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
+_BLOCK = 1024
 
 # Data type codes of the kernels (also the argument of _to16/_from16).
 F32, F16, BF16 = 0, 1, 2
@@ -98,6 +105,7 @@ def fake_convert_kernel(
     openvino: bool = False,
     mode: int = NEAREST_EVEN,
     random_bits: int = 32,
+    stream: bool = False,
 ) -> Kernel:
     """Kernel ``(x, scale, shift, lut, table, key, shape, sstrides, out, nchunks)``.
 
@@ -110,6 +118,8 @@ def fake_convert_kernel(
     ``mode``: a rounding mode of :mod:`fp8kit._kernels.rounding` (spec mode only); modes
     other than nearest-even round through the integer path to a code and read its float32
     value from ``table``; ``key`` is the Philox key of stochastic rounding.
+    ``stream``: write ``out`` with non-temporal stores, for outputs much larger than the
+    caches (a plain store first reads the line it writes: a third of the memory traffic).
     """
     kind = _KIND[np.dtype(data_dtype).name]
     bits_dt = np.uint32 if kind == F32 else np.uint16
@@ -133,6 +143,60 @@ def fake_convert_kernel(
     )  # fmt: skip
 
     def make(parallel):
+        def segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan):
+            """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``."""
+            for jj in range(xr.size):
+                k = kb + jj
+                s = scale[k] if inner_runs else s0
+                v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
+                # x86 returns the first NaN operand, and LLVM may swap the operands of a
+                # commutative operation: fix which NaN a NaN * NaN gives (the CUDA twin
+                # rebuilds the same bits, fp8kit/cuda/_scalar.py)
+                y = x86_nan(v * s, v, s) if fix_nan else v * s
+                if has_shift:
+                    y = y - (shift[k] if inner_runs else h0)
+                if openvino:
+                    # clamp (NaN -> -max), store in T, round to float16, then float8
+                    y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
+                    y = _store(y, kind, q16, lut)
+                    # |y| <= max of a float8 format < float16's max: no overflow, so
+                    # rounding in place equals the float16 store and load
+                    y = as_float(round_in_place(as_bits(y), r16))
+                    qv = as_float(round_in_place(as_bits(y), r8))
+                    rr = f32_one / s
+                    if has_shift:
+                        rr = _store(rr, kind, q16, lut)
+                        hv = shift[k] if inner_runs else h0
+                        neg = _store(f32_zero - hv, kind, q16, lut)
+                        av = qv - neg
+                        res = av + av if av != av else av * rr
+                    else:
+                        res = qv * rr
+                    if kind == F32:
+                        orow[jj] = as_bits(res)
+                    else:
+                        orow[jj] = _to16(res, kind, q16)
+                    continue
+                if mode == NEAREST_EVEN:
+                    fq = as_float(round_in_place(as_bits(y), r8))
+                else:
+                    yc = mx if y > mx else (-mx if y < -mx else y)
+                    rnd = k0
+                    if stochastic:
+                        rnd = random_word(np.uint64(ib + jj), k0, k1, split)
+                    code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
+                    fq = as_float(table[code])
+                if has_shift:
+                    hk = shift[k] if inner_runs else h0
+                    fq = x86_nan(fq + hk, fq, hk) if fix_nan else fq + hk
+                res = fq / s
+                if kind == F32:
+                    orow[jj] = as_bits(res)
+                else:
+                    orow[jj] = encode_fast(as_bits(res), q)
+
+        segment = njit(inline="always")(segment)
+
         def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
             if version == 0 or parallel is None:
                 return
@@ -142,6 +206,7 @@ def fake_convert_kernel(
             step = (total + nchunks - 1) // nchunks
             for c in prange(nchunks):
                 prefer_512()  # see bits.prefer_512
+                buf = np.empty(_BLOCK if stream else 1, bits_dt)
                 i = c * step
                 hi = min(i + step, total)
                 # Row coordinates (a, b, d) and offset j0 of the chunk's first element; later
@@ -149,67 +214,43 @@ def fake_convert_kernel(
                 r, j0 = i // n3, i % n3
                 a, rest = r // (n1 * n2), r % (n1 * n2)
                 b, d = rest // n2, rest % n2
+                # staged flat range [bstart, bend) of out; its first end is a line boundary
+                bstart = i
+                bend = i + _BLOCK - (byte_address(out, i) % STREAM_BYTES) // out.itemsize
                 while i < hi:  # the chunk, one row segment at a time
                     j1 = min(n3, j0 + hi - i)
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
-                    xr = x[i : i + j1 - j0]
-                    orow = out[i : i + j1 - j0]
                     s0 = scale[base]
                     h0 = shift[base] if has_shift else s0
-                    # Both operands of v * s or fq + h can be NaN only where s or h is; with a
+                    # Both operands of v * s or fq + h can be NaN only where s or h is: with a
                     # row-constant s and h that are numbers, the plain operations give x86's
-                    # bits already, and this invariant test lets LLVM keep a loop without
-                    # x86_nan (measured 20% of the per-channel time)
+                    # bits already.  Two calls with a constant flag give two loops, one
+                    # without x86_nan (measured 20% of the per-channel time).
                     fix_nan = inner_runs or s0 != s0 or h0 != h0
-                    for jj in range(xr.size):
-                        k = base + j0 + jj
-                        s = scale[k] if inner_runs else s0
-                        v = as_float(xr[jj]) if kind == F32 else _from16(xr[jj], kind, lut)
-                        # x86 returns the first NaN operand, and LLVM may swap the operands of
-                        # a commutative operation: fix which NaN a NaN * NaN gives (the CUDA
-                        # twin rebuilds the same bits, fp8kit/cuda/_scalar.py)
-                        y = x86_nan(v * s, v, s) if fix_nan else v * s
-                        if has_shift:
-                            y = y - (shift[k] if inner_runs else h0)
-                        if openvino:
-                            # clamp (NaN -> -max), store in T, round to float16, then float8
-                            y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
-                            y = _store(y, kind, q16, lut)
-                            # |y| <= max of a float8 format < float16's max: no overflow,
-                            # so rounding in place equals the float16 store and load
-                            y = as_float(round_in_place(as_bits(y), r16))
-                            qv = as_float(round_in_place(as_bits(y), r8))
-                            rr = f32_one / s
-                            if has_shift:
-                                rr = _store(rr, kind, q16, lut)
-                                hv = shift[k] if inner_runs else h0
-                                neg = _store(f32_zero - hv, kind, q16, lut)
-                                av = qv - neg
-                                res = av + av if av != av else av * rr
-                            else:
-                                res = qv * rr
-                            if kind == F32:
-                                orow[jj] = as_bits(res)
-                            else:
-                                orow[jj] = _to16(res, kind, q16)
-                            continue
-                        if mode == NEAREST_EVEN:
-                            fq = as_float(round_in_place(as_bits(y), r8))
+                    # (streaming: the output is staged in a cache-resident buffer that covers
+                    # whole cache lines of out, rows after rows, and written with
+                    # non-temporal stores when full: plain stores to a line next to streamed
+                    # ones measured very slow, so only the chunk's two ends get them)
+                    p0 = 0
+                    while p0 < j1 - j0:
+                        m = j1 - j0 - p0
+                        if stream:
+                            m = min(m, bend - (i + p0))
+                            orow = buf[i + p0 - bstart : i + p0 - bstart + m]
                         else:
-                            yc = mx if y > mx else (-mx if y < -mx else y)
-                            rnd = k0
-                            if stochastic:
-                                rnd = random_word(np.uint64(i + jj), k0, k1, split)
-                            code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
-                            fq = as_float(table[code])
-                        if has_shift:
-                            hk = shift[k] if inner_runs else h0
-                            fq = x86_nan(fq + hk, fq, hk) if fix_nan else fq + hk
-                        res = fq / s
-                        if kind == F32:
-                            orow[jj] = as_bits(res)
+                            orow = out[i + p0 : i + p0 + m]
+                        xr = x[i + p0 : i + p0 + m]
+                        kb, ib = base + j0 + p0, i + p0
+                        if fix_nan:
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,
+                                    True)  # fmt: skip
                         else:
-                            orow[jj] = encode_fast(as_bits(res), q)
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,
+                                    False)  # fmt: skip
+                        p0 += m
+                        if stream and i + p0 == bend:
+                            stream_copy(out, bstart, buf, bend - bstart)
+                            bstart, bend = bend, bend + _BLOCK
                     i += j1 - j0
                     j0 = 0
                     d += 1
@@ -219,6 +260,10 @@ def fake_convert_kernel(
                         if b == n1:
                             b = 0
                             a += 1
+                if stream:
+                    if hi > bstart:
+                        stream_copy(out, bstart, buf, hi - bstart)
+                    store_fence()
 
         return kernel
 
