@@ -174,7 +174,10 @@ def clamped_int_elements(x, src, dst):
 @pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
 @pytest.mark.parametrize("src, dst", ONNX_PAIRS, ids=[f"{s}-{d}" for s, d in ONNX_PAIRS])
 def test_onnx_types_match_the_reference(src, dst, saturate):
-    x = inputs(src)
+    compare_with_reference(inputs(src), src, dst, saturate)
+
+
+def compare_with_reference(x, src, dst, saturate):
     ours = fp8kit.cast(x, dst, saturate=saturate)
     ref = reference(x, src, dst, saturate)
     assert ours.dtype == DTYPE[dst] and ours.shape == x.shape
@@ -204,6 +207,23 @@ def test_onnx_types_match_the_reference(src, dst, saturate):
             known |= differ
     bad = np.flatnonzero(~same & ~known)
     assert not bad.size, [(x[i], bits(ours)[i], bits(ref)[i]) for i in bad[:6]]
+
+
+BIG_SOURCES = ["float32", "float64", "int32", "int64", "uint64"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
+@pytest.mark.parametrize("dst", [F4, *F6])
+@pytest.mark.parametrize("src", BIG_SOURCES)
+def test_onnx_types_on_a_million_random_inputs(src, dst, saturate):
+    rng = np.random.default_rng(zlib.crc32(f"{src}{dst}".encode()))
+    x = random_values(src, 1_000_000, rng)
+    if src in ("float32", "float64"):  # values near the formats' range, with their ties
+        scale = rng.uniform(-12, 12, x.size).astype(np.float32)
+        near = (np.exp2(scale) * np.sign(rng.standard_normal(x.size))).astype(DTYPE[src])
+        x = np.concatenate([x, near, near.astype(np.float16).astype(DTYPE[src])])
+    compare_with_reference(x, src, dst, saturate)
 
 
 def test_the_float64_detour_is_a_real_difference():
