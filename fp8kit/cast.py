@@ -41,6 +41,8 @@ __all__ = [
 
 _E8M0 = "float8_e8m0fnu"
 _FLOAT4 = "float4_e2m1fn"
+#: The sub-byte integers (ml_dtypes dtypes; values held in int8 while computing): signed, bits
+_SUB_BYTE = {"int4": (True, 4), "uint4": (False, 4), "int2": (True, 2), "uint2": (False, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +106,14 @@ CAST_TYPES: dict[str, CastType] = {
         _t("string", "STRING", np.dtype(object), "string"),
     ]
 }
-#: The further formats of the registry, in registry order; ONNX names where ONNX
-#: has the type (Cast-25 added FLOAT4E2M1 and FLOAT8E8M0, Cast-28 the two float6 types).
+#: The types beyond Cast-21's list: the 2-bit integers (Cast-25) and the further formats of
+#: the registry, in registry order; ONNX names where ONNX has the type (Cast-25 added
+#: FLOAT4E2M1 and FLOAT8E8M0, Cast-28 the two float6 types).
 MORE_CAST_TYPES: dict[str, CastType] = {
     t.name: t
     for t in [
+        _t("int2", "INT2", ml_dtypes.int2, "int"),
+        _t("uint2", "UINT2", ml_dtypes.uint2, "int"),
         _t("float8_e4m3", None, ml_dtypes.float8_e4m3, "float"),
         _t("float8_e3m4", None, ml_dtypes.float8_e3m4, "float"),
         _t("float8_e4m3b11fnuz", None, ml_dtypes.float8_e4m3b11fnuz, "float"),
@@ -209,13 +214,15 @@ def cast(
     registry: ``float4_e2m1fn`` (ONNX ``FLOAT4E2M1``), ``float6_e2m3fn`` and
     ``float6_e3m2fn`` (``FLOAT6E2M3``, ``FLOAT6E3M2``), ``float8_e8m0fnu`` (``FLOAT8E8M0``)
     and ``float8_e4m3``, ``float8_e3m4``, ``float8_e4m3b11fnuz`` (not ONNX types; they
-    follow the Cast-21 float8 tables).  docs/cast.md has the rule of every pair.
+    follow the Cast-21 float8 tables); and Cast-25's ``int2``/``uint2`` (``INT2``,
+    ``UINT2``) as int4/uint4.  docs/cast.md has the rule of every pair.
 
     Parameters
     ----------
     x : array_like
-        bool, integer (including ml_dtypes int4/uint4), float (float16, bfloat16, float32,
-        float64, or an ml_dtypes array of a float8, float6 or float4 type) or string data.
+        bool, integer (including ml_dtypes int4/uint4 and int2/uint2), float (float16,
+        bfloat16, float32, float64, or an ml_dtypes array of a float8, float6 or float4
+        type) or string data.
     to : dtype or str
         numpy/ml_dtypes dtype, fp8kit format name or alias, or ONNX type name
         (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).
@@ -319,7 +326,7 @@ def _to_bool(arr: np.ndarray, src: CastType) -> np.ndarray:
     # "+/- 0.0 to False; all else to True" (NaN too); integers: "zero to False".
     if src.kind == "float":
         arr = _widen_float(arr, src)
-    elif src.name in ("int4", "uint4"):
+    elif src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     return arr != 0
 
@@ -342,7 +349,7 @@ def _numeric(
             return _float_to_int(wide, dst, sat, f8_inf)
         return _float_to_float(wide, dst, sat, rnd)
     # integer source
-    if src.name in ("int4", "uint4"):
+    if src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     if dst.kind == "int":
         return _int_to_int(arr, dst)
@@ -373,8 +380,8 @@ def _float_to_float(x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = 
 
 def _int_to_int(arr: np.ndarray, dst: CastType) -> np.ndarray:
     # "discard higher bits and reinterpret (two's complement)": numpy's integer casts.
-    if dst.name in ("int4", "uint4"):
-        return _nibble(arr, dst.name).astype(dst.dtype)
+    if dst.name in _SUB_BYTE:
+        return _low_bits(arr, dst.name).astype(dst.dtype)
     return arr.astype(dst.dtype)
 
 
@@ -440,7 +447,7 @@ def _to_e8m0(
         arr, src = _parse_floats(arr, odd=True), CAST_TYPES["float64"]
     if src.kind == "float":
         arr = _widen_float(arr, src)
-    elif src.name in ("int4", "uint4"):
+    elif src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     with np.errstate(over="ignore", invalid="ignore"):  # as the reference: via float32
         bits = np.ascontiguousarray(arr.astype(np.float32)).view(np.uint32)
@@ -461,11 +468,12 @@ def _to_e8m0(
 
 
 def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
-    target = np.dtype(np.int8) if dst.name in ("int4", "uint4") else dst.dtype
+    target = np.dtype(np.int8) if dst.name in _SUB_BYTE else dst.dtype
     if sat:
         out = _run_unary(saturating_kernel(x.dtype, target), x, target)
-        if dst.name in ("int4", "uint4"):  # saturated to int8 first, then to 4 bits
-            lo, hi = (-8, 7) if dst.name == "int4" else (0, 15)
+        if dst.name in _SUB_BYTE:  # saturated to int8 first, then to 4 or 2 bits
+            signed, nbits = _SUB_BYTE[dst.name]
+            lo, hi = (-(1 << (nbits - 1)), (1 << (nbits - 1)) - 1) if signed else (0, 2**nbits - 1)
             return np.clip(out, lo, hi).astype(dst.dtype)
         return out
     return _float_to_int_like_reference(x, dst, f8_inf)
@@ -476,13 +484,17 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
     made deterministic: numpy's float -> uint32 differs between its SIMD and scalar loops
     (on length and position); fp8kit always gives the scalar loop's bits."""
     name = dst.name
-    four_bit = name in ("int4", "uint4")
-    res = _run_unary(x86_kernel(x.dtype, name), x, np.int8 if four_bit else dst.dtype)
+    sub_byte = name in _SUB_BYTE
+    # 2 bits: the low bits of uint4's (the low 4 bits of the same int32 conversion)
+    kernel = x86_kernel(x.dtype, "uint4" if name in ("int2", "uint2") else name)
+    res = _run_unary(kernel, x, np.int8 if sub_byte else dst.dtype)
+    if name in ("int2", "uint2"):
+        res = _low_bits(res, name)
     if float8_inf is not None:
         # ml_dtypes converts float8 NaN to 0 and +-Inf by saturating (through int32 for the
-        # 4-bit types); only the few special elements are rewritten.
-        if four_bit:
-            top, bottom = _nibble(2**31 - 1, name), _nibble(-(2**31), name)
+        # sub-byte types); only the few special elements are rewritten.
+        if sub_byte:
+            top, bottom = _low_bits(2**31 - 1, name), _low_bits(-(2**31), name)
         else:
             info = np.iinfo(dst.dtype)
             top, bottom = info.max, info.min
@@ -491,14 +503,16 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
             flat_res = res.reshape(-1)
             vals = x.ravel()[special]
             flat_res[special] = np.where(np.isnan(vals), 0, np.where(vals > 0, top, bottom))
-    return res.astype(dst.dtype) if four_bit else res
+    return res.astype(dst.dtype) if sub_byte else res
 
 
-def _nibble(v, name: str) -> np.ndarray:
-    """The low 4 bits of integers, as int8 values of int4 (sign-extended) or uint4."""
-    low = np.asarray(v).astype(np.int64) & 0xF
-    if name == "int4":
-        low = np.where(low >= 8, low - 16, low)
+def _low_bits(v, name: str) -> np.ndarray:
+    """The low 4 or 2 bits of integers, as int8 values of int4/int2 (sign-extended) or
+    uint4/uint2."""
+    signed, nbits = _SUB_BYTE[name]
+    low = np.asarray(v).astype(np.int64) & ((1 << nbits) - 1)
+    if signed:
+        low = np.where(low >= 1 << (nbits - 1), low - (1 << nbits), low)
     return np.asarray(low, dtype=np.int8)
 
 
@@ -593,7 +607,7 @@ def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
             if lo < 0 and n > hi:
                 n -= 1 << bits
         out.append(n)
-    if bits == 4:
+    if bits <= 4:
         return np.array(out, dtype=np.int8).reshape(shape).astype(dst.dtype)
     return np.array(out, dtype=object).reshape(shape).astype(dst.dtype)
 
@@ -614,7 +628,7 @@ def _shortest(value: float, fmt: str) -> str:
 
 
 def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
-    if src.name in ("int4", "uint4"):
+    if src.name in _SUB_BYTE:
         text = [str(int(v)) for v in arr.astype(np.int8).ravel()]
     elif src.name == _E8M0:
         # every value is a float32 (2**-127 a subnormal), and strings reach FLOAT8E8M0
@@ -653,8 +667,8 @@ RULES = {
 
 
 def _int_bits(t: CastType) -> tuple[bool, int]:
-    if t.name in ("int4", "uint4"):
-        return t.name == "int4", 4
+    if t.name in _SUB_BYTE:
+        return _SUB_BYTE[t.name]
     info = np.iinfo(t.dtype)
     return info.min < 0, info.bits
 

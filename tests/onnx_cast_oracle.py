@@ -52,6 +52,8 @@ ONNX_TYPE = {
     "float8_e8m0fnu": TensorProto.FLOAT8E8M0,
     "float6_e2m3fn": TensorProto.FLOAT6E2M3,
     "float6_e3m2fn": TensorProto.FLOAT6E3M2,
+    "int2": TensorProto.INT2,  # Cast-25
+    "uint2": TensorProto.UINT2,
 }
 
 # dtype of the arrays holding each type.  Strings are object arrays of Python ``str`` (onnx's own
@@ -82,6 +84,8 @@ NUMPY_DTYPE = {
     "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
     "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
     "float6_e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
+    "int2": np.dtype(ml_dtypes.int2),
+    "uint2": np.dtype(ml_dtypes.uint2),
 }
 
 FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")

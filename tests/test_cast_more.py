@@ -48,9 +48,12 @@ F4 = "float4_e2m1fn"
 F6 = ["float6_e2m3fn", "float6_e3m2fn"]
 ONNX_NEW = [F4, *F6, E8M0]  # the new types ONNX has
 NON_ONNX = ["float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz"]
+INT2 = ["int2", "uint2"]  # ONNX INT2/UINT2 (Cast-25)
 CAST21 = ["bool", *INTS, *FLOATS]  # Cast-21's numeric types
-NEW = [*NON_ONNX, *ONNX_NEW]
-NUMERIC = [*CAST21, *NEW]
+NEW = [*NON_ONNX, *ONNX_NEW]  # the new float formats
+ALL_INTS = [*INTS, *INT2]
+NUMERIC = [*CAST21, *INT2, *NEW]
+SUB_BYTE = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
 OPSET = 28
 DTYPE = {n: t.dtype for n, t in ALL_CAST_TYPES.items()}
 
@@ -63,7 +66,7 @@ def bits(a):
 def f64(a):
     """Values as float64 (exact for every float type here; ints through int64/uint64)."""
     a = np.asarray(a)
-    if a.dtype.kind in "iu" or a.dtype in (DTYPE["int4"], DTYPE["uint4"]):
+    if a.dtype.kind in "iu" or a.dtype in [DTYPE[n] for n in SUB_BYTE]:
         return a.astype(np.int64 if a.dtype != np.uint64 else np.uint64).astype(np.float64)
     with np.errstate(invalid="ignore"):
         return a.astype(np.float64)
@@ -95,6 +98,8 @@ def inputs(src):
     float neighbours, and random data otherwise."""
     if src in NEW:
         return all_codes(src)
+    if src in INT2:
+        return np.arange(4, dtype=np.uint8).view(DTYPE[src])
     x = edge_values(src)
     if src in ("float32", "float64"):
         p = EXTRA_POINTS.astype(DTYPE[src])
@@ -136,14 +141,16 @@ def exact_code(v, dst, sat):
 REFERENCE_REFUSES = {
     *((s, "float6_e2m3fn") for s in ("int4", "uint4")),
     *(("float6_e2m3fn", d) for d in ("int4", "uint4")),
-    *((E8M0, d) for d in ("int4", "uint4", F4, *F6, *[t for t in FLOATS if "float8" in t])),
+    *((E8M0, d) for d in (*SUB_BYTE, F4, *F6, *[t for t in FLOATS if "float8" in t])),
+    *((s, d) for s in SUB_BYTE for d in SUB_BYTE if s != d and {s, d} != {"int4", "uint4"}),
 }
 
 ONNX_PAIRS = [
     (s, d)
-    for s in [*CAST21, *ONNX_NEW]
-    for d in [*CAST21, *ONNX_NEW]
-    if (s in ONNX_NEW or d in ONNX_NEW) and d != E8M0  # to E8M0: below, with round_mode
+    for s in [*CAST21, *INT2, *ONNX_NEW]
+    for d in [*CAST21, *INT2, *ONNX_NEW]
+    # to E8M0: below, with round_mode; int4 <-> uint4: test_cast_onnx.py
+    if (s in ONNX_NEW or d in ONNX_NEW or s in INT2 or d in INT2) and d != E8M0
 ]
 
 
@@ -152,20 +159,22 @@ def reference(x, src, dst, sat):
         return onnx_cast(x, src, dst, sat, opset=OPSET)
     except TypeError:
         assert (src, dst) in REFERENCE_REFUSES, f"onnx.reference refuses {src} -> {dst}"
-    wide = x.astype(np.float32)
-    assert np.array_equal(f64(wide), f64(x), equal_nan=True)  # exact
-    return onnx_cast(wide, "float32", dst, sat, opset=OPSET)
+    # integers through int64, floats through float32: both exact
+    wide = x.astype(np.int64 if src in ALL_INTS else np.float32)
+    assert np.array_equal(f64(wide), f64(x), equal_nan=True)
+    return onnx_cast(wide, "int64" if src in ALL_INTS else "float32", dst, sat, opset=OPSET)
+
+
+def int_range(dst):
+    if dst in SUB_BYTE:
+        return SUB_BYTE[dst]
+    return int(np.iinfo(DTYPE[dst]).min), int(np.iinfo(DTYPE[dst]).max)
 
 
 def clamped_int_elements(x, src, dst):
     """float -> integer with saturate=True: fp8kit truncates and clamps (NaN -> 0); the
     reference gives x86's out-of-range bits ("fixed point: undefined if OOR")."""
-    if dst == "int4":
-        lo, hi = -8, 7
-    elif dst == "uint4":
-        lo, hi = 0, 15
-    else:
-        lo, hi = int(np.iinfo(DTYPE[dst]).min), int(np.iinfo(DTYPE[dst]).max)
+    lo, hi = int_range(dst)
     with np.errstate(invalid="ignore"):
         t = np.trunc(f64(x))
     return ~((t >= float(lo)) & (t < float(hi) + 1.0))
@@ -194,7 +203,7 @@ def compare_with_reference(x, src, dst, saturate):
         sign = np.signbit(f64(x)[nan])
         assert (bits(ref)[nan] == np.where(sign, 0x0, 0x8)).all()
         known |= nan
-    if dst in INTS and src not in INTS and src != "bool" and saturate:
+    if dst in ALL_INTS and src not in ALL_INTS and src != "bool" and saturate:
         known |= clamped_int_elements(x, src, dst)
     if src == "float64" and dst in NEW:
         # the reference rounds float64 through float32 (twice); fp8kit once
@@ -351,13 +360,12 @@ def test_saturate_attribute_only_applies_to_float8():
 
 # -------------------------------------------------------------------- the non-ONNX formats
 NON_ONNX_PAIRS = [(s, d) for s in NUMERIC for d in NUMERIC if s in NON_ONNX or d in NON_ONNX]
+MORE = [*INT2, *NEW]
 
 
 def clamp(x, dst):
     """Truncated toward zero and clamped to dst's range, NaN -> 0 (Python integers)."""
-    lo, hi = (-8, 7) if dst == "int4" else (0, 15) if dst == "uint4" else (None, None)
-    if lo is None:
-        lo, hi = int(np.iinfo(DTYPE[dst]).min), int(np.iinfo(DTYPE[dst]).max)
+    lo, hi = int_range(dst)
     out = []
     for v in f64(x).tolist():
         n = 0 if math.isnan(v) else (hi if v > hi else lo if v < lo else int(v))
@@ -374,7 +382,7 @@ def want_from_ml_dtypes(x, src, dst, sat):
         return f64(x) != 0
     if dst == E8M0:
         return onnx_cast(x.astype(np.float32), "float32", E8M0, sat, opset=OPSET)
-    if dst in INTS:
+    if dst in ALL_INTS:
         if sat:
             return clamp(x, dst).astype(DTYPE[dst])
         with np.errstate(all="ignore"):
@@ -545,13 +553,16 @@ def test_e8m0_takes_round_mode_not_rounding():
         pytest.param("float8_e4m3", "float8_e4m3", id="name-e4m3"),
         pytest.param(ml_dtypes.float8_e3m4, "float8_e3m4", id="dtype-e3m4"),
         pytest.param(ml_dtypes.float8_e4m3b11fnuz, "float8_e4m3b11fnuz", id="dtype-b11"),
+        pytest.param("INT2", "int2", id="onnx-int2"),
+        pytest.param(ml_dtypes.uint2, "uint2", id="dtype-uint2"),
     ],
 )
 def test_type_names(spec, name):
     t = cast_type(spec)
     assert t.name == name and t.dtype == np.dtype(getattr(ml_dtypes, name))
+    want = [1.0, 0.0] if name in INT2 else [1.0, 0.5]
     got = fp8kit.cast(np.float32([1.0, 0.5]), spec)
-    assert got.dtype == t.dtype and got.astype(np.float32).tolist() == [1.0, 0.5]
+    assert got.dtype == t.dtype and got.astype(np.float32).tolist() == want
 
 
 def test_onnx_names_are_onnx_type_names():
@@ -563,8 +574,8 @@ def test_onnx_names_are_onnx_type_names():
             assert (
                 onnx.helper.tensor_dtype_to_np_dtype(getattr(onnx.TensorProto, t.onnx)) == t.dtype
             )
-    assert {t.name for t in MORE_CAST_TYPES.values() if t.onnx} == set(ONNX_NEW)
-    assert set(MORE_CAST_TYPES) == {f.name for f in fp8kit.formats.MORE_FORMATS}
+    assert {t.name for t in MORE_CAST_TYPES.values() if t.onnx} == {*ONNX_NEW, *INT2}
+    assert set(MORE_CAST_TYPES) == {f.name for f in fp8kit.formats.MORE_FORMATS} | set(INT2)
 
 
 def test_every_rule_is_explained_and_the_docs_tables_are_generated():
@@ -575,7 +586,7 @@ def test_every_rule_is_explained_and_the_docs_tables_are_generated():
     assert cast_table(list(MORE_CAST_TYPES), list(CAST_TYPES)) in doc
 
 
-EXACT = [(s, d) for s in NUMERIC for d in NUMERIC if (s in NEW or d in NEW)]
+EXACT = [(s, d) for s in NUMERIC for d in NUMERIC if (s in MORE or d in MORE)]
 EXACT = [(s, d) for s, d in EXACT if cast_rule(s, d) == "E"]
 
 
@@ -600,6 +611,38 @@ def test_rules_follow_the_formats():
     assert cast_rule("FLOAT4E2M1", "float8_e4m3fnuz") == "F8"  # -0 -> +0
     assert cast_rule("float8_e4m3b11fnuz", "float8_e4m3") == "F8"
     assert cast_rule(E8M0, "int32") == "T" and cast_rule(E8M0, "string") == "S"
+    assert cast_rule("int8", "int2") == "W" and cast_rule("uint2", "int4") == "E"
+    assert cast_rule("float32", "uint2") == "T" and cast_rule("int2", F4) == "E"
+
+
+# "fixed point: when OOR, discard higher bits and reinterpret (with respect to two's
+# complement representation for signed types)"; floats truncate, saturate clamps.
+@pytest.mark.parametrize(
+    "x, to, saturate, want",
+    [
+        pytest.param(np.int16([5, -3, 2, 7]), "int2", True, [1, 1, -2, -1], id="int16-int2-wrap"),
+        pytest.param(np.int8([-1, 6]), "uint2", True, [3, 2], id="int8-uint2-wrap"),
+        pytest.param(np.array([-2, 1], ml_dtypes.int2), "uint2", True, [2, 1], id="int2-uint2"),
+        pytest.param(np.array([3], ml_dtypes.uint2), "int4", True, [3], id="uint2-int4"),
+        pytest.param(np.float32([1.9, -2.9, 7, np.nan]), "int2", True, [1, -2, 1, 0], id="f-sat"),
+        pytest.param(np.float32([1.9, -2.9, 7, np.nan]), "int2", False, [1, -2, -1, 0], id="f-low"),
+        pytest.param(np.float32([3.9, -1, 1e9]), "uint2", True, [3, 0, 3], id="f-uint2-sat"),
+        pytest.param(np.array(["1", "-2", "5"]), "int2", True, [1, -2, 1], id="str-sat"),
+        pytest.param(np.array(["1", "-2", "5"]), "int2", False, [1, -2, 1], id="str-wrap"),
+        pytest.param(np.array(["-1", "2.7"]), "uint2", True, [0, 2], id="str-uint2"),
+    ],
+)
+def test_two_bit_integers(x, to, saturate, want):
+    got = fp8kit.cast(x, to, saturate=saturate)
+    assert got.dtype == DTYPE[to] and got.astype(np.int64).tolist() == want
+
+
+def test_two_bit_integers_to_everything():
+    x = np.array([-2, -1, 0, 1], ml_dtypes.int2)
+    assert fp8kit.cast(x, "STRING").tolist() == ["-2", "-1", "0", "1"]
+    assert fp8kit.cast(x, "bool").tolist() == [True, True, False, True]
+    assert fp8kit.cast(x, "FLOAT4E2M1").astype(float).tolist() == [-2.0, -1.0, 0.0, 1.0]
+    assert bits(fp8kit.cast(x, "FLOAT8E8M0")).tolist() == [128, 127, 0, 127]
 
 
 # -------------------------------------------------------------------- layouts and errors

@@ -16,8 +16,8 @@ Block names:
 ``cast-table``
     :func:`fp8kit.cast_table`, the Cast-21 rule of every type pair.
 ``cast-to-more-table``, ``cast-from-more-table``
-    :func:`fp8kit.cast_table` from every type to the further formats, and from those to the
-    Cast-21 types.
+    :func:`fp8kit.cast_table` from every type to the types beyond Cast-21 (the 2-bit integers
+    and the further formats), and from those to the Cast-21 types.
 ``rounding-table``
     Sample values rounded to float8_e4m3fn in every rounding mode.
 ``promotion:NAME``
