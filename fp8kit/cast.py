@@ -1,7 +1,9 @@
 """ONNX Cast-21 for every numeric type: ``fp8kit.cast(x, to, saturate=True)``.
 
+Also the further formats of the registry (float8_e4m3, float8_e3m4, float8_e4m3b11fnuz,
+float8_e8m0fnu, float6_e2m3fn, float6_e3m2fn, float4_e2m1fn), as source and destination.
 Casts are compositions of the codec's steps (round, encode, decode) and of numpy casts
-where numpy's semantics equal the spec's; see docs/cast.md for the full table.
+where numpy's semantics equal the spec's; see docs/cast.md for the full tables.
 
 ``fp8kit.cast`` is the function (re-exported by the package); this module's other public
 names, :func:`cast_rule` and :func:`cast_table`, are re-exported too.
@@ -25,21 +27,53 @@ from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .codec import _native, _on_device, _rounding, _saturate, decode, encode
 from .formats import get_format
 
-__all__ = ["cast", "cast_rule", "cast_table", "CastType", "cast_type", "CAST_TYPES", "RULES"]
+__all__ = [
+    "cast",
+    "cast_rule",
+    "cast_table",
+    "CastType",
+    "cast_type",
+    "CAST_TYPES",
+    "MORE_CAST_TYPES",
+    "ALL_CAST_TYPES",
+    "RULES",
+]
+
+_E8M0 = "float8_e8m0fnu"
+_FLOAT4 = "float4_e2m1fn"
+#: The sub-byte integers (ml_dtypes dtypes; values held in int8 while computing): signed, bits
+_SUB_BYTE = {"int4": (True, 4), "uint4": (False, 4), "int2": (True, 2), "uint2": (False, 2)}
 
 
 @dataclasses.dataclass(frozen=True)
 class CastType:
-    """One element type of ONNX Cast-21: its name, ONNX name and numpy/ml_dtypes dtype."""
+    """One element type of ``fp8kit.cast``: its name, ONNX name (None if ONNX has none) and
+    numpy/ml_dtypes dtype."""
 
     name: str
-    onnx: str
+    onnx: str | None
     dtype: np.dtype
     kind: str  # "bool", "int", "float", "string"
 
     @property
     def is_float8(self) -> bool:
-        return self.name.startswith("float8")
+        """A float8 type with Cast-21's float8 rules (every float8 but the E8M0 scales)."""
+        return self.name.startswith("float8") and self.name != _E8M0
+
+    @property
+    def is_cast21(self) -> bool:
+        """One of the types of ONNX Cast-21's list."""
+        return self.name in CAST_TYPES
+
+    @property
+    def is_narrow(self) -> bool:
+        """An ml_dtypes float of at most 8 bits (float8, float6, float4)."""
+        return self.kind == "float" and self.dtype.itemsize == 1
+
+    @property
+    def is_finite_only(self) -> bool:
+        """A float without Inf and NaN (float6, float4)."""
+        return self.name in ("float6_e2m3fn", "float6_e3m2fn", _FLOAT4)
 
 
 def _t(name, onnx, dtype, kind):
@@ -72,10 +106,33 @@ CAST_TYPES: dict[str, CastType] = {
         _t("string", "STRING", np.dtype(object), "string"),
     ]
 }
-_BY_DTYPE = {t.dtype: t for t in CAST_TYPES.values() if t.kind != "string"}
+#: The types beyond Cast-21's list: the 2-bit integers (Cast-25) and the further formats of
+#: the registry, in registry order; ONNX names where ONNX has the type (Cast-25 added
+#: FLOAT4E2M1 and FLOAT8E8M0, Cast-28 the two float6 types).
+MORE_CAST_TYPES: dict[str, CastType] = {
+    t.name: t
+    for t in [
+        _t("int2", "INT2", ml_dtypes.int2, "int"),
+        _t("uint2", "UINT2", ml_dtypes.uint2, "int"),
+        _t("float8_e4m3", None, ml_dtypes.float8_e4m3, "float"),
+        _t("float8_e3m4", None, ml_dtypes.float8_e3m4, "float"),
+        _t("float8_e4m3b11fnuz", None, ml_dtypes.float8_e4m3b11fnuz, "float"),
+        _t(_E8M0, "FLOAT8E8M0", ml_dtypes.float8_e8m0fnu, "float"),
+        _t("float6_e2m3fn", "FLOAT6E2M3", ml_dtypes.float6_e2m3fn, "float"),
+        _t("float6_e3m2fn", "FLOAT6E3M2", ml_dtypes.float6_e3m2fn, "float"),
+        _t(_FLOAT4, "FLOAT4E2M1", ml_dtypes.float4_e2m1fn, "float"),
+    ]
+}
+#: Every type of ``fp8kit.cast``: Cast-21's numbers, the further formats, then string.
+ALL_CAST_TYPES: dict[str, CastType] = {
+    **{n: t for n, t in CAST_TYPES.items() if t.kind != "string"},
+    **MORE_CAST_TYPES,
+    "string": CAST_TYPES["string"],
+}
+_BY_DTYPE = {t.dtype: t for t in ALL_CAST_TYPES.values() if t.kind != "string"}
 _BY_NAME = {
-    **{t.name: t for t in CAST_TYPES.values()},
-    **{t.onnx.lower(): t for t in CAST_TYPES.values()},
+    **{t.name: t for t in ALL_CAST_TYPES.values()},
+    **{t.onnx.lower(): t for t in ALL_CAST_TYPES.values() if t.onnx},
 }
 _BY_NAME.update(
     {
@@ -88,17 +145,19 @@ _BY_NAME.update(
 
 
 def _valid() -> str:
-    return ", ".join(CAST_TYPES)
+    return ", ".join(ALL_CAST_TYPES)
 
 
 def cast_type(spec: Any, *, argname: str = "to") -> CastType:
-    """The Cast-21 type named by a dtype, type name, ONNX name or fp8kit format name.
+    """The cast type named by a dtype, type name, ONNX name or fp8kit format name.
 
     Examples
     --------
     >>> from fp8kit.cast import cast_type
     >>> cast_type("FLOAT8E4M3FN").name, cast_type("f8e5m2").name, cast_type(float).name
     ('float8_e4m3fn', 'float8_e5m2', 'float64')
+    >>> cast_type("FLOAT4E2M1").name
+    'float4_e2m1fn'
     """
     if isinstance(spec, CastType):
         return spec
@@ -106,7 +165,7 @@ def cast_type(spec: Any, *, argname: str = "to") -> CastType:
         t = _BY_NAME.get(spec.lower())
         if t is None:
             try:
-                t = CAST_TYPES[get_format(spec).name]
+                t = ALL_CAST_TYPES[get_format(spec).name]
             except (ValueError, KeyError):
                 raise ValueError(f"unknown {argname} type {spec!r}; valid: {_valid()}") from None
         return t
@@ -122,7 +181,9 @@ def cast_type(spec: Any, *, argname: str = "to") -> CastType:
         return CAST_TYPES["string"]
     t = _BY_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
     if t is None:
-        raise TypeError(f"{argname} type {dt} is not a Cast-21 type; valid: {_valid()}")
+        raise TypeError(
+            f"{argname} type {dt} is not a Cast-21 type or a format of fp8kit; valid: {_valid()}"
+        )
     return t
 
 
@@ -147,51 +208,69 @@ def cast(
     random_bits: int = 16,
     round_mode: str = "up",
 ) -> np.ndarray:
-    """Cast ``x`` to another Cast-21 type, with ONNX Cast-21 semantics.
+    """Cast ``x`` to another type, with ONNX Cast semantics.
+
+    Between the types of ONNX Cast-21's list, and from and to the further formats of the
+    registry: ``float4_e2m1fn`` (ONNX ``FLOAT4E2M1``), ``float6_e2m3fn`` and
+    ``float6_e3m2fn`` (``FLOAT6E2M3``, ``FLOAT6E3M2``), ``float8_e8m0fnu`` (``FLOAT8E8M0``)
+    and ``float8_e4m3``, ``float8_e3m4``, ``float8_e4m3b11fnuz`` (not ONNX types; they
+    follow the Cast-21 float8 tables); and Cast-25's ``int2``/``uint2`` (``INT2``,
+    ``UINT2``) as int4/uint4.  docs/cast.md has the rule of every pair.
 
     Parameters
     ----------
     x : array_like
-        bool, integer (including ml_dtypes int4/uint4), float (float16, bfloat16, float32,
-        float64, float8) or string data.
+        bool, integer (including ml_dtypes int4/uint4 and int2/uint2), float (float16,
+        bfloat16, float32, float64, or an ml_dtypes array of a float8, float6 or float4
+        type) or string data.
     to : dtype or str
-        numpy/ml_dtypes dtype, fp8kit format name, or ONNX type name (``"FLOAT8E4M3FN"``,
-        ``"INT4"``, ``"STRING"``, ...).
+        numpy/ml_dtypes dtype, fp8kit format name or alias, or ONNX type name
+        (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).
     saturate : bool, default True
-        For float8 destinations, the Cast-21 saturate tables; for integer destinations from
-        floats, True clamps to the integer range (NaN -> 0) and False reproduces the bits of
-        the ONNX reference on x86 (see docs/cast.md).
+        For float8 destinations, the Cast-21 saturate tables (float8_e4m3 and float8_e3m4
+        take E5M2's column, float8_e4m3b11fnuz E4M3FNUZ's); float6 and float4 have no Inf
+        and no NaN and saturate either way; for integer destinations from floats, True
+        clamps to the integer range (NaN -> 0) and False reproduces the bits of the ONNX
+        reference on x86 (see docs/cast.md).
     rounding : str, default "nearest_even"
-        For float16, bfloat16 and float8 destinations: any rounding mode of
-        :func:`fp8kit.encode` (Cast-21 itself rounds to nearest-even).  ``"stochastic"``
-        takes ``seed`` and ``random_bits`` as there; it needs float or 8- to 32-bit integer
-        data (int64 values are not all exact in float64).
+        For float16, bfloat16, float8, float6 and float4 destinations (float8_e8m0fnu takes
+        ``round_mode``): any rounding mode of :func:`fp8kit.encode` (ONNX Cast itself rounds
+        to nearest-even).  ``"stochastic"`` takes ``seed`` and ``random_bits`` as there; it
+        needs float or 8- to 32-bit integer data (int64 values are not all exact in
+        float64).
     seed, random_bits
         Stochastic rounding only; see :func:`fp8kit.encode`.
     round_mode : {"up", "down", "nearest"}, default "up"
-        Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``, not a Cast-21 type) only: the
-        ``round_mode`` attribute of Cast-24/25, bit-compatible with the ONNX reference
-        (``onnx.reference``); see docs/formats.md.
+        Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``) only: the ``round_mode`` attribute of
+        Cast-24/25, bit-compatible with the ONNX reference (``onnx.reference``); see
+        docs/formats.md.
 
     Returns
     -------
     ndarray
-        Array of ``to``'s dtype (object array of str for STRING), shaped like ``x``.
+        Array of ``to``'s dtype (an ml_dtypes dtype for the narrow floats, an object array of
+        str for STRING), shaped like ``x``.
 
     Raises
     ------
     TypeError
-        For complex data or types outside Cast-21.
+        For complex data or a dtype that is neither a Cast-21 type nor a format of fp8kit.
     ValueError
-        For a string that is not a number (names the element and its index).
+        For an unknown type name; a string that is not a number (names the element and its
+        index); ``rounding`` for a destination that does not take it; or, for GPU arrays, a
+        type outside Cast-21's list.
 
     Examples
     --------
-    >>> import numpy as np, fp8kit
+    >>> import ml_dtypes, numpy as np, fp8kit
     >>> fp8kit.cast(np.array([200], np.int16), np.int8).tolist()
     [-56]
     >>> fp8kit.cast(np.array([1e9, np.inf], np.float32), "float8_e5m2fnuz").view(np.uint8)
     array([127, 128], dtype=uint8)
+    >>> fp8kit.cast(np.float32([2.4, 2.6, -100.0, np.nan]), "FLOAT4E2M1").tolist()  # NaN: 6
+    [2.0, 3.0, -6.0, 6.0]
+    >>> fp8kit.cast(np.array([0.5, 3, -6], ml_dtypes.float4_e2m1fn), "int8").tolist()
+    [0, 3, -6]
     """
     if _on_device(x):
         from .cuda import _dispatch
@@ -204,21 +283,18 @@ def cast(
         return _dispatch.cast(x, to, saturate=saturate)
     arr = np.asarray(x)
     sat = _saturate(saturate, "cast")
-    if _is_e8m0(to):
-        return _to_e8m0(_native(arr), sat, round_mode)
     src = _source_type(arr)
     dst = cast_type(to)
     arr = _native(arr)
+    if dst.name == _E8M0:
+        return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
     mode = _rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
     if mode != NEAREST_EVEN:
-        if not (dst.is_float8 or dst.name in ("float16", "bfloat16")) or src.kind not in (
-            "float",
-            "int",
-        ):
+        if _format_of(dst) is None or src.kind not in ("float", "int"):
             raise ValueError(
                 f"cast: rounding={rounding!r} applies to casts from numbers to float16, "
-                f"bfloat16 and float8 types; got {src.name} -> {dst.name}"
+                f"bfloat16, float8, float6 and float4 types; got {src.name} -> {dst.name}"
             )
         if mode == STOCHASTIC and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise ValueError(
@@ -238,12 +314,19 @@ def cast(
     return _numeric(arr, src, dst, sat)
 
 
+def _format_of(t: CastType):
+    """The FloatFormat of a float type that has one (all but float32 and float64)."""
+    if t.kind != "float" or t.name in ("float32", "float64"):
+        return None
+    return get_format(t.name)
+
+
 # ------------------------------------------------------------------------------- numeric
 def _to_bool(arr: np.ndarray, src: CastType) -> np.ndarray:
     # "+/- 0.0 to False; all else to True" (NaN too); integers: "zero to False".
     if src.kind == "float":
         arr = _widen_float(arr, src)
-    elif src.name in ("int4", "uint4"):
+    elif src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     return arr != 0
 
@@ -262,11 +345,11 @@ def _numeric(
     if src.kind == "float":
         wide = _widen_float(arr, src)
         if dst.kind == "int":
-            f8_inf = np.isinf(wide) if src.is_float8 else None
+            f8_inf = np.isinf(wide) if src.is_narrow else None
             return _float_to_int(wide, dst, sat, f8_inf)
         return _float_to_float(wide, dst, sat, rnd)
     # integer source
-    if src.name in ("int4", "uint4"):
+    if src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     if dst.kind == "int":
         return _int_to_int(arr, dst)
@@ -275,8 +358,19 @@ def _numeric(
 
 def _float_to_float(x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None) -> np.ndarray:
     rnd = rnd or {}
-    if dst.is_float8:
-        return encode(x, dst.name, saturate=sat, **rnd).view(dst.dtype)
+    if dst.is_float8 or dst.is_finite_only:
+        # float8: the Cast-21 tables (the codec's saturate rule); float6/float4 have no Inf
+        # and no NaN, so the codec saturates them either way ("Downcasting RNE with
+        # saturation", ONNX's float6 page; float4's table: "x>6 | 6", "+Inf | 6").
+        codes = encode(x, dst.name, saturate=sat, **rnd)
+        if dst.name == _FLOAT4:
+            # ONNX's float4 table: "NaN | 6" (either sign).  The codec, ml_dtypes and
+            # onnx.reference give a zero of the opposite sign instead; float6 keeps that
+            # (its page: "nan | -0.0 (unspecified; matches FLOAT4E2M1's cast behavior)").
+            nan = np.isnan(x)
+            if nan.any():
+                codes[nan] = get_format(_FLOAT4).max_code
+        return codes.view(dst.dtype)
     if dst.name in ("bfloat16", "float16"):
         # "floating point: +/- infinity if OOR": saturate applies to float8 only.
         return encode(x, dst.name, saturate=False, **rnd).view(dst.dtype)
@@ -286,8 +380,8 @@ def _float_to_float(x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = 
 
 def _int_to_int(arr: np.ndarray, dst: CastType) -> np.ndarray:
     # "discard higher bits and reinterpret (two's complement)": numpy's integer casts.
-    if dst.name in ("int4", "uint4"):
-        return _nibble(arr, dst.name).astype(dst.dtype)
+    if dst.name in _SUB_BYTE:
+        return _low_bits(arr, dst.name).astype(dst.dtype)
     return arr.astype(dst.dtype)
 
 
@@ -329,7 +423,9 @@ def _is_e8m0(to: Any) -> bool:
         return False
 
 
-def _to_e8m0(arr: np.ndarray, sat: bool, round_mode: Any) -> np.ndarray:
+def _to_e8m0(
+    arr: np.ndarray, src: CastType, sat: bool, round_mode: Any, rounding: Any, seed: Any
+) -> np.ndarray:
     """Cast-24/25 to FLOAT8E8M0 as the ONNX reference computes it: the value is taken as
     float32, its sign ignored; the exponent field is the code, raised by one by
     ``round_mode`` ("up": any fraction; "nearest": guard bit and (round or sticky bit or a
@@ -339,12 +435,19 @@ def _to_e8m0(arr: np.ndarray, sat: bool, round_mode: Any) -> np.ndarray:
     float32 exponent field, where 2**-127 is a subnormal.)"""
     if round_mode not in ("up", "down", "nearest"):
         raise ValueError(f"cast: round_mode must be 'up', 'down' or 'nearest'; got {round_mode!r}")
-    src = _source_type(arr)
+    if rounding != "nearest_even" or seed is not None:
+        raise ValueError(
+            f"cast: to float8_e8m0fnu, Cast-24/25's round_mode ('up', 'down', 'nearest') "
+            f"chooses the rounding, not rounding={rounding!r}; "
+            "fp8kit.encode(x, 'float8_e8m0fnu', rounding=...) takes every mode"
+        )
+    if src.name == _E8M0:
+        return arr.copy()  # (the float32 detour below would round 2**-127 "up")
     if src.kind == "string":
-        raise TypeError("cast: strings cannot be cast to float8_e8m0fnu; cast them to float32")
+        arr, src = _parse_floats(arr, odd=True), CAST_TYPES["float64"]
     if src.kind == "float":
         arr = _widen_float(arr, src)
-    elif src.name in ("int4", "uint4"):
+    elif src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     with np.errstate(over="ignore", invalid="ignore"):  # as the reference: via float32
         bits = np.ascontiguousarray(arr.astype(np.float32)).view(np.uint32)
@@ -365,11 +468,12 @@ def _to_e8m0(arr: np.ndarray, sat: bool, round_mode: Any) -> np.ndarray:
 
 
 def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
-    target = np.dtype(np.int8) if dst.name in ("int4", "uint4") else dst.dtype
+    target = np.dtype(np.int8) if dst.name in _SUB_BYTE else dst.dtype
     if sat:
         out = _run_unary(saturating_kernel(x.dtype, target), x, target)
-        if dst.name in ("int4", "uint4"):  # saturated to int8 first, then to 4 bits
-            lo, hi = (-8, 7) if dst.name == "int4" else (0, 15)
+        if dst.name in _SUB_BYTE:  # saturated to int8 first, then to 4 or 2 bits
+            signed, nbits = _SUB_BYTE[dst.name]
+            lo, hi = (-(1 << (nbits - 1)), (1 << (nbits - 1)) - 1) if signed else (0, 2**nbits - 1)
             return np.clip(out, lo, hi).astype(dst.dtype)
         return out
     return _float_to_int_like_reference(x, dst, f8_inf)
@@ -380,13 +484,17 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
     made deterministic: numpy's float -> uint32 differs between its SIMD and scalar loops
     (on length and position); fp8kit always gives the scalar loop's bits."""
     name = dst.name
-    four_bit = name in ("int4", "uint4")
-    res = _run_unary(x86_kernel(x.dtype, name), x, np.int8 if four_bit else dst.dtype)
+    sub_byte = name in _SUB_BYTE
+    # 2 bits: the low bits of uint4's (the low 4 bits of the same int32 conversion)
+    kernel = x86_kernel(x.dtype, "uint4" if name in ("int2", "uint2") else name)
+    res = _run_unary(kernel, x, np.int8 if sub_byte else dst.dtype)
+    if name in ("int2", "uint2"):
+        res = _low_bits(res, name)
     if float8_inf is not None:
         # ml_dtypes converts float8 NaN to 0 and +-Inf by saturating (through int32 for the
-        # 4-bit types); only the few special elements are rewritten.
-        if four_bit:
-            top, bottom = _nibble(2**31 - 1, name), _nibble(-(2**31), name)
+        # sub-byte types); only the few special elements are rewritten.
+        if sub_byte:
+            top, bottom = _low_bits(2**31 - 1, name), _low_bits(-(2**31), name)
         else:
             info = np.iinfo(dst.dtype)
             top, bottom = info.max, info.min
@@ -395,14 +503,16 @@ def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) 
             flat_res = res.reshape(-1)
             vals = x.ravel()[special]
             flat_res[special] = np.where(np.isnan(vals), 0, np.where(vals > 0, top, bottom))
-    return res.astype(dst.dtype) if four_bit else res
+    return res.astype(dst.dtype) if sub_byte else res
 
 
-def _nibble(v, name: str) -> np.ndarray:
-    """The low 4 bits of integers, as int8 values of int4 (sign-extended) or uint4."""
-    low = np.asarray(v).astype(np.int64) & 0xF
-    if name == "int4":
-        low = np.where(low >= 8, low - 16, low)
+def _low_bits(v, name: str) -> np.ndarray:
+    """The low 4 or 2 bits of integers, as int8 values of int4/int2 (sign-extended) or
+    uint4/uint2."""
+    signed, nbits = _SUB_BYTE[name]
+    low = np.asarray(v).astype(np.int64) & ((1 << nbits) - 1)
+    if signed:
+        low = np.where(low >= 1 << (nbits - 1), low - (1 << nbits), low)
     return np.asarray(low, dtype=np.int8)
 
 
@@ -455,14 +565,20 @@ def _to_odd_float64(q: Fraction | float) -> float:
     return f
 
 
+def _parse_floats(arr: np.ndarray, *, odd: bool, values=None) -> np.ndarray:
+    """Strings -> float64: nearest-even, or rounded to odd (then one more rounding to a
+    narrower type is a single rounding of the decimal value)."""
+    if values is None:
+        values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
+    to_f64 = _to_odd_float64 if odd else _to_float64
+    return np.array([to_f64(v) for v in values], dtype=np.float64).reshape(arr.shape)
+
+
 def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
     if dst.kind == "string":
         return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
     values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
-    # float64 itself: nearest-even; narrower destinations: round to odd first, so that their
-    # own rounding of it is a single rounding of the decimal value.
-    to_f64 = _to_float64 if dst.name == "float64" else _to_odd_float64
-    floats = np.array([to_f64(v) for v in values], dtype=np.float64).reshape(arr.shape)
+    floats = _parse_floats(arr, odd=dst.name != "float64", values=values)
     if dst.kind == "bool":
         return floats != 0
     result = _numeric(floats, CAST_TYPES["float64"], dst, sat)
@@ -491,7 +607,7 @@ def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
             if lo < 0 and n > hi:
                 n -= 1 << bits
         out.append(n)
-    if bits == 4:
+    if bits <= 4:
         return np.array(out, dtype=np.int8).reshape(shape).astype(dst.dtype)
     return np.array(out, dtype=object).reshape(shape).astype(dst.dtype)
 
@@ -512,8 +628,12 @@ def _shortest(value: float, fmt: str) -> str:
 
 
 def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
-    if src.name in ("int4", "uint4"):
+    if src.name in _SUB_BYTE:
         text = [str(int(v)) for v in arr.astype(np.int8).ravel()]
+    elif src.name == _E8M0:
+        # every value is a float32 (2**-127 a subnormal), and strings reach FLOAT8E8M0
+        # through float32 (Cast-24/25's round_mode works on its bits): float32's digits
+        text = [str(v) for v in decode(arr, dtype=np.float32).ravel()]
     elif src.kind == "float" and src.name not in ("float16", "float32", "float64"):
         # bfloat16 and float8: the shortest digits that round-trip in that format
         text = [_shortest(float(v), src.name) for v in decode(arr, dtype=np.float64).ravel()]
@@ -537,12 +657,18 @@ RULES = {
     "01": "from bool: False -> 0, True -> 1",
     "P": "parse the string as a number, then as from float64 (rounded once)",
     "S": "shortest decimal that round-trips",
+    "F6": "to float6 (no Inf, no NaN): round once; beyond +-max and +-Inf -> +-max whatever "
+    "saturate says; NaN -> zero of the opposite sign (as onnx.reference)",
+    "F4": "to float4_e2m1fn (no Inf, no NaN): round once; beyond +-6 and +-Inf -> +-6 "
+    "whatever saturate says; NaN -> +6 (ONNX's float4 table)",
+    "E0": "to float8_e8m0fnu: Cast-24/25's round_mode on the float32 value's exponent, as "
+    "onnx.reference (sign ignored, 0 -> 2^-127, NaN and +-Inf -> NaN)",
 }
 
 
 def _int_bits(t: CastType) -> tuple[bool, int]:
-    if t.name in ("int4", "uint4"):
-        return t.name == "int4", 4
+    if t.name in _SUB_BYTE:
+        return _SUB_BYTE[t.name]
     info = np.iinfo(t.dtype)
     return info.min < 0, info.bits
 
@@ -557,11 +683,12 @@ def _fits(src: CastType, dst: CastType) -> bool:
         fmt = get_format(dst.name) if dst.name not in ("float32", "float64") else None
         mant = {"float32": 24, "float64": 53}.get(dst.name) or fmt.mantissa_bits + 1
         top = nbits - 1 if signed else nbits
-        return top <= mant and (fmt is None or 2.0**top <= fmt.max + 1)
+        # largest magnitude: -2**top (signed) or 2**top - 1 (unsigned)
+        return top <= mant and (fmt is None or 2.0**top - (0 if signed else 1) <= fmt.max)
     if src.kind == "float" and dst.kind == "float":
         if dst.name == "float64" or (dst.name == "float32" and src.name != "float64"):
             return True
-        if dst.is_float8 or src.name in ("float32", "float64"):
+        if src.name in ("float32", "float64"):
             return False
         s, d = get_format(src.name), get_format(dst.name)
         return (
@@ -569,6 +696,9 @@ def _fits(src: CastType, dst: CastType) -> bool:
             and s.minexp - s.mantissa_bits >= (d.minexp - d.mantissa_bits)
             and s.max <= d.max
             and (d.has_inf or not s.has_inf)
+            and (d.has_nan or not s.has_nan)
+            and (d.has_negative_zero or not s.has_negative_zero)
+            and d.signed
         )
     return False
 
@@ -584,21 +714,23 @@ def cast_rule(src: Any, dst: Any) -> str:
     Returns
     -------
     str
-        ``"="``, ``"E"``, ``"R"``, ``"F8"``, ``"W"``, ``"T"``, ``"B"``, ``"01"``, ``"P"`` or
-        ``"S"`` (the legend of :func:`cast_table`).
+        ``"="``, ``"E"``, ``"R"``, ``"F8"``, ``"F6"``, ``"F4"``, ``"E0"``, ``"W"``,
+        ``"T"``, ``"B"``, ``"01"``, ``"P"`` or ``"S"`` (the legend of :func:`cast_table`).
 
     Raises
     ------
     ValueError
         If a type name is unknown.
     TypeError
-        If a type is not a type spec, or a dtype outside Cast-21's list (complex ones).
+        If a type is not a type spec, or a dtype that ``cast`` does not know (complex ones).
 
     Examples
     --------
     >>> from fp8kit.cast import cast_rule
     >>> cast_rule("int16", "int8"), cast_rule("float32", "FLOAT8E4M3FN")
     ('W', 'F8')
+    >>> cast_rule("float32", "FLOAT4E2M1"), cast_rule("FLOAT4E2M1", "float8_e4m3fn")
+    ('F4', 'E')
     """
     s, d = cast_type(src, argname="src"), cast_type(dst, argname="dst")
     if s == d:
@@ -609,42 +741,66 @@ def cast_rule(src: Any, dst: Any) -> str:
         return "P"
     if d.kind == "bool":
         return "B"
+    if d.name == _E8M0:
+        return "E0"
     if s.kind == "bool":
         return "01"
     if _fits(s, d):
         return "E"
     if d.kind == "int":
         return "W" if s.kind == "int" else "T"
-    return "F8" if d.is_float8 else "R"
+    if d.is_float8:
+        return "F8"
+    if d.is_finite_only:
+        return "F4" if d.name == _FLOAT4 else "F6"
+    return "R"
 
 
-def cast_table() -> str:
-    """The full Cast-21 table (rows: from, columns: to) as Markdown, from :func:`cast_rule`.
+def _short(name: str) -> str:
+    return (
+        name.replace("float8_", "f8_")
+        .replace("float", "f")
+        .replace("uint", "u")
+        .replace("int", "i")
+        .replace("string", "str")
+    )
+
+
+def cast_table(sources: Any = None, destinations: Any = None) -> str:
+    """A table of :func:`cast_rule` (rows: from, columns: to) as Markdown.
+
+    Parameters
+    ----------
+    sources, destinations : iterable of type specs, optional
+        Rows and columns, spelled as for :func:`fp8kit.cast`'s ``to``; default: the 20
+        types of ONNX Cast-21's list (``fp8kit.cast.ALL_CAST_TYPES`` has every type).
 
     Returns
     -------
     str
-        The table and, below it, the legend of the rule codes.
+        The table and, below it, the legend of the rule codes it uses.
+
+    Raises
+    ------
+    ValueError, TypeError
+        If a type is unknown, as for :func:`cast_rule`.
 
     Examples
     --------
     >>> from fp8kit.cast import cast_table
     >>> cast_table().splitlines()[0][:19]
     '| from / to | bool '
+    >>> print(cast_table(["float32", "FLOAT4E2M1"], ["float4_e2m1fn"]).splitlines()[2])
+    | **float32** | F4 |
     """
-    names = list(CAST_TYPES)
-    short = {
-        n: n.replace("float8_", "f8_")
-        .replace("float", "f")
-        .replace("uint", "u")
-        .replace("int", "i")
-        .replace("bool", "bool")
-        .replace("string", "str")
-        for n in names
-    }
-    head = "| from / to | " + " | ".join(short[n] for n in names) + " |"
-    rows = [head, "|" + "---|" * (len(names) + 1)]
-    for s in names:
-        rows.append(f"| **{s}** | " + " | ".join(cast_rule(s, d) for d in names) + " |")
-    legend = "\n".join(f"- `{code}`: {text}" for code, text in RULES.items())
+    rows_t = [cast_type(t, argname="sources") for t in (sources or CAST_TYPES)]
+    cols_t = [cast_type(t, argname="destinations") for t in (destinations or CAST_TYPES)]
+    head = "| from / to | " + " | ".join(_short(d.name) for d in cols_t) + " |"
+    rows = [head, "|" + "---|" * (len(cols_t) + 1)]
+    used = set()
+    for s in rows_t:
+        codes = [cast_rule(s, d) for d in cols_t]
+        used.update(codes)
+        rows.append(f"| **{s.name}** | " + " | ".join(codes) + " |")
+    legend = "\n".join(f"- `{code}`: {text}" for code, text in RULES.items() if code in used)
     return "\n".join(rows) + "\n\n" + legend

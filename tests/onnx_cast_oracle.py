@@ -47,6 +47,13 @@ ONNX_TYPE = {
     "float8_e5m2": TensorProto.FLOAT8E5M2,
     "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ,
     "string": TensorProto.STRING,
+    # Cast-25 added FLOAT4E2M1 and FLOAT8E8M0, Cast-28 FLOAT6E2M3 and FLOAT6E3M2
+    "float4_e2m1fn": TensorProto.FLOAT4E2M1,
+    "float8_e8m0fnu": TensorProto.FLOAT8E8M0,
+    "float6_e2m3fn": TensorProto.FLOAT6E2M3,
+    "float6_e3m2fn": TensorProto.FLOAT6E3M2,
+    "int2": TensorProto.INT2,  # Cast-25
+    "uint2": TensorProto.UINT2,
 }
 
 # dtype of the arrays holding each type.  Strings are object arrays of Python ``str`` (onnx's own
@@ -73,6 +80,12 @@ NUMPY_DTYPE = {
     "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
     "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
     "string": np.dtype(object),
+    "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
+    "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
+    "float6_e3m2fn": np.dtype(ml_dtypes.float6_e3m2fn),
+    "int2": np.dtype(ml_dtypes.int2),
+    "uint2": np.dtype(ml_dtypes.uint2),
 }
 
 FLOAT8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
@@ -80,8 +93,8 @@ FLOATS = ("float16", "bfloat16", "float32", "float64", *FLOAT8)
 INTS = ("int4", "uint4", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
-@functools.lru_cache(maxsize=1024)  # 20 x 20 types x 2 saturate modes fit
-def _evaluator(from_type, to_type, saturate):
+@functools.lru_cache(maxsize=2048)  # 24 x 24 types x 2 saturate modes x 2 opsets fit
+def _evaluator(from_type, to_type, saturate, opset=21):
     node = helper.make_node("Cast", ["x"], ["y"], to=ONNX_TYPE[to_type], saturate=int(saturate))
     graph = helper.make_graph(
         [node],
@@ -89,12 +102,13 @@ def _evaluator(from_type, to_type, saturate):
         [helper.make_tensor_value_info("x", ONNX_TYPE[from_type], [None])],
         [helper.make_tensor_value_info("y", ONNX_TYPE[to_type], [None])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return ReferenceEvaluator(model)
 
 
-def onnx_cast(x, from_type: str, to_type: str, saturate: bool = True) -> np.ndarray:
-    """Cast ``x`` (of ``from_type``) to ``to_type`` with the onnx reference's Cast-21.
+def onnx_cast(x, from_type: str, to_type: str, saturate: bool = True, opset: int = 21):
+    """Cast ``x`` (of ``from_type``) to ``to_type`` with the onnx reference's Cast-21 (or the
+    Cast of ``opset``: 25 for FLOAT4E2M1 and FLOAT8E8M0, 28 for the float6 types).
 
     ``x`` must already have ``NUMPY_DTYPE[from_type]`` if it is an array (lists are converted;
     string input may also be a "<U" array).  The result is what the evaluator returns, reshaped to
@@ -113,7 +127,7 @@ def onnx_cast(x, from_type: str, to_type: str, saturate: bool = True) -> np.ndar
     else:
         x = np.asarray(x, dtype=want)
     with np.errstate(all="ignore"):
-        (y,) = _evaluator(from_type, to_type, bool(saturate)).run(None, {"x": x.reshape(-1)})
+        (y,) = _evaluator(from_type, to_type, bool(saturate), opset).run(None, {"x": x.reshape(-1)})
     return y.reshape(x.shape)
 
 

@@ -15,6 +15,9 @@ Block names:
     :func:`fp8kit.format_table` of the built-in and of the further formats.
 ``cast-table``
     :func:`fp8kit.cast_table`, the Cast-21 rule of every type pair.
+``cast-to-more-table``, ``cast-from-more-table``
+    :func:`fp8kit.cast_table` from every type to the types beyond Cast-21 (the 2-bit integers
+    and the further formats), and from those to the Cast-21 types.
 ``rounding-table``
     Sample values rounded to float8_e4m3fn in every rounding mode.
 ``promotion:NAME``
@@ -44,6 +47,7 @@ import numpy as np  # noqa: E402
 
 import fp8kit  # noqa: E402
 from fp8kit import promotion, study  # noqa: E402
+from fp8kit.cast import ALL_CAST_TYPES, CAST_TYPES, MORE_CAST_TYPES  # noqa: E402
 
 BLOCK = re.compile(r"<!-- (?P<name>[^\s/]\S*) -->\n(?P<body>.*?)<!-- /(?P=name) -->", re.S)
 FIGURES = {"study.png"}  # drawn again at build time into _generated/
@@ -193,6 +197,8 @@ def generate(name: str) -> str:
         "format-table": fp8kit.format_table,
         "more-formats-table": lambda: fp8kit.format_table(fp8kit.formats.MORE_FORMATS),
         "cast-table": fp8kit.cast_table,
+        "cast-to-more-table": lambda: fp8kit.cast_table(ALL_CAST_TYPES, MORE_CAST_TYPES),
+        "cast-from-more-table": lambda: fp8kit.cast_table(MORE_CAST_TYPES, CAST_TYPES),
         "rounding-table": rounding_table,
     }
     if name in makers:

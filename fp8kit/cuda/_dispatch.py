@@ -397,6 +397,12 @@ def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
             f"source= naming their format (e.g. fp8kit.cuda.cast(codes, to, "
             f"source='float8_e4m3fn')); got dtype {d.dtype}"
         )
+    if not (src.is_cast21 and dst.is_cast21):
+        raise ValueError(
+            f"cast: on the GPU, cast knows the Cast-21 types only; got {src.name} -> "
+            f"{dst.name} (cast on the host, or use fp8kit.encode/decode, which take every "
+            "format on the GPU)"
+        )
     if dst.kind != "float" or not (
         src.is_float8 or dst.is_float8 or src.name in _SMALL or dst.name in _SMALL
     ):

@@ -6,6 +6,7 @@ import pytest
 from numba import cuda
 
 import fp8kit
+import fp8kit.cuda
 
 from .simdata import to_device
 
@@ -65,6 +66,15 @@ CASES = [
                  ValueError, "unknown destination_type", id="destination"),
     pytest.param(lambda: fp8kit.fake_convert(d32(), 1.0, None, "float8_e5m2fnuz", mode="openvino"),
                  ValueError, "supports f8e4m3 and f8e5m2", id="openvino-format"),
+    # cast's further formats (issue 8) are host-only
+    pytest.param(lambda: fp8kit.cast(d32(), "FLOAT4E2M1"),
+                 ValueError, "Cast-21 types only; got float32 -> float4_e2m1fn", id="cast-to-f4"),
+    pytest.param(lambda: fp8kit.cast(dev(np.float16), "float8_e4m3"),
+                 ValueError, "Cast-21 types only; got float16 -> float8_e4m3", id="cast-to-e4m3"),
+    pytest.param(lambda: fp8kit.cuda.cast(dev(np.uint8), "float32", source="float8_e3m4"),
+                 ValueError, "Cast-21 types only; got float8_e3m4 -> float32", id="cast-from-e3m4"),
+    pytest.param(lambda: fp8kit.cast(d32(), "FLOAT8E8M0"),
+                 ValueError, "only rounding='nearest_even' to Cast-21 types", id="cast-to-e8m0"),
 ]  # fmt: skip
 
 
