@@ -108,7 +108,6 @@ def test_chunks_starting_mid_row_walk_every_dimension(monkeypatch, nchunks, shap
     "kw",
     [
         pytest.param({}, id="spec"),
-        pytest.param({"mode": "openvino"}, id="openvino"),
         pytest.param({"rounding": "stochastic", "seed": 5}, id="stochastic"),
     ],
 )
