@@ -62,3 +62,38 @@ def test_second_process_loads_kernels_from_disk_cache(tmp_path, size):
     assert first["hits"] == 0 and first["compiled"] > 0
     assert second["hits"] >= 1 and second["misses"] == 0
     assert first["sum"] == second["sum"]
+
+
+def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
+    """Every kernel family loads from the disk cache: a kernel that closes over a Numba
+    dispatcher gets a new cache key in every process (the dispatcher pickles with a random
+    id), so it would compile again in every process, silently."""
+    code = """
+        import json
+        import numpy as np
+        from numba.core import event
+        import fp8kit
+        x = np.linspace(-3, 3, 1001, dtype=np.float32)
+        with event.install_recorder("numba:compile") as rec:
+            r = [
+                fp8kit.encode(x, "float8_e4m3fn"),
+                fp8kit.encode(x, "float8_e4m3fn", rounding="toward_zero"),
+                fp8kit.encode(x, "float8_e4m3fn", rounding="stochastic", seed=3),
+                fp8kit.round_to(x, "float8_e5m2", rounding="stochastic", seed=3).view(np.uint32),
+                fp8kit.decode(fp8kit.encode(x, "float8_e5m2"), "float8_e5m2").view(np.uint32),
+                fp8kit.fake_convert(x, 2.0, destination_type="f8e4m3").view(np.uint32),
+                fp8kit.fake_convert(x, 2.0, destination_type="f8e4m3", rounding="stochastic",
+                                    seed=3).view(np.uint32),
+                fp8kit.fake_convert(x, 2.0, destination_type="f8e4m3",
+                                    mode="openvino").view(np.uint32),
+                fp8kit.cast(x, "FLOAT8E5M2", rounding="toward_positive"),
+            ]
+        print(json.dumps({"compiled": len(rec.buffer),
+                          "sums": [int(a.astype(np.int64).sum()) for a in r]}))
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    first = run_python(code, env)
+    second = run_python(code, env)
+    assert first["compiled"] > 0
+    assert second["compiled"] == 0
+    assert first["sums"] == second["sums"]

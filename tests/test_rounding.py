@@ -13,7 +13,7 @@ from numba import njit
 
 import fp8kit
 from fp8kit import get_format
-from fp8kit._kernels.rounding import parts, philox4x32_10, random_word
+from fp8kit._kernels.rounding import STOCHASTIC, encode_mode, parts, philox4x32_10, random_word
 from fp8kit._reference import encode_value
 from fp8kit.formats import BUILTIN_FORMATS, MORE_FORMATS
 
@@ -454,3 +454,39 @@ def test_bad_rounding_arguments_are_refused_clearly():
         fp8kit.cast(np.ones(3, np.int64), "FLOAT8E4M3FN", rounding="stochastic", seed=1)
     with pytest.raises(ValueError, match="round_mode must be 'up', 'down' or 'nearest'"):
         fp8kit.cast(x, "FLOAT8E8M0", round_mode="even")
+
+
+@njit
+def _stochastic_by_definition(x, p, q, o, k0, k1, split, random_bits, out):
+    """Element by element from the definition: element i rounds with random_word(i)."""
+    for i in range(x.size):
+        rnd = random_word(np.uint64(i), k0, k1, split)
+        out[i] = encode_mode(x[i], p, q, o, STOCHASTIC, rnd, random_bits)
+
+
+@pytest.mark.parametrize(
+    "name, random_bits",
+    [("float8_e4m3fn", 16), ("float8_e4m3fn", 8), ("float8_e5m2", 32), ("bfloat16", 12)],
+)
+def test_stochastic_kernel_draws_each_elements_word_by_its_index(name, random_bits):
+    """The kernel's whole blocks (Philox fused into the rounding loop, or through a buffer
+    for 8-bit parts), its partial last block and its chunks all use random_word(index),
+    checked against an element-by-element loop over the integer path."""
+    from fp8kit._kernels import codec as kernels
+    from fp8kit._kernels.rounding import K
+
+    fmt = get_format(name)
+    split = parts(random_bits)
+    n = 3 * 4 * K * split + 5000  # three whole blocks and a partial one
+    x = (np.random.default_rng(random_bits).standard_normal(n) * 3).astype(np.float32)
+    x[:50] = np.float32(fmt.smallest_subnormal) * np.linspace(0.05, 3, 50, dtype=np.float32)
+    seed = 0x1234_5678_9ABC
+    with fp8kit.num_threads(2):
+        got = fp8kit.encode(x, name, rounding="stochastic", seed=seed, random_bits=random_bits)
+    p, q = kernels._params(fmt, "float32", True)
+    o = kernels.mode_overflow(p, STOCHASTIC)
+    want = np.empty(n, np.uint8 if fmt.bits <= 8 else np.uint16)
+    k0, k1 = np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32)
+    _stochastic_by_definition(x.view(np.uint32), p, q, o, k0, k1, split, random_bits, want)
+    bad = np.flatnonzero(got.view(want.dtype) != want)
+    assert bad.size == 0, bad[:10]

@@ -26,7 +26,7 @@ from .bits import (
     stream_copy,
     x86_nan,
 )
-from .codec import Kernel, _params, source_version
+from .codec import Kernel, _params, source_version, with_globals
 from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
@@ -136,6 +136,7 @@ def fake_convert_kernel(
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
+    consts = repr((fmt, kind, has_shift, inner_runs, openvino, mode, rbits, stream, version))
     sig = types.void(
         _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
         _arr(np.uint32), _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False),
@@ -143,7 +144,7 @@ def fake_convert_kernel(
     )  # fmt: skip
 
     def make(parallel):
-        def segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan):
+        def segment_py(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan):
             """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``."""
             for jj in range(xr.size):
                 k = kb + jj
@@ -195,10 +196,8 @@ def fake_convert_kernel(
                 else:
                     orow[jj] = encode_fast(as_bits(res), q)
 
-        segment = njit(inline="always")(segment)
-
         def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
-            if version == 0 or parallel is None:
+            if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
             k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
@@ -242,10 +241,10 @@ def fake_convert_kernel(
                         xr = x[i + p0 : i + p0 + m]
                         kb, ib = base + j0 + p0, i + p0
                         if fix_nan:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
                                     True)  # fmt: skip
                         else:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
                                     False)  # fmt: skip
                         p0 += m
                         if stream and i + p0 == bend:
@@ -265,6 +264,8 @@ def fake_convert_kernel(
                         stream_copy(out, bstart, buf, hi - bstart)
                     store_fence()
 
-        return kernel
+        # segment is a global of the kernel, not a closure cell (see codec.with_globals);
+        # consts, in the kernel's closure, is all it depends on beyond the kernel's own
+        return with_globals(kernel, consts, segment=njit(inline="always")(segment_py))
 
     return Kernel(make, sig)
