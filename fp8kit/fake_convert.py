@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -9,7 +10,7 @@ import numpy as np
 
 from . import _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
-from ._kernels.fake import fake_convert_kernel
+from ._kernels.fake import OV_F32, OV_FP16, SPEC, fake_convert_kernel
 from ._kernels.rounding import NEAREST_EVEN
 from ._kernels.tables import decode_table
 from .codec import _on_device, _rounding
@@ -39,6 +40,36 @@ def _destination(name: Any) -> FloatFormat:
             f"format: {', '.join(eight_bit)}"
         )
     return fmt
+
+
+#: ``mode`` -> the kernels' ``openvino`` variant ("openvino" is resolved per host CPU)
+MODES = {"spec": SPEC, "openvino-fp16": OV_FP16, "openvino-f32": OV_F32, "openvino": None}
+
+
+@functools.cache
+def host_has_avx512_fp16() -> bool:
+    """Whether this machine's CPU has AVX512-FP16, as LLVM (Numba's compiler) reports it."""
+    from llvmlite import binding
+
+    return bool(binding.get_host_cpu_features().get("avx512fp16", False))
+
+
+def openvino_variant(mode: Any, fmt: FloatFormat) -> int:
+    """The kernels' variant for ``mode`` (and check that ``fmt`` suits it)."""
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(
+            f"fake_convert: mode must be 'spec' or 'openvino' (or 'openvino-fp16', "
+            f"'openvino-f32'); got {mode!r}"
+        )
+    variant = MODES[mode]
+    if variant is None:
+        variant = OV_FP16 if host_has_avx512_fp16() else OV_F32
+    if variant != SPEC and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
+        raise ValueError(
+            f"fake_convert: mode={mode!r} supports f8e4m3 and f8e5m2 (OpenVINO's types); "
+            f"got {fmt.name}"
+        )
+    return variant
 
 
 def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
@@ -103,11 +134,15 @@ def fake_convert(
     destination_type : str
         ``"f8e4m3"`` or ``"f8e5m2"`` (the spec's), or any 8-bit fp8kit format name
         (``mode="spec"`` only).
-    mode : {"spec", "openvino"}, default "spec"
-        ``"spec"``: the formula, each step rounded once (above).  ``"openvino"``: the bits of
-        the openvino package's CPU device (2026.4 on x86 with AVX512-FP16/BF16): the product
-        is clamped (NaN -> -max), stored in data's type, rounded to float16 and then to
-        float8, and divided by multiplying with a reciprocal; see docs/fake_convert.md.
+    mode : {"spec", "openvino", "openvino-fp16", "openvino-f32"}, default "spec"
+        ``"spec"``: the formula, each step rounded once (above).  The others give the bits
+        of the openvino package's CPU device (2026.4 on x86-64): the product is clamped
+        (NaN -> -max), stored in the nodes' type, rounded to float16 and then to float8,
+        and divided by multiplying with a reciprocal.  ``"openvino-fp16"``: as on CPUs with
+        AVX512-FP16 (float16 data on float16 nodes); ``"openvino-f32"``: as on CPUs
+        without it (float16 models computed in float32, and a software float16 rounding
+        that slips for some float16 subnormals); ``"openvino"``: whichever of the two
+        this machine's CPU gives.  See docs/fake_convert.md.
     out : ndarray, optional
         Output of data's dtype and shape.
     rounding : str, default "nearest_even"
@@ -151,13 +186,7 @@ def fake_convert(
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
     fmt = _destination(destination_type)
-    if mode not in ("spec", "openvino"):
-        raise ValueError(f"fake_convert: mode must be 'spec' or 'openvino'; got {mode!r}")
-    if mode == "openvino" and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
-        raise ValueError(
-            f"fake_convert: mode='openvino' supports f8e4m3 and f8e5m2 (OpenVINO's types); "
-            f"got {fmt.name}"
-        )
+    variant = openvino_variant(mode, fmt)
     sc = _operand(scale, arr.dtype, "scale")
     sh = None if shift is None else _operand(shift, arr.dtype, "shift")
     if sh is not None and sh.shape != sc.shape:
@@ -193,14 +222,14 @@ def fake_convert(
         raise AssertionError(f"unexpected inner scale stride {sstr4[3]}")
     sc_flat = sc32.reshape(-1)
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
-    ov = mode == "openvino"
+    ov = variant != SPEC
     rmode, key, rbits = _rounding(rounding, seed, random_bits, "fake_convert")
     if ov and rmode != NEAREST_EVEN:
         raise ValueError(
-            f"fake_convert: mode='openvino' rounds to nearest-even only; got rounding={rounding!r}"
+            f"fake_convert: mode={mode!r} rounds to nearest-even only; got rounding={rounding!r}"
         )
     kernel = fake_convert_kernel(
-        fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), ov, rmode, rbits,
+        fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), variant, rmode, rbits,
         # (mode="openvino" is compute-bound: staging measured 1.4x slower there)
         not ov and arr.nbytes >= STREAM_MIN_BYTES,
     )  # fmt: skip

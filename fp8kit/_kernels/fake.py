@@ -36,6 +36,11 @@ _BLOCK = 1024
 F32, F16, BF16 = 0, 1, 2
 _KIND = {"float32": F32, "float16": F16, "bfloat16": BF16}
 
+# The ``openvino`` argument of the kernels: the formula, or the arithmetic of OpenVINO's CPU
+# device on x86 CPUs with AVX512-FP16 (float16 nodes, hardware float16 conversion) or
+# without it (float16 models run in float32, software float32 -> float16 conversion).
+SPEC, OV_FP16, OV_F32 = 0, 1, 2
+
 
 def _arr(dt, ndim=1, readonly=True):
     return types.Array(from_dtype(np.dtype(dt)), ndim, "C", readonly=readonly)
@@ -80,6 +85,22 @@ def _to16(f, kind, q16):
 
 
 @njit(inline="always")
+def ov_round16(b, r16, variant):
+    """float32 bits -> float32 bits of the float16 value OpenVINO's CPU device rounds them
+    to before float8 (no overflow: the value is clamped to a float8 max first).
+
+    With AVX512-FP16 that is nearest-even.  Without it, the plugin's software conversion
+    slips where a value of the binades 2**-18 .. 2**-16 (float16 subnormals) has its top 11
+    fraction bits set: it gives 2**(e + 2) instead of 2**(e + 1) or less (measured: every
+    float32 in [2**-27, 2**-13] against the CPU device, docs/fake_convert.md)."""
+    if variant == OV_F32:
+        e = (b >> np.uint32(23)) & np.uint32(0xFF)
+        if e - np.uint32(109) <= np.uint32(2) and (b & np.uint32(0x7FF000)) == np.uint32(0x7FF000):
+            return (b & np.uint32(0x80000000)) | ((e + np.uint32(2)) << np.uint32(23))
+    return round_in_place(b, r16)
+
+
+@njit(inline="always")
 def _from16(code, kind, lut):
     """float16 (through the exact float16 -> float32 table) or bfloat16 code -> float32."""
     one = np.uint32(1)
@@ -102,7 +123,7 @@ def fake_convert_kernel(
     data_dtype: np.dtype,
     has_shift: bool,
     inner_runs: bool,
-    openvino: bool = False,
+    openvino: int = SPEC,
     mode: int = NEAREST_EVEN,
     random_bits: int = 32,
     stream: bool = False,
@@ -113,7 +134,8 @@ def fake_convert_kernel(
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
     ``inner_runs``: scale varies along the innermost dimension (stride 1); otherwise it is
     constant along it (stride 0) and is hoisted out of the loop, which lets LLVM vectorize.
-    ``openvino``: the OpenVINO CPU plugin's arithmetic (see docs/fake_convert.md).
+    ``openvino``: SPEC, or the OpenVINO CPU plugin's arithmetic: OV_FP16 or OV_F32 (see
+    docs/fake_convert.md).
     ``lut`` is the float16 -> float32 table where float16 is loaded or stored.
     ``mode``: a rounding mode of :mod:`fp8kit._kernels.rounding` (spec mode only); modes
     other than nearest-even round through the integer path to a code and read its float32
@@ -123,6 +145,9 @@ def fake_convert_kernel(
     """
     kind = _KIND[np.dtype(data_dtype).name]
     bits_dt = np.uint32 if kind == F32 else np.uint16
+    openvino = int(openvino)
+    # the type of OpenVINO's nodes: float16 models run on float32 nodes without AVX512-FP16
+    node = F32 if (openvino == OV_F32 and kind == F16) else kind
     r8 = round_params(fmt)
     r16 = round_params(get_format("float16"))
     q16 = _params(get_format("float16"), "float32", False)[0]
@@ -159,16 +184,16 @@ def fake_convert_kernel(
                 if openvino:
                     # clamp (NaN -> -max), store in T, round to float16, then float8
                     y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
-                    y = _store(y, kind, q16, lut)
+                    y = _store(y, node, q16, lut)
                     # |y| <= max of a float8 format < float16's max: no overflow, so
                     # rounding in place equals the float16 store and load
-                    y = as_float(round_in_place(as_bits(y), r16))
+                    y = as_float(ov_round16(as_bits(y), r16, openvino))
                     qv = as_float(round_in_place(as_bits(y), r8))
                     rr = f32_one / s
                     if has_shift:
-                        rr = _store(rr, kind, q16, lut)
+                        rr = _store(rr, node, q16, lut)
                         hv = shift[k] if inner_runs else h0
-                        neg = _store(f32_zero - hv, kind, q16, lut)
+                        neg = _store(f32_zero - hv, node, q16, lut)
                         av = qv - neg
                         res = av + av if av != av else av * rr
                     else:

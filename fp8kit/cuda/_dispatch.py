@@ -21,7 +21,7 @@ from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .._kernels.tables import decode_table
 from ..cast import cast_type
 from ..codec import _FORMAT_DTYPES, _on_device, _rounding, _saturate
-from ..fake_convert import _destination, _merge
+from ..fake_convert import _destination, _merge, openvino_variant
 from ..formats import FloatFormat, get_format
 from . import _kernels
 
@@ -488,8 +488,8 @@ def fake_convert(
         ``scale``'s shape.
     destination_type : str
         As for :func:`fp8kit.fake_convert`.
-    mode : {"spec", "openvino"}
-        As for :func:`fp8kit.fake_convert`.
+    mode : {"spec", "openvino", "openvino-fp16", "openvino-f32"}
+        As for :func:`fp8kit.fake_convert` ("openvino" follows the host's CPU).
     out : GPU array, optional
         C-contiguous, data's shape and dtype; may be ``data`` itself.
     bfloat16 : bool, default False
@@ -533,13 +533,7 @@ def fake_convert(
             f"{d.dtype}{hint if d.dtype == np.uint16 else ''}"
         )
     fmt = _destination(destination_type)
-    if mode not in ("spec", "openvino"):
-        raise ValueError(f"fake_convert: mode must be 'spec' or 'openvino'; got {mode!r}")
-    if mode == "openvino" and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
-        raise ValueError(
-            f"fake_convert: mode='openvino' supports f8e4m3 and f8e5m2 (OpenVINO's types); "
-            f"got {fmt.name}"
-        )
+    variant = openvino_variant(mode, fmt)
     if d.size > 1 and not d.is_c_contiguous():
         raise ValueError(
             f"fake_convert: data must be C-contiguous on the GPU (shape {tuple(d.shape)}, "
@@ -587,7 +581,7 @@ def fake_convert(
     s_flat = xb if s_arr is None else _flat(s_arr, _order(s_arr, "scale", "fake_convert"), bits)
     h_flat = xb if h_arr is None else _flat(h_arr, _order(h_arr, "shift", "fake_convert"), bits)
     kernel = _kernels.fake_kernel(
-        fmt, data_dtype, has_shift, mode == "openvino", s_arr is not None, h_arr is not None
+        fmt, data_dtype, has_shift, variant, s_arr is not None, h_arr is not None
     )
     zero = bits.type(0)
     _launch(

@@ -169,7 +169,7 @@ def fake_kernel(
     fmt: FloatFormat,
     data_dtype: np.dtype,
     has_shift: bool,
-    openvino: bool,
+    openvino: int,
     scale_array: bool,
     shift_array: bool,
 ):

@@ -24,7 +24,7 @@ from numba.extending import intrinsic
 
 from .._kernels.bits import as_bits, as_float, cast_like, encode_fast, round_in_place, x86_nan
 from .._kernels.codec import _params
-from .._kernels.fake import _KIND, BF16, F16, F32, _to16, round_params
+from .._kernels.fake import _KIND, BF16, F16, F32, OV_F32, _to16, ov_round16, round_params
 from ..formats import FloatFormat, get_format
 
 _ONE32 = np.uint32(1)
@@ -115,14 +115,17 @@ def _store(f, kind, q16):
     return load16(_to16(f, kind, q16), kind)
 
 
-def fake_element(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, openvino: bool):
+def fake_element(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, openvino: int):
     """``element(x, s, h)`` -> result bits: the GPU twin of the body of
     :func:`fp8kit._kernels.fake.fake_convert_kernel`, step for step, with each float
     operation rounded on its own (``*_rn``) and its NaN rebuilt as x86 gives it
     (``x86_nan``).  ``x``, ``s``, ``h``: bits of the data type (scale and shift too).
     """
     kind = _KIND[np.dtype(data_dtype).name]
+    openvino = int(openvino)
+    node = F32 if (openvino == OV_F32 and kind == F16) else kind  # as the CPU kernel's
     r8 = round_params(fmt)
+    r16 = round_params(get_format("float16"))
     q16 = _params(get_format("float16"), "float32", False)[0]
     q = q16 if kind != BF16 else _params(get_format("bfloat16"), "float32", False)[0]
     mx = np.float32(fmt.max)
@@ -136,13 +139,13 @@ def fake_element(fmt: FloatFormat, data_dtype: np.dtype, has_shift: bool, openvi
             y = x86_nan(fsub_rn(y, h), y, h)
         if openvino:
             y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
-            y = _store(y, kind, q16)
-            y = as_float(f16_to_f32_bits(encode_fast(as_bits(y), q16)))
+            y = _store(y, node, q16)
+            y = as_float(ov_round16(as_bits(y), r16, openvino))
             qv = as_float(round_in_place(as_bits(y), r8))
             rr = x86_nan(one / s, one, s)
             if has_shift:
-                rr = _store(rr, kind, q16)
-                neg = _store(x86_nan(fsub_rn(zero, h), zero, h), kind, q16)
+                rr = _store(rr, node, q16)
+                neg = _store(x86_nan(fsub_rn(zero, h), zero, h), node, q16)
                 av = x86_nan(fsub_rn(qv, neg), qv, neg)
                 if av != av:
                     res = x86_nan(fadd_rn(av, av), av, av)

@@ -13,8 +13,9 @@ from .simdata import BF16, bits, host, inputs, same_bits, to_device
 pytestmark = pytest.mark.filterwarnings("ignore:(overflow|invalid|divide)")
 
 DTYPES = [np.float32, np.float16, BF16]
-MODES = [("spec", "f8e4m3"), ("spec", "float8_e5m2fnuz"), ("openvino", "f8e4m3"),
-         ("openvino", "f8e5m2")]  # fmt: skip
+# ("openvino" is one of the two variants, by the host's CPU: both are run explicitly)
+MODES = [("spec", "f8e4m3"), ("spec", "float8_e5m2fnuz"), ("openvino-fp16", "f8e4m3"),
+         ("openvino-f32", "f8e5m2")]  # fmt: skip
 ROWS = 60
 
 
@@ -42,7 +43,9 @@ def channel_scales(dtype, rng):
 
 
 BY_VALUE = [(np.float32, m, d) for m, d in MODES] + [
-    (np.float16, "openvino", "f8e4m3"),
+    (np.float16, "openvino-fp16", "f8e4m3"),
+    (np.float16, "openvino-f32", "f8e4m3"),
+    (np.float32, "openvino", "f8e5m2"),
     (BF16, "spec", "f8e4m3"),
 ]
 
@@ -130,3 +133,19 @@ def test_nan_times_nan_is_deterministic():
     assert [hex(v) for v in bits(want)] == ["0x7fc00000", "0xffc00000", "0xffc00000"]
     same_bits(host(fp8kit.fake_convert(to_device(x), to_device(s), to_device(h))), want)
     assert hex(bits(fp8kit.fake_convert(x, s))[0]) == "0x7fc00000"
+
+
+@pytest.mark.parametrize("mode", ["openvino-fp16", "openvino-f32"])
+def test_float16_subnormal_slip_as_the_cpu_kernel(mode):
+    # float32 values just below 2**-17 .. 2**-14, where the two variants differ
+    # (tests/test_fake_convert_openvino.py)
+    c = np.concatenate([np.float32(2.0**e).view(np.uint32) - np.arange(1, 4200, 97, dtype=np.uint32)
+                        for e in (-17, -16, -15, -14)])  # fmt: skip
+    x = np.concatenate([c, c | np.uint32(0x80000000)]).view(np.float32)
+    got = fp8kit.fake_convert(to_device(x), 1.0, destination_type="f8e5m2", mode=mode)
+    want = fp8kit.fake_convert(x, 1.0, destination_type="f8e5m2", mode=mode)
+    same_bits(host(got), want)
+    other = "openvino-f32" if mode == "openvino-fp16" else "openvino-fp16"
+    assert (
+        bits(want) != bits(fp8kit.fake_convert(x, 1.0, destination_type="f8e5m2", mode=other))
+    ).any()
