@@ -48,6 +48,20 @@ def as_bits(typingctx, value):
 
 
 @intrinsic
+def to_unsigned_truncated(typingctx, value, like):
+    """A float32 (float64) truncated toward zero to uint32 (uint64), the type of ``like``:
+    one signed conversion (cvttps2dq), so exact only for values in [0, 2**31) ([0, 2**63));
+    elsewhere the result is undefined, and a caller may only select it away."""
+    if _BITS_OF_FLOAT.get(value) != like:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fptosi(args[0], context.get_value_type(like))
+
+    return like(value, like), codegen
+
+
+@intrinsic
 def cast_like(typingctx, value, like):
     """Truncate or zero-extend an unsigned integer to the type of ``like``."""
     if not isinstance(value, types.Integer) or not isinstance(like, types.Integer):

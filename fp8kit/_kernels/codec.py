@@ -423,9 +423,9 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int):
     """Constants of :func:`fp8kit._kernels.rounding.encode_stochastic_fast` for ``fmt`` on
     ``source`` bits, or None where it would not be exact: it needs ``random_bits`` at most
     the ``sh`` bits dropped in the normal range, the format's subnormal spacing over
-    ``2**sh`` a normal source number (the sum's ulp), and every source subnormal below
-    ``2**-random_bits`` of that spacing, where no rule rounds it up: so a flush-to-zero or
-    denormals-are-zero mode set by another library cannot change a result."""
+    ``2**sh`` a normal source number, and every source subnormal below ``2**-random_bits`` of
+    that spacing, where no rule rounds it up: so a flush-to-zero or denormals-are-zero mode
+    set by another library cannot change a result."""
     width, src_m, _, src_bias = _SOURCES[source]
     u = np.uint32 if width == 32 else np.uint64
     f = np.float32 if width == 32 else np.float64
@@ -437,12 +437,11 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int):
     use_magic = fmt.minexp != src_emin
     if use_magic and (fmt.minexp - src_m < src_emin or fmt.minexp - m - random_bits < src_emin):
         return None
-    magic = f(2.0**fmt.minexp)
     rebias = src_bias - fmt.bias
     return (
         bool(use_magic),
-        magic,
-        u(int(np.array(magic).view(u))),
+        f(2.0 ** (src_m - fmt.minexp) if use_magic else 1.0),  # |x| < 2**minexp -> fixed point
+        u(int(np.array(f(2.0**fmt.minexp)).view(u))),  # bits of the smallest normal
         u((-(rebias << src_m)) & ((1 << width) - 1)),
         u(sh),
     )

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bits import _finish_with, as_bits, as_float, cast_like, zero_of
+from .bits import _finish_with, as_float, cast_like, to_unsigned_truncated, zero_of
 
 NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE, STOCHASTIC = range(6)
 MODES = {
@@ -213,22 +213,20 @@ def encode_stochastic_fast(v, p, sp, o, rnd, random_bits):
     The magnitude is first written as a fixed-point number ``t`` whose ``sh`` lowest bits are
     the fraction below the format's last kept bit: in the normal range that is the source
     bits with the exponent rebased (as in :func:`fp8kit._kernels.bits.encode_fast`); below
-    the format's smallest normal ``2**e``, it is the mantissa field of ``|x| + 2**e``, whose
-    ulp is the format's subnormal spacing over ``2**sh``.  The FPU rounds that sum to
-    nearest; where it rounded up (``(|x| + 2**e) - 2**e > |x|``, an exact subtraction), one
-    ulp is taken off, so ``t`` is ``|x|`` truncated.  Truncation keeps ``floor(f * 2**B)``
-    (``B <= sh``), all the rule looks at, and ``t + (R << (sh - B))`` carries into the kept
-    bits exactly when ``floor(f * 2**B) + R >= 2**B``.
+    the format's smallest normal ``2**e`` it is ``|x| * 2**(src_m - e)`` converted to an
+    integer with truncation (one multiply by a power of two, exact, and one conversion).
+    Truncation keeps ``floor(f * 2**B)`` (``B <= sh``), all the rule looks at, and
+    ``t + (R << (sh - B))`` carries into the kept bits exactly when
+    ``floor(f * 2**B) + R >= 2**B``.
     """
     abs_mask, one = p[0], p[1]
-    use_magic, magic, magic_bits, rb, sh = sp
+    use_magic, scale, min_normal, rb, sh = sp
     a = cast_like(v & abs_mask, one)
     t = cast_like(a + rb, one)
     if use_magic:
-        s = as_float(a) + magic
-        sb = as_bits(s)
-        sb = cast_like(sb - one, one) if s - magic > as_float(a) else sb
-        t = cast_like(sb - magic_bits, one) if a < magic_bits else t
+        # |x| < 2**e here, so the product is below 2**src_m: the signed conversion is exact
+        # (where a >= min_normal it may overflow, but that lane is not selected)
+        t = to_unsigned_truncated(as_float(a) * scale, one) if a < min_normal else t
     r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
     inc = cast_like(r_b << cast_like(sh - cast_like(random_bits, one), one), one)
     code = cast_like(cast_like(t + inc, one) >> sh, one)
