@@ -334,14 +334,16 @@ def _code_input(codes: Any, fmt: FloatFormat | None) -> tuple[np.ndarray, FloatF
     arr = _native(arr)
     limit = 1 << fmt.bits
     if dt != fmt.code_dtype or fmt.bits not in (8, 16):
-        if arr.size and (arr.min() < 0 or arr.max() >= limit):
+        # (one pass for unsigned codes, where min() < 0 cannot hold, and no copy of sub-byte
+        # codes stored in uint8: 16M float4 codes, check and copy 0.8-1.7 ms -> 0.16 ms)
+        if arr.size and ((dt.kind == "i" and arr.min() < 0) or arr.max() >= limit):
             bad = np.flatnonzero((arr.ravel() < 0) | (arr.ravel() >= limit))[0]
             index = ", ".join(str(int(i)) for i in np.unravel_index(bad, arr.shape))
             raise ValueError(
                 f"decode: codes[{index}] = {arr.ravel()[bad]} is not a code of {fmt.name} "
                 f"(0..{limit - 1})"
             )
-        arr = arr.astype(fmt.code_dtype)
+        arr = arr.astype(fmt.code_dtype, copy=False)
     return arr, fmt
 
 
