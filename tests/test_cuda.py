@@ -25,11 +25,11 @@ import fp8kit
 ROOT = Path(__file__).parents[1]
 
 
-def run_simulator_suite(tmp_path, marker):
+def run_simulator_suite(tmp_path, marker, path="tests/cuda_sim"):
     pytest.importorskip("numba_cuda")  # in the test extra
     report = tmp_path / "cuda_sim.xml"
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
-    cmd = [sys.executable, "-m", "pytest", "tests/cuda_sim", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", path, "-p", "no:cacheprovider",
            "-q", "-m", marker, f"--junitxml={report}"]  # fmt: skip
     proc = subprocess.run(
         cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800, check=False
@@ -46,8 +46,18 @@ def run_simulator_suite(tmp_path, marker):
     return counts
 
 
-def test_simulator_suite(tmp_path):
-    run_simulator_suite(tmp_path, "not slow")
+# one process per file, so that pytest-xdist can run them side by side (the simulator
+# interprets every thread in Python: minutes per file)
+SIM_FILES = sorted(p.name for p in (ROOT / "tests" / "cuda_sim").glob("test_sim_*.py"))
+
+
+@pytest.mark.parametrize("name", SIM_FILES)
+def test_simulator_suite(tmp_path, name):
+    run_simulator_suite(tmp_path, "not slow", f"tests/cuda_sim/{name}")
+
+
+def test_every_simulator_file_runs():
+    assert "test_sim_fake_convert.py" in SIM_FILES and len(SIM_FILES) >= 7
 
 
 @pytest.mark.slow

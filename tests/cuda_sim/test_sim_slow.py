@@ -41,7 +41,9 @@ def test_every_16bit_input(dtype):
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:(overflow|invalid|divide)")
-@pytest.mark.parametrize("mode, dest", [("spec", "f8e4m3"), ("openvino", "f8e5m2")])
+@pytest.mark.parametrize(
+    "mode, dest", [("spec", "f8e4m3"), ("openvino-fp16", "f8e4m3"), ("openvino-f32", "f8e5m2")]
+)
 def test_fake_convert_every_float16_input(mode, dest):
     x = ALL16.view(np.float16).reshape(256, 256)
     scale = np.linspace(0.01, 100, 256, dtype=np.float16).reshape(256, 1)
