@@ -54,6 +54,26 @@ class EncodeNewFormats:
             self.x.astype(self.dtype)
 
 
+class DecodeNewFormats:
+    """Codes of each new format -> float32: fp8kit.decode into a preallocated array, and
+    ml_dtypes' ``astype`` (the codes are the encoded benchmark data)."""
+
+    params = (NEW_FORMATS, ["fp8kit", "ml_dtypes"], SIZES)
+    param_names = ["format", "library", "size"]
+
+    def setup(self, fmt, library, size):
+        self.codes = fp8kit.encode(_data(size), fmt)
+        self.values = self.codes.view(getattr(ml_dtypes, fmt))  # one code per byte
+        self.out = np.empty(size, np.float32)
+        self.time_decode(fmt, library, size)
+
+    def time_decode(self, fmt, library, size):
+        if library == "fp8kit":
+            fp8kit.decode(self.codes, fmt, out=self.out)
+        else:
+            self.values.astype(np.float32)
+
+
 class RoundingModes:
     """float32 -> float8_e4m3fn and bfloat16 codes in each rounding mode (stochastic with
     its default 16 random bits, and with 32)."""

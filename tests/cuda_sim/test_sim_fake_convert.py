@@ -44,8 +44,6 @@ def channel_scales(dtype, rng):
 
 BY_VALUE = [(np.float32, m, d) for m, d in MODES] + [
     (np.float16, "openvino-fp16", "f8e4m3"),
-    (np.float16, "openvino-f32", "f8e4m3"),
-    (np.float32, "openvino", "f8e5m2"),
     (BF16, "spec", "f8e4m3"),
 ]
 
