@@ -182,7 +182,7 @@ def fake_convert_kernel(
                 if has_shift:
                     y = y - (shift[k] if inner_runs else h0)
                 if openvino:
-                    # clamp (NaN -> -max), store in T, round to float16, then float8
+                    # clamp (NaN -> -max), store in the nodes' type, round to float16, then float8
                     y = -mx if y != y else (mx if y > mx else (-mx if y < -mx else y))
                     y = _store(y, node, q16, lut)
                     # |y| <= max of a float8 format < float16's max: no overflow, so
