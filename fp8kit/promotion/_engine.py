@@ -137,7 +137,7 @@ def _align(p: PromotionPolicy, hi: tuple[str, str], lo: tuple[str, str]) -> str:
             isl = p._island_of.get(x)  # type: ignore[attr-defined]
             if isl is not None and _CATEGORY_NAME[_CATEGORY[y]] not in isl[1]:
                 raise _Refused(f"{x} promotes only with itself")
-    if {ch, cw} == {2, 3} and p.float_with_complex == "join":
+    if p.float_with_complex == "join" and 3 in (ch, cw) and ch != cw:
         return _join(p, h, w, restricted=False)
     if cw <= ch:
         return h
@@ -173,6 +173,8 @@ def _resolve_operand(p: PromotionPolicy, op: tuple[str, str]) -> tuple[str, str]
         level = "0d"
     elif name not in p.dtypes:
         raise _Refused(f"{name} is not a type of {p.name}")
+    elif name in p.unpromotable:
+        raise _Refused(f"{p.name} promotes {name} with no type, not even itself")
     else:
         dt = p._canon.get(name, name)  # type: ignore[attr-defined]
     return ("tensor" if level == "0d" and p.zero_dim == "tensor" else level, dt)
@@ -189,7 +191,7 @@ def _common(p: PromotionPolicy, a: tuple[str, str], b: tuple[str, str]) -> str:
 def _finish(p: PromotionPolicy, common: str, op: str) -> str:
     if op == "compare":
         return "bool"
-    if op == "divide" and _CATEGORY[common] <= 1:
+    if op == "divide" and _CATEGORY[common] <= 1 and common not in p.true_divide_keeps:
         rule = p.true_divide
         if rule == "error":
             raise _Refused(f"true division of {common} is not defined")
