@@ -4,17 +4,40 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..cast import cast
 from ._engine import result_type
 from ._policy import PromotionPolicy, openvino
-from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
+from ._types import _COMPONENT, _DTYPES, _FLOATS, _NAME_OF_DTYPE, PromotionError
+
+_FLOAT_DTYPES = frozenset(_DTYPES[n] for n in _FLOATS)
+
+
+_ONE_BIT = {np.dtype(ml_dtypes.int1): "int1", np.dtype(ml_dtypes.uint1): "uint1"}
+
+
+def _to_one_bit(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
+    """To ml_dtypes int1/uint1, which fp8kit.cast does not take: integers wrap to their
+    lowest bit (as ONNX Cast narrows integers); floats go through int8 first."""
+    if x.dtype in _FLOAT_DTYPES:
+        x = cast(x, np.int8, saturate=saturate)
+    low = np.asarray(x.astype(np.int8, copy=False) & np.int8(1))
+    if _ONE_BIT[to] == "int1":
+        low = np.asarray(-low)  # int1 holds 0 and -1
+    return low.astype(to)
 
 
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     if x.dtype == to:
         return x
+    if x.dtype in _ONE_BIT:  # exact in int8, which cast takes
+        x = x.astype(np.int8)
+        if x.dtype == to:
+            return x
+    if to in _ONE_BIT:
+        return _to_one_bit(x, to, saturate)
     if to.kind == "c":
         if x.dtype.kind == "c":
             return x.astype(to)

@@ -14,6 +14,7 @@ from ._types import (
     _COMPLEX_OF,
     _COMPONENT,
     _DTYPES,
+    _FLOAT_INFO,
     _FLOATS,
     _PY_INDEX,
     PromotionError,
@@ -47,12 +48,21 @@ def _join(p: PromotionPolicy, a: str, b: str, restricted: bool) -> str:
     if _CATEGORY[a] > _CATEGORY[b]:
         a, b = b, a  # a has the lower category
     if a == "bool":
+        if p.int_to_float == "safe_width" and not _holds_bool(b):
+            return _join(p, "uint1", b, restricted=False)  # bool's values as uint1's
         return b
     if _CATEGORY[a] == 1 and _CATEGORY[b] == 1:
         return _join_int(p, a, b)
     if _CATEGORY[a] == 1:
         return _int_with_float(p, a, b)
     return _join_float(p, a, b)
+
+
+def _holds_bool(name: str) -> bool:
+    """Whether a type holds 0 and 1 (int1 holds 0 and -1; float8_e8m0fnu has no zero)."""
+    if _CATEGORY[name] == 1:
+        return name != "int1"
+    return _CATEGORY[name] != 2 or _FLOAT_INFO[name].has_zero
 
 
 def _lossy(p: PromotionPolicy, why: str) -> None:

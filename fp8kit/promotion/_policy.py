@@ -55,7 +55,8 @@ class PromotionPolicy:
     int_to_float : {"float", "safe_width"}
         An integer meets a float (or complex): ``"float"`` gives the float's type;
         ``"safe_width"`` gives the smallest type that holds both exactly, float64/complex128
-        at most (NumPy).
+        at most (NumPy); then bool meets a type that cannot hold both False and True (int1,
+        float8_e8m0fnu) as uint1 would.
     float_tie : {"float16", "bfloat16"}
         When two 16-bit floats are both smallest (two different float8 types), which one.
     u64_signed : str

@@ -103,6 +103,7 @@ class _FloatInfo:
     has_nan: bool = True
     signed: bool = True
     has_zero: bool = True
+    has_negative_zero: bool = True
 
 
 def _float_info(name: str) -> _FloatInfo:
@@ -119,6 +120,7 @@ def _float_info(name: str) -> _FloatInfo:
         f.has_nan,
         f.signed,
         f.has_zero,
+        f.has_negative_zero,
     )
 
 
@@ -127,7 +129,7 @@ _FLOAT_BITS = {n: get_format(n).bits for n in _FLOATS if n not in ("float32", "f
 
 
 def _float_fits(src: str, dst: str) -> bool:
-    """Every value of float type src is a value of dst (Inf needs Inf, NaN NaN, -x a sign)."""
+    """Every value of float type src is a value of dst (Inf needs Inf, NaN NaN, -0 -0)."""
     s, d = _FLOAT_INFO[src], _FLOAT_INFO[dst]
     return (
         s.precision <= d.precision
@@ -137,6 +139,7 @@ def _float_fits(src: str, dst: str) -> bool:
         and (d.has_nan or not s.has_nan)
         and (d.signed or not s.signed)
         and (d.has_zero or not s.has_zero)
+        and (d.has_negative_zero or not s.has_negative_zero)
     )
 
 
@@ -149,7 +152,7 @@ def _int_fits(src: str, dst: str) -> bool:
         d.has_zero
         and (d.signed or not signed)
         and value_bits <= d.precision
-        and 2.0**value_bits <= d.max + 1
+        and 2.0**value_bits - (0 if signed else 1) <= d.max  # -2**(bits-1) or 2**bits - 1
     )
 
 
