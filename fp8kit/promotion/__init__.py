@@ -35,8 +35,8 @@ from ._policy import (
     PromotionPolicy,
     openvino,
 )
-from ._tables import disagreement_table, docs_block, knob_table, operands_of, promotion_table
-from ._types import ALL_DTYPES, PromotionError
+from ._tables import coverage_table, disagreement_table, docs_block, knob_table, operands_of, promotion_table
+from ._types import ALL_DTYPES, UNREPRESENTED, PromotionError
 
 __all__ = [
     "ALL_DTYPES",
@@ -48,9 +48,11 @@ __all__ = [
     "PADDLE",
     "PRESETS",
     "TORCH",
+    "UNREPRESENTED",
     "PromotionError",
     "PromotionPolicy",
     "convert_promote_types",
+    "coverage_table",
     "disagreement_table",
     "docs_block",
     "knob_table",

@@ -17,7 +17,14 @@ from ._policy import (
     PromotionPolicy,
     openvino,
 )
-from ._types import _NAME_OF_DTYPE, _PY_INDEX, ALL_DTYPES, PromotionError, _operand
+from ._types import (
+    _NAME_OF_DTYPE,
+    _PY_INDEX,
+    ALL_DTYPES,
+    UNREPRESENTED,
+    PromotionError,
+    _operand,
+)
 
 
 def _short(operand: str) -> str:
@@ -185,6 +192,8 @@ def _knob_value(policy: PromotionPolicy, field: str) -> str:
         return "all" if v == ALL_DTYPES else ", ".join(_short(n) for n in v)
     if field == "mixes":
         return "all" if v == frozenset(_KIND_PAIRS) else ", ".join(sorted(v)) or "none"
+    if field in ("unpromotable", "true_divide_keeps"):
+        return ", ".join(_short(n) for n in v) or "none"
     if field == "islands":
         return (
             "; ".join(
@@ -230,6 +239,58 @@ def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
     return "\n".join(lines)
 
 
+def _coverage_cell(policy: PromotionPolicy, name: str) -> str:
+    if name not in policy.dtypes:
+        return "n/a"
+    if name in policy.unpromotable:
+        return "refused"
+    island = policy._island_of.get(name)  # type: ignore[attr-defined]
+    if island is None:
+        return "yes"
+    return "with " + ("/".join(island[1]) if island[1] else "itself") + " only"
+
+
+def coverage_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
+    """Which types each policy has (Markdown): one row per type fp8kit knows.
+
+    ``yes``: promotes by the policy's rules; ``with bool/int only``: an island that meets
+    only those kinds (and itself); ``refused``: the framework has the type but promotes it
+    with nothing; ``n/a``: not a type of the framework.
+
+    Parameters
+    ----------
+    policies : iterable of PromotionPolicy, optional
+        Default: every preset of :data:`PRESETS`.
+
+    Returns
+    -------
+    str
+        The Markdown table.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> P.coverage_table([P.TORCH, P.OPENVINO]).splitlines()[-7]
+    '| f8_e8m0fnu | with itself only | refused |'
+    """
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    lines = [
+        "| type | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    for n in ALL_DTYPES:
+        lines.append(
+            f"| {_short(n)} | " + " | ".join(_coverage_cell(p, n) for p in policies) + " |"
+        )
+    return "\n".join(lines)
+
+
+def _unrepresented_table() -> str:
+    lines = ["| name | what it is |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in UNREPRESENTED.items()]
+    return "\n".join(lines)
+
+
 #: The frameworks compared in docs/promotion.md: OpenVINO's type logic without its lossy
 #: errors, and JAX's 64-bit lattice (the 32-bit mode narrows it).
 _DISAGREEMENT_POLICIES = (openvino(promote_unsafe=True), TORCH, NUMPY, JAX_X64, ARRAY_API, PADDLE)
@@ -247,7 +308,8 @@ def docs_block(name: str) -> str:
     Parameters
     ----------
     name : str
-        ``"knobs"``, ``"disagreements"``, or the name of a preset or of one of the OpenVINO
+        ``"knobs"``, ``"coverage"``, ``"unrepresented"``, ``"disagreements"``, or the name
+        of a preset or of one of the OpenVINO
         variants the page shows (``"OPENVINO(promote_unsafe=True)"``).
 
     Returns
@@ -270,9 +332,14 @@ def docs_block(name: str) -> str:
         return disagreement_table(_DISAGREEMENT_POLICIES)
     if name == "knobs":
         return knob_table(_doc_policies().values())
+    if name == "coverage":
+        return coverage_table()
+    if name == "unrepresented":
+        return _unrepresented_table()
     policies = _doc_policies()
     if name not in policies:
         raise ValueError(
-            f"unknown docs block {name!r}; valid: disagreements, {', '.join(policies)}"
+            f"unknown docs block {name!r}; valid: knobs, coverage, unrepresented, "
+            f"disagreements, {', '.join(policies)}"
         )
     return promotion_table(policies[name])

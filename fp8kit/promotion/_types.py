@@ -213,6 +213,8 @@ UNREPRESENTED: dict[str, str] = {
     "u3": "OpenVINO's u3 (3-bit unsigned integer; no ml_dtypes dtype)",
     "u6": "OpenVINO's u6 (6-bit unsigned integer; no ml_dtypes dtype)",
     "nf4": "OpenVINO's nf4 (NormalFloat4 lookup codes; no ml_dtypes dtype)",
+    "string": "OpenVINO's string element type (not a numeric type)",
+    "dynamic": "OpenVINO's dynamic element type (a type not yet known)",
 }
 _NAME_CACHE: dict[Any, str] = {}
 
