@@ -164,7 +164,9 @@ def test_types_fp8kit_cannot_represent_are_clear_errors(table):
         assert name in P.UNREPRESENTED, name
         for a, b in ((name, "int8"), ("int8", name)):
             with pytest.raises(TypeError, match=rf"'{name}' is .*cannot represent") as e:
-                P.result_type(a, b, policy=P.PRESETS["OPENVINO" if table == "openvino" else "TORCH"])
+                P.result_type(
+                    a, b, policy=P.PRESETS["OPENVINO" if table == "openvino" else "TORCH"]
+                )
             assert not isinstance(e.value, P.PromotionError)
 
 

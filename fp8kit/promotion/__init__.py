@@ -35,7 +35,7 @@ from ._policy import (
     PromotionPolicy,
     openvino,
 )
-from ._tables import coverage_table, disagreement_table, docs_block, knob_table, operands_of, promotion_table
+from ._tables import disagreement_table, docs_block, knob_table, operands_of, promotion_table
 from ._types import ALL_DTYPES, UNREPRESENTED, PromotionError
 
 __all__ = [
@@ -52,7 +52,6 @@ __all__ = [
     "PromotionError",
     "PromotionPolicy",
     "convert_promote_types",
-    "coverage_table",
     "disagreement_table",
     "docs_block",
     "knob_table",

@@ -270,7 +270,8 @@ def coverage_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
     Examples
     --------
     >>> from fp8kit import promotion as P
-    >>> P.coverage_table([P.TORCH, P.OPENVINO]).splitlines()[-7]
+    >>> from fp8kit.promotion._tables import coverage_table
+    >>> coverage_table([P.TORCH, P.OPENVINO]).splitlines()[-7]
     '| f8_e8m0fnu | with itself only | refused |'
     """
     policies = list(PRESETS.values()) if policies is None else list(policies)

@@ -206,10 +206,10 @@ UNREPRESENTED: dict[str, str] = {
     **{f"uint{b}": f"PyTorch's uint{b} (a shell type; no ml_dtypes dtype)" for b in (3, 5, 6, 7)},
     "float4_e2m1fn_x2": "PyTorch's float4_e2m1fn_x2 (two float4 values packed in a byte)",
     **{
-        q: f"PyTorch's quantized {q}"
-        for q in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+        q: f"PyTorch's quantized {q}" for q in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
     },
-    **{b: f"PyTorch's {b} (raw bits)" for b in ("bits1x8", "bits2x4", "bits4x2", "bits8", "bits16")},
+    **{b: f"PyTorch's {b} (raw bits)" for b in ("bits1x8", "bits2x4", "bits4x2", "bits8")},
+    "bits16": "PyTorch's bits16 (raw bits)",
     "u3": "OpenVINO's u3 (3-bit unsigned integer; no ml_dtypes dtype)",
     "u6": "OpenVINO's u6 (6-bit unsigned integer; no ml_dtypes dtype)",
     "nf4": "OpenVINO's nf4 (NormalFloat4 lookup codes; no ml_dtypes dtype)",

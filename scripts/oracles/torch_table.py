@@ -19,13 +19,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 
-
 def build():
     import torch
 
     # torch's types that fp8kit represents; the others are listed in "not_represented"
     DTYPES = [n for n in C.ALL_DTYPES if isinstance(getattr(torch, n, None), torch.dtype)]
-    everything = {getattr(torch, n) for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)}
+    everything = {
+        getattr(torch, n) for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)
+    }
     not_represented = sorted(
         str(d).replace("torch.", "") for d in everything if str(d)[6:] not in DTYPES
     )
