@@ -23,17 +23,23 @@ def _to_one_bit(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     lowest bit (as ONNX Cast narrows integers); floats go through int8 first."""
     if x.dtype in _FLOAT_DTYPES:
         x = cast(x, np.int8, saturate=saturate)
-    low = np.asarray(x.astype(np.int8, copy=False) & np.int8(1))
-    if _ONE_BIT[to] == "int1":
-        low = np.asarray(-low)  # int1 holds 0 and -1
-    return low.astype(to)
+    elif x.dtype.kind not in "biu":  # ml_dtypes int2/uint2/int4/uint4
+        x = x.astype(np.int8)
+    # both store the bit in the byte's lowest bit: int1 reads 1 as -1
+    return np.asarray(np.bitwise_and(x, 1)).astype(np.uint8).view(to)
+
+
+def _from_one_bit(x: np.ndarray) -> np.ndarray:
+    """int1/uint1 data as int8 (exact), without ml_dtypes' element-wise conversion."""
+    bit = np.asarray(np.bitwise_and(x.view(np.uint8), 1)).astype(np.int8)
+    return np.asarray(-bit) if _ONE_BIT[x.dtype] == "int1" else bit
 
 
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     if x.dtype == to:
         return x
     if x.dtype in _ONE_BIT:  # exact in int8, which cast takes
-        x = x.astype(np.int8)
+        x = _from_one_bit(x)
         if x.dtype == to:
             return x
     if to in _ONE_BIT:

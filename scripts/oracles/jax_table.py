@@ -41,6 +41,8 @@ def build():
             return "error"
 
     def true_divide(a, b):
+        if result_type(a, b) == "error":  # true_divide promotes first: the same error
+            return "error"  # (and skipping eval_shape keeps the live test fast)
         try:
             return str(jax.eval_shape(jnp.true_divide, make(a), make(b)).dtype)
         except jax.dtypes.TypePromotionError:
