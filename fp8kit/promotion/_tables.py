@@ -224,7 +224,7 @@ def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
     Examples
     --------
     >>> from fp8kit import promotion as P
-    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[6]
+    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[7]
     '| int_to_float | float | safe_width |'
     """
     policies = list(PRESETS.values()) if policies is None else list(policies)
@@ -326,7 +326,7 @@ def docs_block(name: str) -> str:
     Examples
     --------
     >>> from fp8kit import promotion as P
-    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i4 |")
+    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i1 | i2 | i4 |")
     True
     """
     if name == "disagreements":
