@@ -379,6 +379,11 @@ def test_numpy_preset_holds_both_operands_exactly():
         for x in (a, b):
             if "complex" in c:
                 continue  # Cast-21 has no complex types; see the tables test
+            if {x, c} & {"int1", "uint1"}:  # no cast types: every value of x round-trips
+                info = ml_dtypes.iinfo(_types._DTYPES[x]) if x != "bool" else None
+                v = np.arange(int(info.min), int(info.max) + 1) if info else np.arange(2)
+                assert (v.astype(_types._DTYPES[c]).astype(np.float64) == v).all(), (a, b, c)
+                continue
             rule = fp8kit.cast_rule(x, c)
             capped = x in ("int64", "uint64") and c == "float64"
             assert rule in ("=", "E", "01") or capped, (a, b, c, x, rule)
@@ -421,6 +426,12 @@ def test_convert_promote_types_issue_example():
         ("uint8", "int8", OV_UNSAFE, "int16"),
         ("float8_e4m3fn", "complex64", P.NUMPY, "complex64"),
         ("int16", "float16", P.NUMPY, "float32"),
+        # the formats ml_dtypes added (issue 18)
+        ("int4", "float4_e2m1fn", P.NUMPY, "float6_e3m2fn"),
+        ("uint2", "float8_e3m4", P.NUMPY, "float8_e3m4"),
+        ("float8_e8m0fnu", "int8", P.NUMPY, "bfloat16"),
+        ("uint1", "float16", OV_SAFE, "float16"),
+        ("int1", "int2", P.NUMPY, "int2"),
     ],
 )
 def test_convert_promote_types_is_exact_when_the_common_type_holds_both(
@@ -430,14 +441,13 @@ def test_convert_promote_types_is_exact_when_the_common_type_holds_both(
 
     def sample(name):
         dt = np.dtype(_types._DTYPES[name])
-        if dt.kind in "iu" or name in ("int4", "uint4"):
-            info = ml_dtypes.iinfo(dt) if name in ("int4", "uint4") else np.iinfo(dt)
+        if _types._CATEGORY[name] == 1:
+            info = ml_dtypes.iinfo(dt)
             return rng.integers(int(info.min), int(info.max) + 1, (4, 5)).astype(dt)
         if dt.kind == "c":
             return (rng.standard_normal((4, 5)) + 1j).astype(dt)
-        codes = np.arange(
-            2 ** (8 * dt.itemsize) if dt.itemsize == 1 else 4096, dtype=f"u{dt.itemsize}"
-        )
+        bits = _types._bits(name)
+        codes = np.arange(2**bits if bits <= 8 else 4096, dtype=f"u{dt.itemsize}")
         return codes.view(dt)
 
     a, b = sample(a_dtype), sample(b_dtype)
@@ -470,6 +480,60 @@ def test_convert_promote_types_uses_cast_semantics():
         pytorch_scalar_promotion=True,
     )
     assert s.dtype == t.dtype == np.uint8 and s.shape == () and int(s) == 44
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", [P.NUMPY, P.TORCH, P.JAX_X64, P.PADDLE, OV_UNSAFE])
+def test_convert_promote_types_to_every_result_type(policy):
+    """Every pair of a preset's tensor types that promotes converts to the common type; under
+    NUMPY (the smallest type that holds both) every value comes through exactly."""
+    rng = np.random.default_rng(1)
+
+    def sample(name):
+        dt = _types._DTYPES[name]
+        if _types._CATEGORY[name] <= 1:
+            info = ml_dtypes.iinfo(dt) if name != "bool" else None
+            lo, hi = (int(info.min), int(info.max)) if info else (0, 1)
+            wide = np.uint64 if name == "uint64" else np.int64
+            return rng.integers(lo, hi, 6, endpoint=True, dtype=wide).astype(dt)
+        if dt.kind == "c":
+            return (rng.standard_normal(6) + 1j).astype(dt)
+        bits = _types._bits(name)
+        return np.arange(2**bits if bits <= 8 else 4096, dtype=f"u{dt.itemsize}").view(dt)
+
+    for a_name, b_name in itertools.combinations_with_replacement(policy.dtypes, 2):
+        try:
+            common = P.result_type(a_name, b_name, policy=policy)
+        except P.PromotionError:
+            continue
+        a, b = sample(a_name), sample(b_name)
+        a2, b2 = fp8kit.convert_promote_types(a, b, policy=policy)
+        assert a2.dtype == b2.dtype == common and a2.shape == a.shape, (a_name, b_name)
+        if policy is not P.NUMPY or "complex" in str(common):
+            continue
+        for name, x, x2 in ((a_name, a, a2), (b_name, b, b2)):
+            if name in ("int64", "uint64") and common == np.float64:
+                continue  # numpy's cap
+            np.testing.assert_array_equal(
+                x2.astype(np.float64), x.astype(np.float64), err_msg=f"{name} -> {common}"
+            )
+
+
+def test_convert_promote_types_one_bit_types():
+    """ml_dtypes' int1/uint1 (OpenVINO's u1), which fp8kit.cast does not take: in through
+    int8, out by the lowest bit (integers wrap, as Cast-21 narrows integers)."""
+    u1 = np.array([0, 1, 1], ml_dtypes.uint1)
+    a, b = fp8kit.convert_promote_types(u1, np.array([True, False]))
+    assert a is u1 and b.dtype == u1.dtype and b.astype(np.int8).tolist() == [1, 0]
+    a, b = fp8kit.convert_promote_types(u1, np.array([-3, 5], np.int8))
+    assert a.dtype == b.dtype == np.int8 and a.tolist() == [0, 1, 1] and b.tolist() == [-3, 5]
+    i1 = np.array([0, -1], ml_dtypes.int1)
+    a, b = fp8kit.convert_promote_types(i1, 3, policy=P.JAX_X64)  # weak int: int1
+    assert a is i1 and b.dtype == i1.dtype and b.shape == () and int(b) == -1
+    a, b = fp8kit.convert_promote_types(i1, np.array(2, np.int64), policy=P.TORCH)
+    assert b.dtype == i1.dtype and int(b) == 0
+    with pytest.raises(P.PromotionError, match="OPENVINO promotes uint2 with no type"):
+        fp8kit.convert_promote_types(np.zeros(2, ml_dtypes.uint2), np.zeros(2, ml_dtypes.uint2))
 
 
 def test_convert_promote_types_with_python_scalars_and_errors():

@@ -31,6 +31,7 @@ def _compare(tables: dict) -> None:
     for name, table in tables.items():
         stored = json.loads((DATA / f"{name}.json").read_text())
         assert table["operands"] == stored["operands"], name
+        assert table.get("not_represented") == stored.get("not_represented"), name
         assert table["ops"].keys() == stored["ops"].keys(), name
         changed = [
             f"{name} {op}: {a} with {b}: stored {old}, now {new}"

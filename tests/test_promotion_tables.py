@@ -143,6 +143,63 @@ def test_tables_cover_every_type_of_each_preset():
             assert {"py:bool", "py:int", "py:float", "py:complex"} <= set(operands), table
 
 
+def test_each_preset_has_every_type_its_library_has_that_fp8kit_represents():
+    for table in ("torch", "jax", "jax_x64", "paddle", "openvino", "array_api"):
+        preset = PRESET_OF_TABLE[table] or P.OPENVINO
+        tensors = [o for o in TABLES[table]["operands"] if ":" not in o]
+        assert set(tensors) == set(preset.dtypes), table
+    assert set(TABLES["jax_x64"]["operands"]) >= set(P.ALL_DTYPES)  # every ml_dtypes type
+
+
+@pytest.mark.parametrize("table", ["torch", "jax_x64", "openvino"])
+def test_types_fp8kit_cannot_represent_are_clear_errors(table):
+    """complex32, torch's shell and quantized types, OpenVINO's u3/u6/nf4: a TypeError that
+    names the type and says fp8kit cannot represent it (never a PromotionError)."""
+    names = TABLES[table]["not_represented"]
+    if table == "torch":
+        assert "complex32" in names and "float4_e2m1fn_x2" in names
+    if table == "openvino":
+        assert {"u3", "u6", "nf4"} <= set(names)
+    for name in names:
+        assert name in P.UNREPRESENTED, name
+        for a, b in ((name, "int8"), ("int8", name)):
+            with pytest.raises(TypeError, match=rf"'{name}' is .*cannot represent") as e:
+                P.result_type(
+                    a, b, policy=P.PRESETS["OPENVINO" if table == "openvino" else "TORCH"]
+                )
+            assert not isinstance(e.value, P.PromotionError)
+
+
+def test_issue_18_examples():
+    """The pairs the issue quotes: fp8kit now answers as the libraries do."""
+    assert rt("bool", "float8_e4m3b11fnuz", P.JAX_X64) == "float8_e4m3b11fnuz"
+    assert rt("int8", "float4_e2m1fn", P.JAX) == "float4_e2m1fn"
+    assert rt("py:float", "float6_e3m2fn", P.JAX_X64) == "float6_e3m2fn"
+    assert rt("float8_e4m3", "float8_e3m4", P.JAX_X64) == "error"
+    assert rt("uint1", "int1", P.JAX_X64) == "error"
+    assert rt("int2", "py:int", P.JAX_X64, "divide") == "int2"  # jax keeps it integral
+    assert rt("float8_e8m0fnu", "float8_e8m0fnu", P.TORCH) == "float8_e8m0fnu"
+    assert rt("float8_e8m0fnu", "0d:float32", P.TORCH) == "float8_e8m0fnu"
+    assert rt("float8_e8m0fnu", "float32", P.TORCH) == "error"
+    assert rt("uint2", "bfloat16", P.TORCH) == "bfloat16"
+    assert rt("int1", "py:float", P.TORCH) == "error"
+    assert rt("uint16", "py:int", P.PADDLE) == "uint16"  # paddle: no CPU kernel
+    assert rt("uint32", "int64", P.PADDLE) == "error"
+    assert rt("uint64", "py:complex", P.PADDLE) == "error"
+    assert rt("u1", "i4", P.OPENVINO) == "int4"
+    assert rt("u1", "f8e4m3", P.OPENVINO) == "float8_e4m3fn"
+    assert rt("u1", "boolean", P.OPENVINO) == "uint1"
+    for t in ("u2", "f4e2m1", "f8e8m0"):
+        assert rt(t, t, P.openvino(True, True)) == "error"
+
+
+def rt(a, b, policy, op="add"):
+    try:
+        return str(P.result_type(a, b, policy=policy, op=op))
+    except P.PromotionError:
+        return "error"
+
+
 def test_openvino_tables_cover_all_three_attributes():
     keys = set(TABLES["openvino"]["ops"]) | set(TABLES["openvino_u64_targets"]["ops"])
     attrs = [dict(kv.split("=") for kv in k.split(",")) for k in keys]

@@ -17,6 +17,7 @@ PAIRS = {
     "int8,float8_e4m3fn": (np.dtype(np.int8), np.dtype(ml_dtypes.float8_e4m3fn)),
     "bfloat16,float16": (np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)),
     "int8_array,py_float": (np.zeros(16, np.int8), 1.0),
+    "int2,float4_e2m1fn": (np.dtype(ml_dtypes.int2), np.dtype(ml_dtypes.float4_e2m1fn)),
 }
 
 
@@ -64,7 +65,10 @@ class ResultTypeUncached:
 class ConvertPromoteTypes:
     """Both operands converted (fp8kit's cast kernels) for a few promotions."""
 
-    params = [["int8->float32", "float8_e4m3fn->float16", "float16->float32"], [1_000, 1_000_000]]
+    params = [
+        ["int8->float32", "float8_e4m3fn->float16", "float16->float32", "uint1->float16"],
+        [1_000, 1_000_000],
+    ]
     param_names = ["conversion", "size"]
 
     def setup(self, conversion, size):

@@ -36,7 +36,7 @@ from ._policy import (
     openvino,
 )
 from ._tables import disagreement_table, docs_block, knob_table, operands_of, promotion_table
-from ._types import ALL_DTYPES, PromotionError
+from ._types import ALL_DTYPES, UNREPRESENTED, PromotionError  # noqa: F401 (UNREPRESENTED: data)
 
 __all__ = [
     "ALL_DTYPES",

@@ -4,17 +4,46 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from ..cast import cast
 from ._engine import result_type
 from ._policy import PromotionPolicy, openvino
-from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
+from ._types import _COMPONENT, _DTYPES, _FLOATS, _NAME_OF_DTYPE, PromotionError
+
+_FLOAT_DTYPES = frozenset(_DTYPES[n] for n in _FLOATS)
+
+
+_ONE_BIT = {np.dtype(ml_dtypes.int1): "int1", np.dtype(ml_dtypes.uint1): "uint1"}
+
+
+def _to_one_bit(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
+    """To ml_dtypes int1/uint1, which fp8kit.cast does not take: integers wrap to their
+    lowest bit (as ONNX Cast narrows integers); floats go through int8 first."""
+    if x.dtype in _FLOAT_DTYPES:
+        x = cast(x, np.int8, saturate=saturate)
+    elif x.dtype.kind not in "biu":  # ml_dtypes int2/uint2/int4/uint4
+        x = x.astype(np.int8)
+    # both store the bit in the byte's lowest bit: int1 reads 1 as -1
+    return np.asarray(np.bitwise_and(x, 1)).astype(np.uint8).view(to)
+
+
+def _from_one_bit(x: np.ndarray) -> np.ndarray:
+    """int1/uint1 data as int8 (exact), without ml_dtypes' element-wise conversion."""
+    bit = np.asarray(np.bitwise_and(x.view(np.uint8), 1)).astype(np.int8)
+    return np.asarray(-bit) if _ONE_BIT[x.dtype] == "int1" else bit
 
 
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     if x.dtype == to:
         return x
+    if x.dtype in _ONE_BIT:  # exact in int8, which cast takes
+        x = _from_one_bit(x)
+        if x.dtype == to:
+            return x
+    if to in _ONE_BIT:
+        return _to_one_bit(x, to, saturate)
     if to.kind == "c":
         if x.dtype.kind == "c":
             return x.astype(to)

@@ -14,6 +14,7 @@ from ._types import (
     _COMPLEX_OF,
     _COMPONENT,
     _DTYPES,
+    _FLOAT_INFO,
     _FLOATS,
     _PY_INDEX,
     PromotionError,
@@ -47,12 +48,21 @@ def _join(p: PromotionPolicy, a: str, b: str, restricted: bool) -> str:
     if _CATEGORY[a] > _CATEGORY[b]:
         a, b = b, a  # a has the lower category
     if a == "bool":
+        if p.int_to_float == "safe_width" and not _holds_bool(b):
+            return _join(p, "uint1", b, restricted=False)  # bool's values as uint1's
         return b
     if _CATEGORY[a] == 1 and _CATEGORY[b] == 1:
         return _join_int(p, a, b)
     if _CATEGORY[a] == 1:
         return _int_with_float(p, a, b)
     return _join_float(p, a, b)
+
+
+def _holds_bool(name: str) -> bool:
+    """Whether a type holds 0 and 1 (int1 holds 0 and -1; float8_e8m0fnu has no zero)."""
+    if _CATEGORY[name] == 1:
+        return name != "int1"
+    return _CATEGORY[name] != 2 or _FLOAT_INFO[name].has_zero
 
 
 def _lossy(p: PromotionPolicy, why: str) -> None:
@@ -137,7 +147,7 @@ def _align(p: PromotionPolicy, hi: tuple[str, str], lo: tuple[str, str]) -> str:
             isl = p._island_of.get(x)  # type: ignore[attr-defined]
             if isl is not None and _CATEGORY_NAME[_CATEGORY[y]] not in isl[1]:
                 raise _Refused(f"{x} promotes only with itself")
-    if {ch, cw} == {2, 3} and p.float_with_complex == "join":
+    if p.float_with_complex == "join" and 3 in (ch, cw) and ch != cw:
         return _join(p, h, w, restricted=False)
     if cw <= ch:
         return h
@@ -173,6 +183,8 @@ def _resolve_operand(p: PromotionPolicy, op: tuple[str, str]) -> tuple[str, str]
         level = "0d"
     elif name not in p.dtypes:
         raise _Refused(f"{name} is not a type of {p.name}")
+    elif name in p.unpromotable:
+        raise _Refused(f"{p.name} promotes {name} with no type, not even itself")
     else:
         dt = p._canon.get(name, name)  # type: ignore[attr-defined]
     return ("tensor" if level == "0d" and p.zero_dim == "tensor" else level, dt)
@@ -189,7 +201,7 @@ def _common(p: PromotionPolicy, a: tuple[str, str], b: tuple[str, str]) -> str:
 def _finish(p: PromotionPolicy, common: str, op: str) -> str:
     if op == "compare":
         return "bool"
-    if op == "divide" and _CATEGORY[common] <= 1:
+    if op == "divide" and _CATEGORY[common] <= 1 and common not in p.true_divide_keeps:
         rule = p.true_divide
         if rule == "error":
             raise _Refused(f"true division of {common} is not defined")

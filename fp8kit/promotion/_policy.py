@@ -46,13 +46,17 @@ class PromotionPolicy:
     islands : tuple of (types, partner kinds)
         Types that promote only with themselves and with the kinds listed
         (e.g. PyTorch's float8 types: ``((float8 types), ())``).
+    unpromotable : tuple of str
+        Types of the framework that it refuses to promote with anything, themselves included
+        (OpenVINO's u2, f4e2m1 and f8e8m0 in ConvertPromoteTypes-14).
     islands_bind_zero_dim : bool
         Whether islands also refuse a weaker 0-d tensor (Paddle) or let the category rule
         decide (PyTorch).
     int_to_float : {"float", "safe_width"}
         An integer meets a float (or complex): ``"float"`` gives the float's type;
         ``"safe_width"`` gives the smallest type that holds both exactly, float64/complex128
-        at most (NumPy).
+        at most (NumPy); then bool meets a type that cannot hold both False and True (int1,
+        float8_e8m0fnu) as uint1 would.
     float_tie : {"float16", "bfloat16"}
         When two 16-bit floats are both smallest (two different float8 types), which one.
     u64_signed : str
@@ -80,16 +84,21 @@ class PromotionPolicy:
         The complex type of a float16 tensor meeting a weaker complex operand: ``complex64``,
         or ``complex32`` (PyTorch; it has no numpy dtype, so that is an error here).
     float_with_complex : {"category", "join"}
-        A float and a complex operand of different levels: by the category rule (a complex
-        tensor keeps its type; a float tensor meeting a weaker complex gets the complex type
-        of its own precision), or by their join whichever is weaker (Paddle: complex64 with a
-        0-d float64 gives complex128, float32 with a 0-d complex128 gives complex128).
+        A real (bool, integer or float) and a complex operand of different levels: by the
+        category rule (a complex tensor keeps its type; a float tensor meeting a weaker
+        complex gets the complex type of its own precision), or by their join whichever is
+        weaker, islands included (Paddle: complex64 with a 0-d float64 gives complex128,
+        float32 with a 0-d complex128 gives complex128, uint16 with a Python complex is an
+        error).
     canonical : tuple of (str, str)
         Types replaced on input and output (JAX without x64: int64 -> int32, ...).
     true_divide : {"common", "default_float", "default_float_not_bool", "float_of_width", "error"}
         ``op="divide"`` when the common type is bool or integer: keep it, the default float
         dtype, the default float for integers only (bool stays bool), float32 up to 32 bits
         and float64 above (JAX), or refuse (Array API).
+    true_divide_keeps : tuple of str
+        Integer types whose true division keeps the common type, whatever ``true_divide``
+        says (JAX: int1, int2, uint1 and uint2, which its ``true_divide`` leaves integral).
 
     Raises
     ------
@@ -111,6 +120,7 @@ class PromotionPolicy:
     dtypes: tuple[str, ...] = ALL_DTYPES
     mixes: frozenset[str] = frozenset(_KIND_PAIRS)
     islands: tuple[Island, ...] = ()
+    unpromotable: tuple[str, ...] = ()
     islands_bind_zero_dim: bool = False
     int_to_float: Literal["float", "safe_width"] = "float"
     float_tie: Literal["float16", "bfloat16"] = "float16"
@@ -127,6 +137,7 @@ class PromotionPolicy:
     true_divide: Literal[
         "common", "default_float", "default_float_not_bool", "float_of_width", "error"
     ] = "default_float"
+    true_divide_keeps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_choice(self.int_to_float, ("float", "safe_width"), "int_to_float")
@@ -149,6 +160,10 @@ class PromotionPolicy:
             _check_choice(m, _KIND_PAIRS, "mixes")
         if self.u64_signed != "error":
             _check_choice(self.u64_signed, ALL_DTYPES, "u64_signed")
+        for n in self.unpromotable:
+            _check_choice(n, ALL_DTYPES, "unpromotable")
+        for n in self.true_divide_keeps:
+            _check_choice(n, ALL_DTYPES, "true_divide_keeps")
         for members, partners in self.islands:
             for n in members:
                 _check_choice(n, ALL_DTYPES, "islands")
@@ -180,18 +195,33 @@ def _check_choice(value: Any, allowed: Iterable[str], what: str) -> None:
 
 # ------------------------------------------------------------------------------ presets
 _F8 = ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
-_NUMPY_OWN = tuple(n for n in ALL_DTYPES if n not in _F8 + ("int4", "uint4", "bfloat16"))
+#: The narrow floats ml_dtypes adds beyond the four float8 types of ONNX.
+_NARROW_MORE = (
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float8_e4m3",
+    "float8_e3m4",
+    "float8_e4m3b11fnuz",
+    "float8_e8m0fnu",
+)
+_NARROW_INTS = ("int1", "int2", "int4", "uint1", "uint2", "uint4")
+_NUMPY_OWN = tuple(
+    n for n in ALL_DTYPES if n not in _F8 + _NARROW_MORE + _NARROW_INTS + ("bfloat16",)
+)
 
 #: OpenVINO ConvertPromoteTypes-14 with its default attributes (see :func:`openvino`).
 OPENVINO: PromotionPolicy  # set below
 
+_TORCH_F8 = _F8 + ("float8_e8m0fnu",)
 #: PyTorch 2.13 (``torch.result_type``; ``op="divide"`` is ``torch.true_divide``).
 TORCH = PromotionPolicy(
     name="TORCH",
+    dtypes=tuple(n for n in ALL_DTYPES if n not in _NARROW_MORE or n in _TORCH_F8),
     islands=(
-        (_F8, ()),  # "Promotion for Float8 Types is not supported"
-        (("int4",), ()),
-        (("uint4", "uint16", "uint32", "uint64"), ("float",)),  # shell unsigned types
+        (_TORCH_F8, ()),  # "Promotion for Float8 Types is not supported"
+        (("int1", "int2", "int4"), ()),  # shell signed types
+        (("uint1", "uint2", "uint4", "uint16", "uint32", "uint64"), ("float",)),  # shell unsigned
     ),
     zero_dim="weaker",
     scalar_dtypes=("bool", "int64", "float32", "complex64"),
@@ -209,8 +239,9 @@ JAX: PromotionPolicy  # set below
 #: JAX with ``jax_enable_x64``.
 JAX_X64 = PromotionPolicy(
     name="JAX_X64",
-    islands=((("int4", "uint4"), ("bool",)), (_F8, ("bool", "int"))),
+    islands=((_NARROW_INTS, ("bool",)), (_F8 + _NARROW_MORE, ("bool", "int"))),
     true_divide="float_of_width",
+    true_divide_keeps=("int1", "int2", "uint1", "uint2"),
 )
 JAX = dataclasses.replace(
     JAX_X64,
@@ -235,7 +266,7 @@ ARRAY_API = PromotionPolicy(
     true_divide="error",
 )
 
-#: Paddle 3.x dynamic mode (the spec's tensor-tensor and tensor-scalar tables).
+#: Paddle 3.3 dynamic mode (the spec's tensor-tensor and tensor-scalar tables).
 PADDLE = PromotionPolicy(
     name="PADDLE",
     dtypes=(
@@ -245,6 +276,9 @@ PADDLE = PromotionPolicy(
         "int32",
         "int64",
         "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
         "float8_e4m3fn",
         "float8_e5m2",
         "float16",
@@ -257,7 +291,10 @@ PADDLE = PromotionPolicy(
     mixes=frozenset(
         {"float+float", "bool+complex", "int+complex", "float+complex", "complex+complex"}
     ),
-    islands=((("float8_e4m3fn", "float8_e5m2"), ()),),
+    islands=(
+        (("float8_e4m3fn", "float8_e5m2"), ()),
+        (("uint16", "uint32", "uint64"), ()),  # paddle 3.3 promotes them with no other type
+    ),
     islands_bind_zero_dim=True,
     zero_dim="weaker",
     scalar_dtypes=("bool", "int64", "float32", "complex64"),
@@ -265,6 +302,11 @@ PADDLE = PromotionPolicy(
     float_with_complex="join",
     true_divide="default_float_not_bool",
 )
+
+
+#: OpenVINO element types that ConvertPromoteTypes-14 refuses with every type, themselves
+#: included (u3, u6 and nf4 too, which fp8kit cannot represent).
+_OV_UNPROMOTABLE = ("uint2", "float4_e2m1fn", "float8_e8m0fnu")
 
 
 def openvino(
@@ -315,7 +357,8 @@ def openvino(
         attrs.append(f"u64_integer_promotion_target={target}")
     return PromotionPolicy(
         name="OPENVINO" + (f"({', '.join(attrs)})" if attrs else ""),
-        dtypes=tuple(_OV_NAMES.values()),
+        dtypes=tuple(n for n in ALL_DTYPES if n in _OV_NAMES.values()),
+        unpromotable=_OV_UNPROMOTABLE,
         u64_signed=target,
         lossy="allow" if promote_unsafe else "error",
         zero_dim="same_kind" if pytorch_scalar_promotion else "tensor",

@@ -17,7 +17,14 @@ from ._policy import (
     PromotionPolicy,
     openvino,
 )
-from ._types import _NAME_OF_DTYPE, _PY_INDEX, ALL_DTYPES, PromotionError, _operand
+from ._types import (
+    _NAME_OF_DTYPE,
+    _PY_INDEX,
+    ALL_DTYPES,
+    UNREPRESENTED,
+    PromotionError,
+    _operand,
+)
 
 
 def _short(operand: str) -> str:
@@ -185,6 +192,8 @@ def _knob_value(policy: PromotionPolicy, field: str) -> str:
         return "all" if v == ALL_DTYPES else ", ".join(_short(n) for n in v)
     if field == "mixes":
         return "all" if v == frozenset(_KIND_PAIRS) else ", ".join(sorted(v)) or "none"
+    if field in ("unpromotable", "true_divide_keeps"):
+        return ", ".join(_short(n) for n in v) or "none"
     if field == "islands":
         return (
             "; ".join(
@@ -215,7 +224,7 @@ def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
     Examples
     --------
     >>> from fp8kit import promotion as P
-    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[6]
+    >>> P.knob_table([P.TORCH, P.NUMPY]).splitlines()[7]
     '| int_to_float | float | safe_width |'
     """
     policies = list(PRESETS.values()) if policies is None else list(policies)
@@ -227,6 +236,59 @@ def knob_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
         if f.name == "name":
             continue
         lines.append(f"| {f.name} | " + " | ".join(_knob_value(p, f.name) for p in policies) + " |")
+    return "\n".join(lines)
+
+
+def _coverage_cell(policy: PromotionPolicy, name: str) -> str:
+    if name not in policy.dtypes:
+        return "n/a"
+    if name in policy.unpromotable:
+        return "refused"
+    island = policy._island_of.get(name)  # type: ignore[attr-defined]
+    if island is None:
+        return "yes"
+    return "with " + ("/".join(island[1]) if island[1] else "itself") + " only"
+
+
+def coverage_table(policies: Iterable[PromotionPolicy] | None = None) -> str:
+    """Which types each policy has (Markdown): one row per type fp8kit knows.
+
+    ``yes``: promotes by the policy's rules; ``with bool/int only``: an island that meets
+    only those kinds (and itself); ``refused``: the framework has the type but promotes it
+    with nothing; ``n/a``: not a type of the framework.
+
+    Parameters
+    ----------
+    policies : iterable of PromotionPolicy, optional
+        Default: every preset of :data:`PRESETS`.
+
+    Returns
+    -------
+    str
+        The Markdown table.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> from fp8kit.promotion._tables import coverage_table
+    >>> coverage_table([P.TORCH, P.OPENVINO]).splitlines()[-7]
+    '| f8_e8m0fnu | with itself only | refused |'
+    """
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    lines = [
+        "| type | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    for n in ALL_DTYPES:
+        lines.append(
+            f"| {_short(n)} | " + " | ".join(_coverage_cell(p, n) for p in policies) + " |"
+        )
+    return "\n".join(lines)
+
+
+def _unrepresented_table() -> str:
+    lines = ["| name | what it is |", "|---|---|"]
+    lines += [f"| `{k}` | {v} |" for k, v in UNREPRESENTED.items()]
     return "\n".join(lines)
 
 
@@ -247,7 +309,8 @@ def docs_block(name: str) -> str:
     Parameters
     ----------
     name : str
-        ``"knobs"``, ``"disagreements"``, or the name of a preset or of one of the OpenVINO
+        ``"knobs"``, ``"coverage"``, ``"unrepresented"``, ``"disagreements"``, or the name
+        of a preset or of one of the OpenVINO
         variants the page shows (``"OPENVINO(promote_unsafe=True)"``).
 
     Returns
@@ -263,16 +326,21 @@ def docs_block(name: str) -> str:
     Examples
     --------
     >>> from fp8kit import promotion as P
-    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i4 |")
+    >>> P.docs_block("TORCH").splitlines()[0].startswith("| TORCH | bool | i1 | i2 | i4 |")
     True
     """
     if name == "disagreements":
         return disagreement_table(_DISAGREEMENT_POLICIES)
     if name == "knobs":
         return knob_table(_doc_policies().values())
+    if name == "coverage":
+        return coverage_table()
+    if name == "unrepresented":
+        return _unrepresented_table()
     policies = _doc_policies()
     if name not in policies:
         raise ValueError(
-            f"unknown docs block {name!r}; valid: disagreements, {', '.join(policies)}"
+            f"unknown docs block {name!r}; valid: knobs, coverage, unrepresented, "
+            f"disagreements, {', '.join(policies)}"
         )
     return promotion_table(policies[name])

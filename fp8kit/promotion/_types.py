@@ -35,20 +35,31 @@ PromotionError.__module__ = "fp8kit.promotion"  # where users import it from
 #: Every type the engine knows, in display order (ml_dtypes/numpy names).
 ALL_DTYPES: tuple[str, ...] = (
     "bool",
+    "int1",
+    "int2",
     "int4",
     "int8",
     "int16",
     "int32",
     "int64",
+    "uint1",
+    "uint2",
     "uint4",
     "uint8",
     "uint16",
     "uint32",
     "uint64",
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
     "float8_e4m3fn",
     "float8_e4m3fnuz",
     "float8_e5m2",
     "float8_e5m2fnuz",
+    "float8_e4m3",
+    "float8_e3m4",
+    "float8_e4m3b11fnuz",
+    "float8_e8m0fnu",
     "float16",
     "bfloat16",
     "float32",
@@ -58,7 +69,8 @@ ALL_DTYPES: tuple[str, ...] = (
 )
 _DTYPES = {n: np.dtype(getattr(ml_dtypes, n, None) or n) for n in ALL_DTYPES}
 _NAME_OF_DTYPE = {dt: n for n, dt in _DTYPES.items()}
-_FLOATS = ALL_DTYPES[11:19]
+#: The real floating types, narrowest first (the order in which joins try them).
+_FLOATS = tuple(n for n in ALL_DTYPES if "float" in n)
 _CATEGORY = {
     n: 0 if n == "bool" else 1 if "int" in n else 3 if "complex" in n else 2 for n in ALL_DTYPES
 }
@@ -77,6 +89,8 @@ def _bits(name: str) -> int:
         return 8
     if _CATEGORY[name] == 1:
         return _int_info(name)[1]
+    if name in _FLOAT_BITS:
+        return _FLOAT_BITS[name]
     return _DTYPES[name].itemsize * 8
 
 
@@ -86,6 +100,10 @@ class _FloatInfo:
     min_exponent: int  # log2 of the smallest subnormal
     max: float
     has_inf: bool
+    has_nan: bool = True
+    signed: bool = True
+    has_zero: bool = True
+    has_negative_zero: bool = True
 
 
 def _float_info(name: str) -> _FloatInfo:
@@ -94,20 +112,34 @@ def _float_info(name: str) -> _FloatInfo:
     if name == "float64":
         return _FloatInfo(53, -1074, float(np.finfo(np.float64).max), True)
     f = get_format(name)
-    return _FloatInfo(f.mantissa_bits + 1, round(math.log2(f.smallest_subnormal)), f.max, f.has_inf)
+    return _FloatInfo(
+        f.mantissa_bits + 1,
+        round(math.log2(f.smallest_subnormal)),
+        f.max,
+        f.has_inf,
+        f.has_nan,
+        f.signed,
+        f.has_zero,
+        f.has_negative_zero,
+    )
 
 
 _FLOAT_INFO = {n: _float_info(n) for n in _FLOATS}
+_FLOAT_BITS = {n: get_format(n).bits for n in _FLOATS if n not in ("float32", "float64")}
 
 
 def _float_fits(src: str, dst: str) -> bool:
-    """Every value of float type src is a value of dst (Inf needs Inf)."""
+    """Every value of float type src is a value of dst (Inf needs Inf, NaN NaN, -0 -0)."""
     s, d = _FLOAT_INFO[src], _FLOAT_INFO[dst]
     return (
         s.precision <= d.precision
         and s.min_exponent >= d.min_exponent
         and s.max <= d.max
         and (d.has_inf or not s.has_inf)
+        and (d.has_nan or not s.has_nan)
+        and (d.signed or not s.signed)
+        and (d.has_zero or not s.has_zero)
+        and (d.has_negative_zero or not s.has_negative_zero)
     )
 
 
@@ -116,7 +148,12 @@ def _int_fits(src: str, dst: str) -> bool:
     signed, bits = _int_info(src)
     value_bits = bits - 1 if signed else bits
     d = _FLOAT_INFO[dst]
-    return value_bits <= d.precision and 2.0**value_bits <= d.max + 1
+    return (
+        d.has_zero
+        and (d.signed or not signed)
+        and value_bits <= d.precision
+        and 2.0**value_bits - (0 if signed else 1) <= d.max  # -2**(bits-1) or 2**bits - 1
+    )
 
 
 _OV_NAMES = {
@@ -126,6 +163,8 @@ _OV_NAMES = {
     "i16": "int16",
     "i32": "int32",
     "i64": "int64",
+    "u1": "uint1",
+    "u2": "uint2",
     "u4": "uint4",
     "u8": "uint8",
     "u16": "uint16",
@@ -133,6 +172,8 @@ _OV_NAMES = {
     "u64": "uint64",
     "f8e4m3": "float8_e4m3fn",
     "f8e5m2": "float8_e5m2",
+    "f8e8m0": "float8_e8m0fnu",
+    "f4e2m1": "float4_e2m1fn",
     "f16": "float16",
     "bf16": "bfloat16",
     "f32": "float32",
@@ -155,6 +196,26 @@ _EXTRA_NAMES = {
     "half": "float16",
     "bf16": "bfloat16",
 }
+#: Types of the frameworks that fp8kit does not represent (no numpy/ml_dtypes dtype, or none
+#: that fp8kit promotes and casts): naming one raises a TypeError that says so.
+UNREPRESENTED: dict[str, str] = {
+    "complex32": "PyTorch's complex32 (ComplexHalf; ml_dtypes.complex32 has no cast kernels)",
+    "chalf": "PyTorch's complex32 (ComplexHalf)",
+    "bcomplex32": "ml_dtypes' bcomplex32 (bfloat16 complex)",
+    **{f"int{b}": f"PyTorch's int{b} (a shell type; no ml_dtypes dtype)" for b in (3, 5, 6, 7)},
+    **{f"uint{b}": f"PyTorch's uint{b} (a shell type; no ml_dtypes dtype)" for b in (3, 5, 6, 7)},
+    "float4_e2m1fn_x2": "PyTorch's float4_e2m1fn_x2 (two float4 values packed in a byte)",
+    **{
+        q: f"PyTorch's quantized {q}" for q in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4")
+    },
+    **{b: f"PyTorch's {b} (raw bits)" for b in ("bits1x8", "bits2x4", "bits4x2", "bits8")},
+    "bits16": "PyTorch's bits16 (raw bits)",
+    "u3": "OpenVINO's u3 (3-bit unsigned integer; no ml_dtypes dtype)",
+    "u6": "OpenVINO's u6 (6-bit unsigned integer; no ml_dtypes dtype)",
+    "nf4": "OpenVINO's nf4 (NormalFloat4 lookup codes; no ml_dtypes dtype)",
+    "string": "OpenVINO's string element type (not a numeric type)",
+    "dynamic": "OpenVINO's dynamic element type (a type not yet known)",
+}
 _NAME_CACHE: dict[Any, str] = {}
 
 
@@ -164,7 +225,7 @@ def _name(spec: Any, argname: str) -> str:
         return _NAME_CACHE[spec]
     except (KeyError, TypeError):
         pass
-    name = None
+    name = dt = None
     if isinstance(spec, str):
         low = spec.lower()
         name = low if low in _DTYPES else _EXTRA_NAMES.get(low)
@@ -181,6 +242,12 @@ def _name(spec: Any, argname: str) -> str:
         if dt is not None:
             name = _NAME_OF_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
     if name is None or name not in _DTYPES:
+        key = spec.lower() if isinstance(spec, str) else getattr(dt, "name", None)
+        if key in UNREPRESENTED:
+            raise TypeError(
+                f"{argname}: {spec!r} is {UNREPRESENTED[key]}, a type fp8kit cannot represent; "
+                f"valid: {', '.join(ALL_DTYPES)}"
+            )
         raise TypeError(
             f"{argname}: {spec!r} is not a type fp8kit promotes; valid: {', '.join(ALL_DTYPES)}"
         )

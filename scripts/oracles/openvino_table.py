@@ -9,7 +9,10 @@ pair (its NODE_VALIDATION_CHECK).  A Python scalar is what ``opset14.constant`` 
 
 openvino.json has one grid per (promote_unsafe, pytorch_scalar_promotion) with the default
 u64 target f32; openvino_u64_targets.json has the tensor-tensor grid with promote_unsafe=True
-for several u64_integer_promotion_target values.
+for several u64_integer_promotion_target values.  The operands are every element type of
+``openvino.Type`` that fp8kit represents (u1, u2, f4e2m1 and f8e8m0 as ml_dtypes' uint1, uint2,
+float4_e2m1fn and float8_e8m0fnu); ``not_represented`` lists the others (u3, u6, nf4, string,
+dynamic).
 """
 
 from __future__ import annotations
@@ -28,13 +31,17 @@ OV_NAMES = {
     "int16": "i16",
     "int32": "i32",
     "int64": "i64",
+    "uint1": "u1",
+    "uint2": "u2",
     "uint4": "u4",
     "uint8": "u8",
     "uint16": "u16",
     "uint32": "u32",
     "uint64": "u64",
+    "float4_e2m1fn": "f4e2m1",
     "float8_e4m3fn": "f8e4m3",
     "float8_e5m2": "f8e5m2",
+    "float8_e8m0fnu": "f8e8m0",
     "float16": "f16",
     "bfloat16": "bf16",
     "float32": "f32",
@@ -77,12 +84,19 @@ def build():
 
         return cell
 
+    every = sorted(
+        t.get_type_name()
+        for t in (getattr(ov.Type, n) for n in dir(ov.Type) if not n.startswith("_"))
+        if isinstance(t, ov.Type)
+    )
+    not_represented = [t for t in every if t not in FROM_OV]
     version = f"openvino {ov.get_version()}"
     ops_all = C.operands(DTYPES, scalars=False) + ["py:bool", "py:int", "py:float", "py:complex"]
     main = {
         "preset": "OPENVINO",
         "generator": "scripts/oracles/openvino_table.py",
         "library": version,
+        "not_represented": not_represented,
         "operands": ops_all,
         "ops": {op_key(u, p): C.grid(ops_all, promote(u, p)) for u, p in ATTRIBUTES},
     }

@@ -4,7 +4,9 @@
 Tensors have shape [2], 0-d tensors shape [], and Python scalars go through paddle's operator
 overloading (the spec's "Tensor-to-Scalar" case).  Cells where paddle raised its
 type-promotion error are ``"error"``; where promotion passed but the CPU has no kernel for the
-resulting type (float16/bfloat16/float8 arithmetic) they are ``"nokernel"``.  Two Python
+resulting type (float16/bfloat16/float8 and uint16/uint32/uint64 arithmetic) they are
+``"nokernel"``.  Tensors are made with paddle's dtype objects and results named by their
+``DataType`` (paddle 3.3 prints ``paddle.uint16`` as ``paddle.bfloat16``).  Two Python
 scalars are not asked.
 """
 
@@ -25,6 +27,9 @@ DTYPES = [
     "int32",
     "int64",
     "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "float8_e4m3fn",
     "float8_e5m2",
     "float16",
@@ -49,17 +54,24 @@ def build():
         if kind == "py":
             return C.PY_VALUES[op]
         shape = [2] if kind == "tensor" else []
-        return paddle.ones(shape, dtype="float32").astype(name)
+        # the dtype object: paddle reads the string "uint16" as bfloat16
+        return paddle.ones(shape, dtype="float32").astype(getattr(paddle, name))
+
+    def name_of(dtype):
+        # repr is <DataType.UINT16: 4>; str(paddle.uint16) is "paddle.bfloat16" in paddle 3.3
+        return repr(dtype).split(".")[1].split(":")[0].lower()
 
     def run(fn):
         def cell(a, b):
             try:
-                return str(fn(make(a), make(b)).dtype).replace("paddle.", "")
+                return name_of(fn(make(a), make(b)).dtype)
             except Exception as e:  # paddle raises its own exception types
                 text = str(e)
                 if "Type promotion" in text or "InvalidType" in text:
                     return "error"
-                if "NotFound" in text and "kernel" in text:
+                if ("NotFound" in text and "kernel" in text) or (
+                    "CallScalarFunction" in text and "not implemented" in text
+                ):
                     return "nokernel"
                 raise
 

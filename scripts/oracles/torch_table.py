@@ -4,7 +4,9 @@ Run from the repository root: ``python scripts/oracles/torch_table.py`` writes
 tests/data/promotion/torch.json (torch 2.13).  Tensors have shape (2,), 0-d tensors shape ().
 ``divide`` is the dtype of ``torch.true_divide`` where a kernel exists; where torch decided a
 type but has no CPU kernel the cell is ``"nokernel"``; two Python scalars
-are not asked (``null``).
+are not asked (``null``).  The operands are the types of fp8kit's list that torch has
+(torch.int1/int2/uint1/uint2 are ml_dtypes' int1/int2/uint1/uint2); ``not_represented`` lists
+torch's other dtypes.
 """
 
 from __future__ import annotations
@@ -16,11 +18,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
-DTYPES = list(C.ALL_DTYPES)
-
 
 def build():
     import torch
+
+    # torch's types that fp8kit represents; the others are listed in "not_represented"
+    DTYPES = [n for n in C.ALL_DTYPES if isinstance(getattr(torch, n, None), torch.dtype)]
+    everything = {
+        getattr(torch, n) for n in dir(torch) if isinstance(getattr(torch, n), torch.dtype)
+    }
+    not_represented = sorted(
+        str(d).replace("torch.", "") for d in everything if str(d)[6:] not in DTYPES
+    )
 
     def make(op):
         kind, name = C.split(op)
@@ -54,6 +63,7 @@ def build():
         "preset": "TORCH",
         "generator": "scripts/oracles/torch_table.py",
         "library": f"torch {torch.__version__}",
+        "not_represented": not_represented,
         "operands": ops,
         "ops": {
             "add": C.grid(ops, result_type),
