@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include", action="append", default=[], metavar="PATTERN",
                    help="study only tensors whose name matches this glob (repeatable)")  # fmt: skip
     p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
-                   help="do not study tensors whose name matches this glob (repeatable)")  # fmt: skip
+                   help="leave out tensors whose name matches this glob (repeatable)")  # fmt: skip
     p.add_argument(
         "--formats", nargs="+", metavar="NAME", default=["float8_e4m3fn", "float8_e5m2"],
         help="formats to study (default: float8_e4m3fn float8_e5m2; any of: "

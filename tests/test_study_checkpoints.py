@@ -49,6 +49,9 @@ def write_st(path, tensors):
     path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
 
 
+MATMULS = ("mlp.down_proj", "self_attn.q_proj")
+
+
 def mapped(arr):
     """A read-only view of a memory map (not a copy)."""
     base = arr
@@ -141,7 +144,7 @@ def test_filters(bf16_ckpt):
     d, _, _ = bf16_ckpt
     got = load_inputs([d], include=["model.layers.1*"], exclude=["*norm*"])
     assert list(got.tensors) == [
-        f"model.layers.{i}.{m}.weight" for i in (1, 10, 11) for m in ("mlp.down_proj", "self_attn.q_proj")
+        f"model.layers.{i}.{m}.weight" for i in (1, 10, 11) for m in MATMULS
     ]  # fmt: skip
     assert got.skipped["model.layers.1.input_layernorm.weight"] == "excluded"
     assert got.skipped["lm_head.weight"] == "not included"
@@ -202,7 +205,9 @@ def test_float8_study_runs_and_csv_has_file_column(tmp_path, capsys):
         f"fp8kit study: skipped 2 tensors: 2 scale tensors ({scale_name}, w.input_scale)"
     ]
     rows = list(csv.DictReader(io.StringIO(c.read_text())))
-    assert [(r["tensor"], r["file"]) for r in rows] == [(n, str(p)) for n in ("w.weight", "v", "norm")]
+    assert [(r["tensor"], r["file"]) for r in rows] == [
+        (n, str(p)) for n in ("w.weight", "v", "norm")
+    ]
     assert list(rows[0])[:2] == ["tensor", "file"]
     doc = json.loads(j.read_text())
     assert doc["scales"] == {"w.weight": scale_name}
@@ -239,8 +244,12 @@ def test_ml_dtypes_npy(tmp_path):
     assert list(got.tensors) == ["b", "e5", "e4"]
     assert got.tensors["b"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got.tensors["b"], x.astype(ml_dtypes.bfloat16))
-    np.testing.assert_array_equal(np.asarray(got.tensors["e5"]), x.astype(ml_dtypes.float8_e5m2).astype(np.float32))
-    np.testing.assert_array_equal(np.asarray(got.tensors["e4"]), x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(got.tensors["e5"]), x.astype(ml_dtypes.float8_e5m2).astype(np.float32)
+    )
+    np.testing.assert_array_equal(
+        np.asarray(got.tensors["e4"]), x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    )
     np.save(tmp_path / "amb.npy", x.astype(ml_dtypes.float8_e4m3fn))
     with pytest.raises(StudyInputError, match=r"1-byte ml_dtypes types .*NAME\.<dtype>\.npy"):
         load_inputs([tmp_path / "amb.npy"])
@@ -270,7 +279,7 @@ def test_cli_checkpoint_table(bf16_ckpt, capsys):
     assert code == 0 and err.startswith("fp8kit study: skipped 14 tensors: ")
     names = [line.split()[0] for line in out.splitlines()[2:]]
     assert names == ["lm_head.weight"] + [
-        f"model.layers.{i}.{m}.weight" for i in range(12) for m in ("mlp.down_proj", "self_attn.q_proj")
+        f"model.layers.{i}.{m}.weight" for i in range(12) for m in MATMULS
     ]  # fmt: skip
 
 

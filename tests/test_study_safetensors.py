@@ -12,7 +12,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fp8kit.study._safetensors import MAX_HEADER_SIZE, read_header, tensor_view, open_map
+from fp8kit.study._safetensors import MAX_HEADER_SIZE, open_map, read_header, tensor_view
 from fp8kit.study.io import StudyInputError
 
 safetensors = pytest.importorskip("safetensors")
@@ -85,7 +85,7 @@ def entry_of(pairs, i=0):
     name, text = pairs[k]
     value = json.loads(text)
     if isinstance(value, list):
-        value = dict(zip(("dtype", "shape", "data_offsets"), value))
+        value = dict(zip(("dtype", "shape", "data_offsets"), value, strict=True))
     return k, name, value
 
 
@@ -102,13 +102,30 @@ def broken_cases():
     rng = np.random.default_rng(7)
     while True:
         pairs, data = valid_case(rng, 3)
-        sizes = [entry_of(pairs, i)[2] for i in range(len(pairs) - ("__metadata__" in dict(pairs)))]
-        if len(sizes) >= 2 and all(np.prod(s["shape"]) > 1 for s in sizes):
+        n_tensors = len([n for n, _ in pairs if n != "__metadata__"])
+        entries = [entry_of(pairs, i)[2] for i in range(n_tensors)]
+        if n_tensors >= 2 and all(np.prod(e["shape"]) > 1 for e in entries):
             break
-    k0, name0, e0 = entry_of(pairs, 0)
+    k0, _, e0 = entry_of(pairs, 0)
     b, e = e0["data_offsets"]
+    shape = e0["shape"]
     h = dumps_pairs(pairs)
-    deep = lambda n: "[" * n + "]" * n  # noqa: E731
+
+    def put(text):  # the file with tensor 0's entry replaced by this JSON text
+        new = [(n, text if i == k0 else t) for i, (n, t) in enumerate(pairs)]
+        return file_bytes(dumps_pairs(new), data)
+
+    def changed(**fields):  # the file with tensor 0's fields changed (... removes one)
+        return file_bytes(dumps_pairs(with_entry(pairs, 0, **fields)), data)
+
+    def fields(**texts):  # tensor 0's entry from JSON texts of its fields, in this order
+        base = {"dtype": json.dumps(e0["dtype"]), "shape": json.dumps(shape),
+                "data_offsets": json.dumps([b, e])}  # fmt: skip
+        return dumps_pairs(list(base.items()) + list(texts.items()))
+
+    def deep(n):
+        return "[" * n + "]" * n
+
     yield "valid", file_bytes(h, data)
     yield "valid-padded", file_bytes(h, data, pad=7)
     yield "short-file", file_bytes(h, data)[:5]
@@ -123,58 +140,63 @@ def broken_cases():
     yield "trailing-ws", file_bytes(h + " \t\r\n", data)
     yield "bom", file_bytes("\ufeff" + h, data)
     yield "not-utf8", struct.pack("<Q", len(h) + 1) + b"\xff" + h.encode() + data
-    yield "meta-list", file_bytes(dumps_pairs([("__metadata__", "[1, 2]")] + pairs[:0]), b"")
-    yield "meta-int-value", file_bytes(dumps_pairs([("__metadata__", '{"a": 1}')]), b"")
-    yield "meta-null-value", file_bytes(dumps_pairs([("__metadata__", '{"a": null}')]), b"")
+    metas = [("list", "[1, 2]"), ("int", '{"a": 1}'), ("null-value", '{"a": null}'),
+             ("dup-key", '{"a":"1","a":"2"}'), ("null", "null"), ("str", '"x"')]  # fmt: skip
+    for label, meta in metas:
+        rest = [(n, t) for n, t in pairs if n != "__metadata__"]
+        yield f"meta-{label}", file_bytes(dumps_pairs([("__metadata__", meta), *rest]), data)
     yield "meta-dup", file_bytes(dumps_pairs([("__metadata__", "{}")] * 2), b"")
-    yield "meta-dup-key", file_bytes(dumps_pairs([("__metadata__", '{"a":"1","a":"2"}')]), b"")
-    yield "meta-null", file_bytes(dumps_pairs([("__metadata__", "null")]), b"")
     yield "dup-tensor", file_bytes(dumps_pairs(pairs + [pairs[k0]]), data)
-    yield "entry-null", file_bytes(dumps_pairs([(n, "null" if i == k0 else t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
-    yield "entry-seq-4", file_bytes(dumps_pairs([(n, json.dumps([e0["dtype"], e0["shape"], [b, e], 1]) if i == k0 else t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
+    yield "entry-null", put("null")
+    yield "entry-seq-4", put(json.dumps([e0["dtype"], shape, [b, e], 1]))
+    yield "entry-seq-2", put(json.dumps([e0["dtype"], shape]))
     for field in ("dtype", "shape", "data_offsets"):
-        yield f"missing-{field}", file_bytes(dumps_pairs(with_entry(pairs, 0, **{field: ...})), data)
-        dup = dumps_pairs([("dtype", json.dumps(e0["dtype"])), ("shape", json.dumps(e0["shape"])),
-                           ("data_offsets", json.dumps([b, e])), (field, json.dumps(e0[field]))])  # fmt: skip
-        yield f"dup-{field}", file_bytes(dumps_pairs([(n, dup if i == k0 else t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
-    yield "extra-field", file_bytes(dumps_pairs(with_entry(pairs, 0, extra=[1, {"a": None}])), data)
-    for bad in ("XX", "f32", "F8_E4M3FN", "", 1, None, ["F32"], {"F32": 1}, {"F32": None, "U8": None}):
-        yield f"dtype-{bad!r}", file_bytes(dumps_pairs(with_entry(pairs, 0, dtype=bad)), data)
-    shape = e0["shape"]
+        yield f"missing-{field}", changed(**{field: ...})
+        yield f"dup-{field}", put(fields(**{field: json.dumps(e0[field])}))
+    yield "extra-field", changed(extra=[1, {"a": None}])
+    bad_dtypes = ["XX", "f32", "F8_E4M3FN", "", 1, None, ["F32"], {"F32": 1}, {"A": None}]
+    for bad in bad_dtypes + [{"F32": None, "U8": None}]:
+        yield f"dtype-{bad!r}", changed(dtype=bad)
     for label, text in [("float", "1.0"), ("neg", "-1"), ("negzero", "-0"), ("bool", "true"),
                         ("str", '"1"'), ("null", "null"), ("exp", "1e0"), ("2**64", str(2**64)),
                         ("nested", "[1]")]:  # fmt: skip
-        s = "[" + ",".join([text] + [str(d) for d in shape[1:]]) + "]"
-        o = f"[{text},{e}]" if b == 0 else f"[{b},{text}]"
-        for what, value in (("shape", s), ("offsets", o)):
-            fields = {"dtype": json.dumps(e0["dtype"]), "shape": json.dumps(shape),
-                      "data_offsets": json.dumps([b, e])}  # fmt: skip
-            fields["shape" if what == "shape" else "data_offsets"] = value
-            entry = dumps_pairs(list(fields.items()))
-            yield f"{what}-{label}", file_bytes(dumps_pairs([(n, entry if i == k0 else t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
-    yield "shape-not-list", file_bytes(dumps_pairs(with_entry(pairs, 0, shape=3)), data)
-    yield "offsets-3", file_bytes(dumps_pairs(with_entry(pairs, 0, data_offsets=[b, e, e])), data)
-    yield "offsets-1", file_bytes(dumps_pairs(with_entry(pairs, 0, data_offsets=[b])), data)
-    yield "offsets-reversed", file_bytes(dumps_pairs(with_entry(pairs, 0, data_offsets=[e, b])), data)
-    yield "size-mismatch", file_bytes(dumps_pairs(with_entry(pairs, 0, shape=shape + [2])), data)
-    yield "shape-overflow", file_bytes(dumps_pairs(with_entry(pairs, 0, shape=[2**32, 2**32, 0])), data)
-    yield "shape-zero-first", file_bytes(dumps_pairs(with_entry(pairs, 0, shape=[0, 2**32, 2**32], data_offsets=[b, b])), data)  # fmt: skip
-    yield "bits-overflow", file_bytes(dumps_pairs(with_entry(pairs, 0, dtype="F64", shape=[2**61])), data)
-    yield "f4-odd", file_bytes(dumps_pairs(with_entry(pairs, 0, dtype="F4", shape=[2 * (e - b) - 1])), data)
-    yield "f4-even", file_bytes(dumps_pairs(with_entry(pairs, 0, dtype="F4", shape=[2 * (e - b)])), data)
-    yield "gap", file_bytes(dumps_pairs([(n, t) for i, (n, t) in enumerate(pairs) if i != k0]), data)
-    shifted = [b + 1, e + 1] if b == 0 else [b - 1, e - 1]
-    yield "overlap-or-gap", file_bytes(dumps_pairs(with_entry(pairs, 0, data_offsets=shifted)), data)
+        dims = "[" + ",".join([text] + [str(d) for d in shape[1:]]) + "]"
+        offs = f"[{text},{e}]" if b == 0 else f"[{b},{text}]"
+        dt = ("dtype", json.dumps(e0["dtype"]))
+        yield (
+            f"shape-{label}",
+            put(dumps_pairs([dt, ("shape", dims), ("data_offsets", f"[{b},{e}]")])),
+        )
+        yield (
+            f"offsets-{label}",
+            put(dumps_pairs([dt, ("shape", str(shape)), ("data_offsets", offs)])),
+        )
+    yield "shape-not-list", changed(shape=3)
+    yield "offsets-3", changed(data_offsets=[b, e, e])
+    yield "offsets-1", changed(data_offsets=[b])
+    yield "offsets-reversed", changed(data_offsets=[e, b])
+    yield "size-mismatch", changed(shape=shape + [2])
+    yield "shape-overflow", changed(shape=[2**32, 2**32, 0])
+    yield "shape-zero-first", changed(shape=[0, 2**32, 2**32], data_offsets=[b, b])
+    yield "bits-overflow", changed(dtype="F64", shape=[2**61])
+    yield "f4-odd", changed(dtype="F4", shape=[2 * (e - b) - 1])
+    yield "f4-even", changed(dtype="F4", shape=[2 * (e - b)])
+    yield "f6-odd", changed(dtype="F6_E2M3", shape=[e - b])
+    yield (
+        "gap",
+        file_bytes(dumps_pairs([(n, t) for i, (n, t) in enumerate(pairs) if i != k0]), data),
+    )
+    yield "overlap-or-gap", changed(data_offsets=[b + 1, e + 1] if b == 0 else [b - 1, e - 1])
     yield "data-extra-byte", file_bytes(h, data + b"\0")
     yield "data-missing-byte", file_bytes(h, data[:-1])
     for label, junk in [("nan", "NaN"), ("inf", "Infinity"), ("1e999", "1e999"),
-                        ("bigint", "9" * 30), ("surrogate", '"\\ud800"'), ("pair", '"\\ud83d\\ude00"'),
-                        ("depth125", deep(125)), ("depth126", deep(126)), ("depth1000", deep(1000)),
-                        ("ctrl", '"\u0001"'), ("negzero", "-0"), ("dupkeys", '{"a":1,"a":2}')]:  # fmt: skip
-        entry = dumps_pairs([("dtype", json.dumps(e0["dtype"])), ("shape", json.dumps(shape)),
-                             ("data_offsets", json.dumps([b, e])), ("junk", junk)])  # fmt: skip
-        yield f"extra-{label}", file_bytes(dumps_pairs([(n, entry if i == k0 else t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
-    yield "surrogate-name", file_bytes(dumps_pairs([("\ud800" if i == k0 else n, t) for i, (n, t) in enumerate(pairs)]), data)  # fmt: skip
+                        ("bigint", "9" * 30), ("surrogate", '"\\ud800"'),
+                        ("pair", '"\\ud83d\\ude00"'), ("depth125", deep(125)),
+                        ("depth126", deep(126)), ("depth1000", deep(1000)), ("ctrl", '"\u0001"'),
+                        ("negzero", "-0"), ("dupkeys", '{"a":1,"a":2}')]:  # fmt: skip
+        yield f"extra-{label}", put(fields(junk=junk))
+    name_pairs = [("\ud800" if i == k0 else n, t) for i, (n, t) in enumerate(pairs)]
+    yield "surrogate-name", file_bytes(dumps_pairs(name_pairs), data)
 
 
 def mutations(rng, n):
@@ -241,7 +263,7 @@ def reference(path):
     if any(code in torch_codes for code, _ in got.values()):
         torch = pytest.importorskip("torch")
         with safe_open(str(path), framework="pt") as f:
-            for name, (code, raw) in got.items():
+            for name, (code, _) in got.items():
                 if code in torch_codes:
                     t = f.get_tensor(name).contiguous().reshape(-1).view(torch.uint8)
                     got[name] = (code, t.numpy().tobytes())
@@ -285,11 +307,12 @@ def test_rules_broken_one_at_a_time(tmp_path):
 
 
 def test_duplicate_tensor_names_refused_unlike_the_reference(tmp_path):
-    h = '{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}'  # fmt: skip
+    entry = '{"dtype":"U8","shape":[1],"data_offsets":[0,1]}'
+    h = dumps_pairs([("a", entry), ("a", entry)])
     p = tmp_path / "dup.safetensors"
     p.write_bytes(file_bytes(h, b"x"))
     assert reference(p) is not None  # the reference keeps one of them
-    with pytest.raises(StudyInputError, match=r"dup.safetensors: tensor 'a': the name appears twice"):
+    with pytest.raises(StudyInputError, match=r"dup.safetensors: tensor 'a': the name appears tw"):
         read_header(p)
 
 
@@ -302,7 +325,7 @@ def test_valid_files_agree(tmp_path):
 
 def test_random_mutations_agree(tmp_path):
     rng = np.random.default_rng(12)
-    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in mutations(rng, 600)]
+    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in mutations(rng, 1500)]
     assert 0 < sum(verdicts) < len(verdicts)  # both verdicts occur
 
 

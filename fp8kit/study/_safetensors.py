@@ -155,7 +155,9 @@ def _parse_int(text: str) -> int | float:
 def _parse_float(text: str) -> float:
     v = float(text)
     if v in (float("inf"), float("-inf")):
-        raise _Refused(f"header holds a number out of range ({text[:20]}{'...' if len(text) > 20 else ''})")
+        raise _Refused(
+            f"header holds a number out of range ({text[:20]}{'...' if len(text) > 20 else ''})"
+        )
     return v
 
 
@@ -419,11 +421,14 @@ def tensor_view(header: SafetensorsHeader, buf: Any, entry: SafetensorsEntry) ->
             arr = np.zeros(entry.shape, dt)
             arr.flags.writeable = False
             return arr
-        arr = np.frombuffer(buf, dt, count=nbytes // dt.itemsize, offset=header.data_start + entry.begin)
+        arr = np.frombuffer(
+            buf, dt, count=nbytes // dt.itemsize, offset=header.data_start + entry.begin
+        )
         return arr.reshape(entry.shape)
     except ValueError as exc:  # a shape numpy cannot hold (dimensions beyond 2**63)
         raise StudyInputError(
-            f"{header.path}: tensor {short_name(entry.name)}: shape {_dims(entry.shape)} cannot be an "
+            f"{header.path}: tensor {short_name(entry.name)}: shape {_dims(entry.shape)} "
+            "cannot be an "
             f"array here ({exc})"
         ) from None
 

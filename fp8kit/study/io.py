@@ -389,7 +389,9 @@ def _read_npy(path: Path) -> list[_Item]:
     need = offset + math.prod(d["shape"]) * dt.itemsize
     size = path.stat().st_size
     if size < need:
-        raise StudyInputError(f"{path}: cannot read as .npy ({size} bytes; the header needs {need})")
+        raise StudyInputError(
+            f"{path}: cannot read as .npy ({size} bytes; the header needs {need})"
+        )
     if math.prod(d["shape"]) == 0:
         arr = np.zeros(d["shape"], dt)
     else:
@@ -432,7 +434,9 @@ def _read_st(path: Path, names: Iterable[str] | None = None) -> list[_Item]:
     out = []
     for e in entries:
         arr = tensor_view(header, buf, e) if e.dtype in NUMPY_DTYPES else None
-        out.append(_Item(e.name, str(path), arr, e.dtype if arr is None else _dtype_name(arr.dtype)))
+        out.append(
+            _Item(e.name, str(path), arr, e.dtype if arr is None else _dtype_name(arr.dtype))
+        )
     return out
 
 
@@ -444,7 +448,7 @@ def _read_index(path: Path) -> list[_Item]:
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
         raise StudyInputError(
-            f"{path}: not a safetensors index (no \"weight_map\" of tensor names to shard files)"
+            f'{path}: not a safetensors index (no "weight_map" of tensor names to shard files)'
         )
     shards: dict[str, list[str]] = {}
     for name, shard in wm.items():
@@ -458,7 +462,9 @@ def _read_index(path: Path) -> list[_Item]:
             )
         f = path.parent / shard
         if not f.is_file():
-            raise StudyInputError(f"{path}: shard {f} (of tensor {short_name(names[0])}) is missing")
+            raise StudyInputError(
+                f"{path}: shard {f} (of tensor {short_name(names[0])}) is missing"
+            )
         for it in _read_st(f, names):
             items[it.name] = it
     return [items[n] for n in wm]
@@ -692,10 +698,11 @@ def load_inputs(
                         scales[label] = sname
     if not tensors:
         where = ", ".join(str(p) for p in paths)
-        what = "no tensors match the --include/--exclude filters" if (
-            include or exclude
-        ) and any(r in ("not included", "excluded") for r in skipped.values()) else (
-            "no floating-point tensors (float16, bfloat16, float32, float64, float8)"
+        what = (
+            "no tensors match the --include/--exclude filters"
+            if (include or exclude)
+            and any(r in ("not included", "excluded") for r in skipped.values())
+            else ("no floating-point tensors (float16, bfloat16, float32, float64, float8)")
         )
         kinds = sorted({r for r in skipped.values()})
         raise StudyInputError(
