@@ -231,6 +231,50 @@ def mutations(rng, n):
         yield f"mutation-{k}", bytes(raw)
 
 
+def value_mutations(rng, n):
+    """(id, file bytes): valid files with one to three header values changed (a dimension,
+    an offset, a dtype, offsets of two tensors swapped, the data one byte longer or shorter,
+    a number written as a float, an extra key): many stay valid, many break one rule."""
+    codes = list(BITS)
+    for k in range(n):
+        pairs, data = valid_case(rng)
+        names = [n for n, _ in pairs if n != "__metadata__"]
+        if not names:
+            continue
+        entries = {name: entry_of(pairs, i)[2] for i, name in enumerate(names)}
+        texts = {}
+        for _ in range(int(rng.integers(1, 4))):
+            name = names[rng.integers(len(names))]
+            ent = entries[name]
+            op = rng.integers(8)
+            if op == 0 and ent["shape"]:
+                i = int(rng.integers(len(ent["shape"])))
+                ent["shape"][i] = max(0, ent["shape"][i] + int(rng.choice([-1, 1, 2])))
+            elif op == 1:
+                ent["data_offsets"][int(rng.integers(2))] += int(rng.choice([-2, -1, 1, 2]))
+            elif op == 2:
+                ent["dtype"] = codes[rng.integers(len(codes))]
+            elif op == 3:
+                other = entries[names[rng.integers(len(names))]]
+                ent["data_offsets"], other["data_offsets"] = (
+                    other["data_offsets"],
+                    ent["data_offsets"],
+                )
+            elif op == 4:
+                data = data + b"\0" if rng.integers(2) else data[:-1]
+            elif op == 5:  # an integer written as a float
+                texts[name] = json.dumps(ent).replace("]", ".0]", 1)
+            elif op == 6:
+                ent["extra"] = {"x": [None, True, -0.0, "\u00e9"]}
+            else:
+                ent["shape"] = list(reversed(ent["shape"]))
+        new = [
+            (n, t) if n == "__metadata__" else (n, texts.get(n, json.dumps(entries[n])))
+            for n, t in pairs
+        ]
+        yield f"value-mutation-{k}", file_bytes(dumps_pairs(new), data)
+
+
 # ---------------------------------------------------------------- comparing
 def duplicate_names(raw):
     """Whether the header (if it parses) has a tensor name twice: the reference keeps one."""
@@ -325,14 +369,22 @@ def test_valid_files_agree(tmp_path):
 
 def test_random_mutations_agree(tmp_path):
     rng = np.random.default_rng(12)
-    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in mutations(rng, 1500)]
+    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in mutations(rng, 1000)]
     assert 0 < sum(verdicts) < len(verdicts)  # both verdicts occur
+
+
+def test_value_mutations_agree(tmp_path):
+    rng = np.random.default_rng(14)
+    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in value_mutations(rng, 400)]
+    assert 0.1 < sum(verdicts) / len(verdicts) < 0.9  # both verdicts are common
 
 
 @pytest.mark.slow
 def test_random_mutations_agree_many(tmp_path):
     rng = np.random.default_rng(13)
     verdicts = [check(tmp_path, case_id, raw) for case_id, raw in mutations(rng, 30000)]
+    assert 0 < sum(verdicts) < len(verdicts)
+    verdicts = [check(tmp_path, case_id, raw) for case_id, raw in value_mutations(rng, 20000)]
     assert 0 < sum(verdicts) < len(verdicts)
 
 
