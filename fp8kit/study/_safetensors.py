@@ -197,8 +197,27 @@ def _parse_json(text: bytes) -> Any:
         raise _Refused(f"header is not valid JSON ({exc.msg} at char {exc.pos})") from None
     except RecursionError:
         raise _Refused(f"header JSON nested deeper than {MAX_DEPTH} levels") from None
-    _check_strings_and_depth(doc, 1)
+    if _needs_walk(s):
+        _check_strings_and_depth(doc, 1)
     return doc
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_OPEN_CLOSE = np.zeros(256, np.int8)
+_OPEN_CLOSE[[ord("["), ord("{")]] = 1
+_OPEN_CLOSE[[ord("]"), ord("}")]] = -1
+
+
+def _needs_walk(text: str) -> bool:
+    """Whether the parsed header may hold a lone surrogate or nest too deeply: a surrogate
+    escape in the text, or brackets outside strings nested more than MAX_DEPTH deep (the
+    walk over the parsed header is what decides; this only spares it for usual headers)."""
+    if _SURROGATE_ESCAPE.search(text):
+        return True
+    skeleton = _STRING.sub("", text).encode("ascii", "replace")
+    steps = _OPEN_CLOSE[np.frombuffer(skeleton, np.uint8)]
+    return bool(steps.size) and int(np.cumsum(steps, dtype=np.int64).max()) > MAX_DEPTH
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -567,21 +567,25 @@ def _scale_stem(name: str) -> str | None:
 def _group(items: list[_Item]) -> tuple[list[tuple[_Item, Any, str | None]], dict[str, str]]:
     """One input's items as (item, what to study or None, scale name) and skip reasons."""
     by_name: dict[str, _Item] = {}
+    in_file: dict[tuple[str, str], _Item] = {}
     for it in items:
         by_name.setdefault(it.name, it)
+        in_file.setdefault((it.file, it.name), it)
     has_float8 = any(it.array is not None and it.array.dtype in _FLOAT8_DTYPES for it in items)
-    companions: dict[str, str] = {}  # float8 name -> scale name
+    companions: dict[tuple[str, str], str] = {}  # (file, float8 name) -> scale name
     for it in items:
         if it.array is None or it.array.dtype not in _FLOAT8_DTYPES:
             continue
-        found = [it.name + s for s in SCALE_SUFFIXES if it.name + s in by_name]
+        # the scale in the same file, else anywhere in the checkpoint (another shard)
+        found = [it.name + s for s in SCALE_SUFFIXES if (it.file, it.name + s) in in_file]
+        found = found or [it.name + s for s in SCALE_SUFFIXES if it.name + s in by_name]
         if len(found) > 1:
             raise StudyInputError(
                 f"{it.file}: float8 tensor {short_name(it.name)} has both "
                 f"{' and '.join(short_name(f) for f in found)}; which scale applies is ambiguous"
             )
         if found:
-            companions[it.name] = found[0]
+            companions[it.file, it.name] = found[0]
     used = set(companions.values())
     out: list[tuple[_Item, Any, str | None]] = []
     reasons: dict[str, str] = {}
@@ -594,10 +598,10 @@ def _group(items: list[_Item]) -> tuple[list[tuple[_Item, Any, str | None]], dic
             reasons[it.name] = "scale"
             out.append((it, None, None))
         elif arr is not None and arr.dtype in _FLOAT8_DTYPES:
-            sname = companions.get(it.name)
+            sname = companions.get((it.file, it.name))
             scale = None
             if sname is not None:
-                s_it = by_name[sname]
+                s_it = in_file.get((it.file, sname)) or by_name[sname]
                 if s_it.array is None or np.dtype(s_it.array.dtype) not in _SCALE_DTYPES:
                     raise StudyInputError(
                         f"{s_it.file}: scale tensor {short_name(sname)} has dtype {s_it.dtype}; "
