@@ -232,6 +232,7 @@ class ScaledFloat8:
             self.scale = sc.reshape(grid)
             self.blocks = blocks
         self.dtype = _exact_work_dtype(np.dtype(codes.dtype), self.scale)
+        self._lut = np.arange(256, dtype=np.uint8).view(codes.dtype).astype(self.dtype)
 
     def __repr__(self) -> str:
         with_scale = f" * {self.scale_name or 'scale'}" if self.scale is not None else ""
@@ -259,17 +260,31 @@ class ScaledFloat8:
             raise TypeError(
                 f"ScaledFloat8: only basic indexing (ints, slices, ...) is supported; got {key!r}"
             )
-        out = np.asarray(self.codes[keys]).astype(self.dtype)
+        codes = np.asarray(self.codes[keys])
+        out = self._lut.take(codes.view(np.uint8))  # decoding a code is a table lookup
         if self.scale is None:
             return out
-        s, kept = self.scale, []
+        s, kept, runs = self.scale, [], None
+        last = self.ndim - 1
         for ax, (k, n, b) in enumerate(zip(keys, self.shape, self.blocks, strict=True)):
             if s.shape[ax] > 1:  # a scale of length 1 along an axis broadcasts
-                s = np.take(s, np.atleast_1d(np.arange(n)[k]) // b, axis=ax)
+                idx = np.atleast_1d(np.arange(n)[k]) // b
+                if ax == last and b >= 8 and isinstance(k, slice) and idx.size > 1:
+                    # blocks along the last axis: scale each run of one block in place
+                    # rather than expanding the scale to the tensor's size
+                    cut = np.flatnonzero(np.diff(idx)) + 1
+                    runs = (np.r_[0, cut], np.r_[cut, idx.size], idx)
+                else:
+                    s = np.take(s, idx, axis=ax)
             if isinstance(k, slice):
                 kept.append(s.shape[ax])
         s = s.reshape(kept).astype(self.dtype)  # int keys drop their axes
-        np.multiply(out, s, out=out)
+        if runs is None:
+            np.multiply(out, s, out=out)
+            return out
+        for start, stop in zip(*runs[:2], strict=True):
+            block = runs[2][start]
+            np.multiply(out[..., start:stop], s[..., block : block + 1], out=out[..., start:stop])
         return out
 
 
