@@ -117,12 +117,7 @@ def test_sharded_bf16_names_order_files(bf16_ckpt, how):
         "shards": sorted(d.glob("*.safetensors")),
     }[how]
     got = load_inputs(arg)
-    if how == "shards":  # each file is an input: its own header order, numeric layers
-        first = [n for n in expected_order(12) if shard_of[n].startswith("model-00001")]
-        second = [n for n in expected_order(12) if shard_of[n].startswith("model-00002")]
-        assert list(got.tensors) == first + second
-    else:
-        assert list(got.tensors) == expected_order(12)
+    assert list(got.tensors) == expected_order(12)
     for name, arr in got.tensors.items():
         assert got.files[name] == str(d / shard_of[name])
         assert arr.dtype == ml_dtypes.bfloat16 and mapped(arr)
@@ -262,7 +257,9 @@ def test_same_name_in_two_inputs_gets_file_prefix(tmp_path):
     np.save(b / "w.npy", np.ones(4, np.float32))
     np.save(b / "u.npy", np.ones(4, np.float32))
     got = load_inputs([a, b])
-    assert list(got.tensors) == [f"{a / 'w.npy'}:w", "u", f"{b / 'w.npy'}:w"]  # b: u.npy, w.npy
+    assert list(got.tensors) == [f"{a / 'w.npy'}:w", f"{b / 'w.npy'}:w", "u"]
+    again = load_inputs([b, b / "u.npy"])  # a file named twice is read once
+    assert list(again.tensors) == ["u", "w"]
 
 
 def run(capsys, *argv):
@@ -313,3 +310,26 @@ def test_cli_filters_without_files_and_empty_dir(tmp_path, capsys):
     assert code == 1 and "none given" in err
     code, _, err = run(capsys, tmp_path)
     assert code == 1 and "a directory without" in err and len(err.splitlines()) == 1
+
+
+def test_scale_in_another_shard_and_index(tmp_path):
+    w = np.array([[1.0, -2.0], [4.0, 0.5]], ml_dtypes.float8_e4m3fn)
+    s = np.array([[0.5], [3.0]], np.float32)
+    write_st(tmp_path / "m-1.safetensors", {"layers.0.w": w, "layers.1.w_scale": s})
+    write_st(tmp_path / "m-2.safetensors", {"layers.1.w": w, "layers.0.w_scale": s})
+    expect = w.astype(np.float64) * s
+    for args in ([tmp_path / "m-1.safetensors", tmp_path / "m-2.safetensors"], [tmp_path]):
+        got = load_inputs(args)
+        assert list(got.tensors) == ["layers.0.w", "layers.1.w"]
+        assert got.files == {"layers.0.w": str(tmp_path / "m-1.safetensors"),
+                             "layers.1.w": str(tmp_path / "m-2.safetensors")}  # fmt: skip
+        for t in got.tensors.values():
+            np.testing.assert_array_equal(np.asarray(t), expect)
+
+
+def test_npz_bfloat16_members(tmp_path):
+    x = np.linspace(-1, 1, 6, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "m.npz", b=x, f=np.ones(3, np.float32))
+    got = load_inputs([tmp_path / "m.npz"])
+    assert list(got.tensors) == ["b", "f"] and got.tensors["b"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got.tensors["b"], x)

@@ -421,3 +421,29 @@ def test_cli_refusals_are_one_line(tmp_path, capsys):
             case_id,
             err,
         )
+
+
+@pytest.mark.parametrize(
+    "header, data, message",
+    [
+        pytest.param('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0.0,8.5]}}', 8,
+                     "tensor 'a': data_offsets must be integers; got a float (0.0)", id="float"),
+        pytest.param('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+                     '"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', 12,
+                     "tensor 'b': data_offsets [4, 12] overlaps the tensor before it (the "
+                     "tensors must tile the data buffer in order; this one should begin at "
+                     "byte 8)", id="overlap"),
+        pytest.param('{"__metadata__":[1,2],"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}',
+                     8, "'__metadata__' must be a map of strings; got [1, 2]", id="metadata"),
+    ],
+)  # fmt: skip
+def test_issue_21_files(tmp_path, capsys, header, data, message):
+    """The three files of issue 21 that fp8kit used to accept: refused as the reference does."""
+    from fp8kit.cli import main
+
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(file_bytes(header, bytes(data)))
+    assert reference(p) is None
+    assert main(["study", str(p)]) == 1
+    out, err = capsys.readouterr()
+    assert not out and err == f"fp8kit study: error: {p}: {message}\n"

@@ -579,8 +579,8 @@ def _scale_stem(name: str) -> str | None:
     return None
 
 
-def _group(items: list[_Item]) -> tuple[list[tuple[_Item, Any, str | None]], dict[str, str]]:
-    """One input's items as (item, what to study or None, scale name) and skip reasons."""
+def _group(items: list[_Item]) -> list[tuple[_Item, Any, str | None, str]]:
+    """The items as (item, what to study or None, scale name, reason it is skipped)."""
     by_name: dict[str, _Item] = {}
     in_file: dict[tuple[str, str], _Item] = {}
     for it in items:
@@ -602,16 +602,14 @@ def _group(items: list[_Item]) -> tuple[list[tuple[_Item, Any, str | None]], dic
         if found:
             companions[it.file, it.name] = found[0]
     used = set(companions.values())
-    out: list[tuple[_Item, Any, str | None]] = []
-    reasons: dict[str, str] = {}
+    out: list[tuple[_Item, Any, str | None, str]] = []
     for it in items:
         arr = it.array
         stem = _scale_stem(it.name)
         if it.name in used or (
             stem is not None and (has_float8 or stem in by_name) and _is_float(arr)
         ):
-            reasons[it.name] = "scale"
-            out.append((it, None, None))
+            out.append((it, None, None, "scale"))
         elif arr is not None and arr.dtype in _FLOAT8_DTYPES:
             sname = companions.get((it.file, it.name))
             scale = None
@@ -629,13 +627,12 @@ def _group(items: list[_Item]) -> tuple[list[tuple[_Item, Any, str | None]], dic
                         f"{list(scale.shape)} does not fit float8 tensor {short_name(it.name)} "
                         f"of shape {list(arr.shape)} (per tensor, per channel or per block)"
                     )
-            out.append((it, ScaledFloat8(arr, scale, sname), sname))
+            out.append((it, ScaledFloat8(arr, scale, sname), sname, ""))
         elif _is_float(arr):
-            out.append((it, arr, None))
+            out.append((it, arr, None, ""))
         else:
-            reasons[it.name] = it.dtype
-            out.append((it, None, None))
-    return out, reasons
+            out.append((it, None, None, it.dtype))
+    return out
 
 
 def load_inputs(
@@ -660,8 +657,10 @@ def load_inputs(
     Returns
     -------
     StudyInputs
-        Tensors named as in their checkpoint, in :func:`checkpoint_order` (per input, inputs
-        in the order given); a name found in several inputs is prefixed ``FILE:``.
+        Tensors named as in their checkpoint, in :func:`checkpoint_order` of the names as
+        the inputs list them (in the order given); a name found in several files is
+        prefixed ``FILE:``.  A float8 tensor's scale is looked for in its file, then in
+        every input.
 
     Raises
     ------
@@ -679,42 +678,42 @@ def load_inputs(
     >>> list(got.tensors), got.skipped
     (['layers.9.w', 'layers.10.w'], {'ids': 'int64'})
     """
-    groups = []
+    items: list[_Item] = []
+    seen_files: set[Path] = set()
     for arg in paths:
-        items: list[_Item] = []
         for f in _expand(arg):
+            key = f.resolve()
+            if key in seen_files:  # the same file named twice (a directory and its shard)
+                continue
+            seen_files.add(key)
             try:
                 items += _read_file(f)
             except OSError as exc:
                 raise StudyInputError(f"{f}: {exc.strerror or exc}") from None
-        groups.append(items)
     count: dict[str, int] = {}
-    for items in groups:
-        for it in items:
-            count[it.name] = count.get(it.name, 0) + 1
+    for it in items:
+        count[it.name] = count.get(it.name, 0) + 1
     tensors: dict[str, Any] = {}
     files: dict[str, str] = {}
     scales: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    for items in groups:
-        studied, reasons = _group(items)
-        by_name: dict[str, list[tuple[_Item, Any, str | None]]] = {}
-        for entry in studied:
-            by_name.setdefault(entry[0].name, []).append(entry)
-        for name in checkpoint_order(list(dict.fromkeys(it.name for it in items))):
-            for it, arr, sname in by_name[name]:
-                label = name if count[name] == 1 else f"{it.file}:{name}"
-                if arr is None:
-                    skipped[label] = reasons[name]
-                elif include and not any(fnmatch.fnmatchcase(name, g) for g in include):
-                    skipped[label] = "not included"
-                elif any(fnmatch.fnmatchcase(name, g) for g in exclude):
-                    skipped[label] = "excluded"
-                else:
-                    tensors[label] = arr
-                    files[label] = it.file
-                    if sname is not None:
-                        scales[label] = sname
+    by_name: dict[str, list[tuple[_Item, Any, str | None, str]]] = {}
+    for entry in _group(items):
+        by_name.setdefault(entry[0].name, []).append(entry)
+    for name in checkpoint_order(list(by_name)):
+        for it, arr, sname, reason in by_name[name]:
+            label = name if count[name] == 1 else f"{it.file}:{name}"
+            if arr is None:
+                skipped[label] = reason
+            elif include and not any(fnmatch.fnmatchcase(name, g) for g in include):
+                skipped[label] = "not included"
+            elif any(fnmatch.fnmatchcase(name, g) for g in exclude):
+                skipped[label] = "excluded"
+            else:
+                tensors[label] = arr
+                files[label] = it.file
+                if sname is not None:
+                    scales[label] = sname
     if not tensors:
         where = ", ".join(str(p) for p in paths)
         what = (
