@@ -292,6 +292,9 @@ def test_cli_checkpoint_table(bf16_ckpt, capsys):
         pytest.param(lambda d: (d / "model.safetensors.index.json").write_text(
             '{"weight_map": {"a": "model-00001-of-00002.safetensors"}}'), "has no tensor 'a'",
             id="index-names-missing-tensor"),
+        pytest.param(lambda d: (d / "model.safetensors.index.json").write_text(
+            '{"weight_map": {"a": "pytorch_model.bin"}}'), "is not a .safetensors file",
+            id="bin-shard"),
         pytest.param(lambda d: (d / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 9),
                      "header is not valid JSON", id="bad-shard"),
     ],
@@ -333,3 +336,25 @@ def test_npz_bfloat16_members(tmp_path):
     got = load_inputs([tmp_path / "m.npz"])
     assert list(got.tensors) == ["b", "f"] and got.tensors["b"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got.tensors["b"], x)
+
+
+def test_checkpoint_written_by_torch_and_safetensors(tmp_path):
+    """A float8 + bfloat16 checkpoint saved by safetensors.torch: values as torch decodes them."""
+    torch = pytest.importorskip("torch")
+    st_torch = pytest.importorskip("safetensors.torch")
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(256, 96, generator=g) * 30).to(torch.float8_e4m3fn)
+    s = torch.rand(2, 1, generator=g) / 100  # blocks of 128 rows, DeepSeek-style
+    t = {"model.layers.10.w.weight": w, "model.layers.10.w.weight_scale_inv": s,
+         "model.layers.2.w.weight": w.clone(),
+         "model.layers.2.w.weight_scale_inv": s * 2,
+         "model.norm.weight": torch.randn(96, generator=g).to(torch.bfloat16)}  # fmt: skip
+    st_torch.save_file(t, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    got = load_inputs([tmp_path])
+    assert list(got.tensors) == ["model.layers.2.w.weight", "model.layers.10.w.weight",
+                                 "model.norm.weight"]  # fmt: skip
+    for name, scale in (("model.layers.2.w.weight", s * 2), ("model.layers.10.w.weight", s)):
+        expect = t[name].to(torch.float64) * scale.to(torch.float64).repeat_interleave(128, 0)
+        np.testing.assert_array_equal(np.asarray(got.tensors[name]), expect.numpy())
+    norm = got.tensors["model.norm.weight"]
+    np.testing.assert_array_equal(norm.astype(np.float32), t["model.norm.weight"].float().numpy())

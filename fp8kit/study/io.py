@@ -475,6 +475,11 @@ def _read_index(path: Path) -> list[_Item]:
             raise StudyInputError(
                 f"{path}: shard {short_name(shard)} is not a file name beside the index"
             )
+        if not shard.lower().endswith(".safetensors"):
+            raise StudyInputError(
+                f"{path}: shard {short_name(shard)} is not a .safetensors file (only "
+                "safetensors checkpoints are read)"
+            )
         f = path.parent / shard
         if not f.is_file():
             raise StudyInputError(
