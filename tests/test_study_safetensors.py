@@ -447,3 +447,13 @@ def test_issue_21_files(tmp_path, capsys, header, data, message):
     assert main(["study", str(p)]) == 1
     out, err = capsys.readouterr()
     assert not out and err == f"fp8kit study: error: {p}: {message}\n"
+
+
+@pytest.mark.slow
+def test_header_length_limit(tmp_path):
+    """The reference reads headers of up to 100,000,000 bytes: so does fp8kit."""
+    for n, ok in ((MAX_HEADER_SIZE, True), (MAX_HEADER_SIZE + 1, False)):
+        p = tmp_path / f"h{n}.safetensors"
+        p.write_bytes(struct.pack("<Q", n) + b"{}" + b" " * (n - 2))
+        assert check(tmp_path, f"header-{n}", p.read_bytes()) is ok
+        p.unlink()
