@@ -358,3 +358,28 @@ def test_checkpoint_written_by_torch_and_safetensors(tmp_path):
         np.testing.assert_array_equal(np.asarray(got.tensors[name]), expect.numpy())
     norm = got.tensors["model.norm.weight"]
     np.testing.assert_array_equal(norm.astype(np.float32), t["model.norm.weight"].float().numpy())
+
+
+def test_nvfp4_style_scales_are_not_studied(tmp_path):
+    """ModelOpt NVFP4: packed uint8 weights, float8 block scales (weight_scale), a float32
+    second-level weight_scale_2 and input_scale: none is a weight to study."""
+    t = {
+        "l.weight": np.zeros((4, 8), np.int64),  # packed codes: an integer dtype
+        "l.weight_scale": np.ones((4, 1), ml_dtypes.float8_e4m3fn),
+        "l.weight_scale_2": np.float32([0.5]),
+        "l.input_scale": np.float32([2.0]),
+        "norm.weight": np.ones(8, ml_dtypes.bfloat16),
+        "clip.logit_scale": np.float32([1.0]),
+    }
+    write_st(tmp_path / "m.safetensors", t)
+    got = load_inputs([tmp_path / "m.safetensors"])
+    assert list(got.tensors) == ["norm.weight"]
+    assert got.skipped == {"l.weight": "int64", "l.weight_scale": "scale",
+                           "l.weight_scale_2": "scale", "l.input_scale": "scale",
+                           "clip.logit_scale": "scale"}  # fmt: skip
+    # without float8 tensors, only a scale beside its tensor is a scale
+    del t["l.weight_scale"]
+    write_st(tmp_path / "n.safetensors", t)
+    got = load_inputs([tmp_path / "n.safetensors"])
+    assert list(got.tensors) == ["l.input_scale", "norm.weight", "clip.logit_scale"]
+    assert got.skipped == {"l.weight": "int64", "l.weight_scale_2": "scale"}

@@ -577,11 +577,13 @@ def _is_float(arr: Any) -> bool:
     return dt in DATA_DTYPES or (dt.kind == "f" and dt.newbyteorder("=") in DATA_DTYPES)
 
 
+_SCALE_NAME = re.compile(r"_scale(?:_inv)?(?:_\d+)?$")
+
+
 def _scale_stem(name: str) -> str | None:
-    for suf in SCALE_SUFFIXES:
-        if name.endswith(suf):
-            return name[: -len(suf)]
-    return None
+    """``w`` for ``w_scale``, ``w_scale_inv``, ``w_scale_2``; None for other names."""
+    m = _SCALE_NAME.search(name)
+    return name[: m.start()] if m else None
 
 
 def _group(items: list[_Item]) -> list[tuple[_Item, Any, str | None, str]]:
@@ -611,9 +613,7 @@ def _group(items: list[_Item]) -> list[tuple[_Item, Any, str | None, str]]:
     for it in items:
         arr = it.array
         stem = _scale_stem(it.name)
-        if it.name in used or (
-            stem is not None and (has_float8 or stem in by_name) and _is_float(arr)
-        ):
+        if it.name in used or (stem is not None and (has_float8 or stem in by_name)):
             out.append((it, None, None, "scale"))
         elif arr is not None and arr.dtype in _FLOAT8_DTYPES:
             sname = companions.get((it.file, it.name))
