@@ -245,6 +245,12 @@ def test_ml_dtypes_npy(tmp_path):
     np.testing.assert_array_equal(
         np.asarray(got.tensors["e4"]), x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
     )
+    np.save(tmp_path / "e3.float8_e3m4.npy", x.astype(ml_dtypes.float8_e3m4))
+    e3 = load_inputs([tmp_path / "e3.float8_e3m4.npy"]).tensors["e3"]
+    assert e3.source_dtype == "float8_e3m4"
+    np.testing.assert_array_equal(
+        np.asarray(e3), x.astype(ml_dtypes.float8_e3m4).astype(np.float32)
+    )
     np.save(tmp_path / "amb.npy", x.astype(ml_dtypes.float8_e4m3fn))
     with pytest.raises(StudyInputError, match=r"1-byte ml_dtypes types .*NAME\.<dtype>\.npy"):
         load_inputs([tmp_path / "amb.npy"])

@@ -45,6 +45,7 @@ __all__ = [
     "load_tensors",
     "read_safetensors",
     "read_safetensors_header",
+    "scale_blocks",
 ]
 
 SUFFIXES = (".npy", ".npz", ".safetensors", ".json")
@@ -58,7 +59,12 @@ SCALE_CODES = ("F32", "F16", "BF16", "F64", "F8_E8M0")
 #: suffixes of a float8 tensor's companion scale, in the order they are looked for.
 SCALE_SUFFIXES = ("_scale_inv", "_scale")
 
-_FLOAT8_DTYPES = {np.dtype(NUMPY_DTYPES[k]) for k in SAFETENSORS_FLOAT8}
+#: float8 dtypes studied (decoded); the last three come only from ml_dtypes .npy files.
+_FLOAT8_DTYPES = {np.dtype(NUMPY_DTYPES[k]) for k in SAFETENSORS_FLOAT8} | {
+    np.dtype(getattr(ml_dtypes, n))
+    for n in ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz")
+    if hasattr(ml_dtypes, n)
+}
 _SCALE_DTYPES = {np.dtype(NUMPY_DTYPES[k]) for k in SCALE_CODES}
 #: the ml_dtypes types np.save writes as a 1-byte void ('<V1'): a file name must say which.
 _ONE_BYTE = {
