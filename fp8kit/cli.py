@@ -25,9 +25,17 @@ nearest-even, saturating), and the error is measured in float64.  One table row 
 (tensor, format, scaling)."""
 
 _STUDY_EPILOG = """\
-files:
-  .npy (one tensor, named after the file), .npz and .safetensors (every float16, bfloat16,
-  float32 and float64 tensor; others are skipped).  Several files: names get "FILE:".
+inputs (any mix):
+  .npy (one tensor, named after the file; bfloat16/float8 written by np.save of an ml_dtypes
+  array too), .npz and .safetensors (every float16, bfloat16, float32, float64 and float8
+  tensor; others are skipped), a sharded checkpoint's *.safetensors.index.json, or a
+  directory (its index files, else its .safetensors, .npz and .npy files).  Tensors keep
+  their checkpoint names (the file is a column of --json/--csv), in the checkpoint's order
+  with layer numbers in numeric order (layers.8 before layers.10); a name found in two
+  inputs gets "FILE:" in front.  float8 tensors (F8_E4M3, F8_E5M2) are decoded exactly and
+  multiplied by their scale tensor NAME_scale_inv or NAME_scale (e.g. weight_scale_inv,
+  weight_scale beside weight) when there is one; scale tensors are not studied.
+  --include/--exclude PATTERN (repeatable) filter tensor names with shell globs.
 
 scalings:
   none               scale 1
@@ -55,6 +63,7 @@ exit status: 0 on success, 1 for a bad file, format or scaling, 2 for a usage er
 
 examples:
   fp8kit study
+  fp8kit study path/to/checkpoint/ --exclude '*norm*' --csv results.csv
   fp8kit study weights.npy --formats float8_e4m3fn float8_e5m2 --scaling tensor channel block:32
   fp8kit study model.safetensors --plot errors.png --json results.json"""
 
@@ -113,8 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "files", nargs="*", metavar="FILE", help=".npy, .npz or .safetensors (none: the demo)"
-    )
+        "files", nargs="*", metavar="PATH",
+        help=".npy, .npz, .safetensors, *.safetensors.index.json or a directory (none: the demo)",
+    )  # fmt: skip
+    p.add_argument("--include", action="append", default=[], metavar="PATTERN",
+                   help="study only tensors whose name matches this glob (repeatable)")  # fmt: skip
+    p.add_argument("--exclude", action="append", default=[], metavar="PATTERN",
+                   help="leave out tensors whose name matches this glob (repeatable)")  # fmt: skip
     p.add_argument(
         "--formats", nargs="+", metavar="NAME", default=["float8_e4m3fn", "float8_e5m2"],
         help="formats to study (default: float8_e4m3fn float8_e5m2; any of: "
@@ -154,18 +168,32 @@ class _Failure(Exception):
     """An error reported as one line, exit status 1."""
 
 
-def _load(files: list[str], seed: int):
+def _load(args: argparse.Namespace):
+    """The tensors, a StudyInputs (None for the demo) and a description of the source."""
     from .study import demo_tensors
-    from .study.io import load_tensors
+    from .study.io import load_inputs
 
-    if not files:
-        return demo_tensors(seed), [], f"demo (seed {seed})"
-    tensors, skipped = {}, []
-    for f in files:
-        t, s = load_tensors(f, prefix=f"{f}:" if len(files) > 1 else "")
-        tensors.update(t)
-        skipped += s
-    return tensors, skipped, files
+    if not args.files:
+        if args.include or args.exclude:
+            raise _Failure("--include/--exclude filter the tensors of files; none given")
+        return demo_tensors(args.seed), None, f"demo (seed {args.seed})"
+    inputs = load_inputs(args.files, include=args.include, exclude=args.exclude)
+    return inputs.tensors, inputs, args.files
+
+
+def _skipped_line(skipped: dict[str, str]) -> str:
+    """'skipped 5 tensors: ids (int64); 4 scale tensors (a_scale, b_scale, ...)'."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in skipped.items():
+        by_reason.setdefault(reason, []).append(name)
+    parts = []
+    for reason, names in by_reason.items():
+        what = {"scale": "scale tensors", "excluded": "excluded",
+                "not included": "not included"}.get(reason, reason)  # fmt: skip
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        parts.append(f"{len(names)} {what} ({shown})")
+    n = len(skipped)
+    return f"skipped {n} tensor{'s' if n != 1 else ''}: " + "; ".join(parts)
 
 
 def _study(args: argparse.Namespace) -> int:
@@ -179,10 +207,10 @@ def _study(args: argparse.Namespace) -> int:
         specs = [study.parse_scaling(s).label for s in args.scaling]
         if args.plot:
             require_matplotlib()  # fail before the sweep, not after it
-        tensors, skipped, source = _load(args.files, args.seed)
+        tensors, inputs, source = _load(args)
+        skipped = inputs.skipped if inputs is not None else {}
         if skipped:
-            print(f"{PROG} study: skipped (not float16/bfloat16/float32/float64): "
-                  f"{', '.join(skipped)}", file=sys.stderr)  # fmt: skip
+            print(f"{PROG} study: {_skipped_line(skipped)}", file=sys.stderr)
         bar = ProgressBar(
             sys.stderr,
             enabled=sys.stderr.isatty() if args.progress is None else args.progress,
@@ -204,15 +232,21 @@ def _study(args: argparse.Namespace) -> int:
         settings = dict(
             fp8kit_version=__version__, source=source, formats=formats, scalings=specs,
             channel_axis=args.channel_axis, block_axis=args.block_axis, margin=args.margin,
-            pow2=args.pow2, skipped=skipped, seconds=round(seconds, 3),
+            pow2=args.pow2, include=args.include, exclude=args.exclude,
+            skipped=list(skipped), skip_reasons=skipped,
+            scales=inputs.scales if inputs is not None else {},
+            float8_dtypes={k: v.source_dtype for k, v in tensors.items()
+                           if hasattr(v, "source_dtype")},
+            seconds=round(seconds, 3),
         )  # fmt: skip
+        files = inputs.files if inputs is not None else None
         if args.json:
-            Path(args.json).write_text(report.to_json(rows, **settings))
+            Path(args.json).write_text(report.to_json(rows, files=files, **settings))
         if args.csv:
-            Path(args.csv).write_text(report.to_csv(rows))
+            Path(args.csv).write_text(report.to_csv(rows, files=files))
         if args.plot:
             plot_study(rows, tensors, args.plot, title=f"fp8kit study: {_describe(source)}")
-    except (StudyInputError, PlotUnavailable, ValueError, TypeError) as exc:
+    except (_Failure, StudyInputError, PlotUnavailable, ValueError, TypeError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))

@@ -293,8 +293,8 @@ def test_safetensors_package_as_oracle(tmp_path):
     [
         pytest.param(lambda b: b[:4], "shorter than 8 bytes", id="short"),
         pytest.param(lambda b: struct.pack("<Q", 10**9) + b[8:], "header length", id="length"),
-        pytest.param(lambda b: b[:8] + b"[" + b[9:], "not a safetensors file", id="json"),
-        pytest.param(lambda b: b[:-4], "do not fit the file", id="truncated-data"),
+        pytest.param(lambda b: b[:8] + b"[" + b[9:], "header is not valid JSON", id="json"),
+        pytest.param(lambda b: b[:-4], "run past the end of the file", id="truncated-data"),
     ],
 )
 def test_malformed_safetensors(tmp_path, mutate, match):

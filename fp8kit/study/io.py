@@ -1,43 +1,96 @@
-"""Reading the floating-point tensors of ``.npy``, ``.npz`` and ``.safetensors`` files.
+"""The study's inputs: ``.npy``, ``.npz`` and ``.safetensors`` files, directories and sharded
+checkpoints (``*.safetensors.index.json``), read as memory-mapped tensors.
 
-The safetensors reader is our own (no dependency): an 8-byte little-endian header length,
-a JSON header mapping tensor names to ``dtype``, ``shape`` and ``data_offsets`` (byte
-offsets into the data that follows the header), then the raw little-endian data.
+The safetensors reader is our own (:mod:`fp8kit.study._safetensors`, no dependency; the
+reference package's numpy loader cannot return bfloat16) and validates a header exactly as
+strictly as the reference does.  See ``docs/study.md`` (section "Checkpoints") for the rules
+this module implements: which files an input names, the names and order of the tensors,
+float8 tensors and their scale tensors, and ml_dtypes ``.npy`` files.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import fnmatch
 import json
 import math
-import mmap
 import os
+import re
 import zipfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
 
 from ._arrays import DATA_DTYPES
+from ._safetensors import (
+    NUMPY_DTYPES,
+    SafetensorsHeader,
+    StudyInputError,
+    open_map,
+    read_header,
+    short_name,
+    tensor_view,
+)
 
-__all__ = ["StudyInputError", "load_tensors", "read_safetensors"]
+__all__ = [
+    "ScaledFloat8",
+    "StudyInputError",
+    "StudyInputs",
+    "checkpoint_order",
+    "load_inputs",
+    "load_tensors",
+    "read_safetensors",
+    "read_safetensors_header",
+    "scale_blocks",
+]
 
-SUFFIXES = (".npy", ".npz", ".safetensors")
+SUFFIXES = (".npy", ".npz", ".safetensors", ".json")
 
-#: safetensors dtype codes of the floating types a study reads; other codes are skipped.
-SAFETENSORS_FLOATS = {
-    "F16": np.dtype("<f2"),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "F32": np.dtype("<f4"),
-    "F64": np.dtype("<f8"),
+#: safetensors dtype codes of the floating types a study reads as they are.
+SAFETENSORS_FLOATS = {k: NUMPY_DTYPES[k] for k in ("F16", "BF16", "F32", "F64")}
+#: safetensors float8 codes a study decodes (times their scale, when they have one).
+SAFETENSORS_FLOAT8 = ("F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ")
+#: dtypes a scale tensor may have.
+SCALE_CODES = ("F32", "F16", "BF16", "F64", "F8_E8M0")
+#: suffixes of a float8 tensor's companion scale, in the order they are looked for.
+SCALE_SUFFIXES = ("_scale_inv", "_scale")
+
+#: float8 dtypes studied (decoded); the last three come only from ml_dtypes .npy files.
+_FLOAT8_DTYPES = {np.dtype(NUMPY_DTYPES[k]) for k in SAFETENSORS_FLOAT8} | {
+    np.dtype(getattr(ml_dtypes, n))
+    for n in ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz")
+    if hasattr(ml_dtypes, n)
 }
-_SAFETENSORS_SIZES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "F8_E8M0": 1, "U16": 2, "I16": 2,
-    "F16": 2, "BF16": 2, "U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8,
+_SCALE_DTYPES = {np.dtype(NUMPY_DTYPES[k]) for k in SCALE_CODES}
+#: the ml_dtypes types np.save writes as a 1-byte void ('<V1'): a file name must say which.
+_ONE_BYTE = {
+    n: np.dtype(getattr(ml_dtypes, n))
+    for n in (
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e4m3", "float8_e4m3b11fnuz",
+        "float8_e5m2fnuz", "float8_e3m4", "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn",
+        "float4_e2m1fn", "int2", "int4", "uint2", "uint4",
+    )
+    if hasattr(ml_dtypes, n)
 }  # fmt: skip
 
 
-class StudyInputError(ValueError):
-    """A file that cannot be studied: missing, unreadable, malformed or without floats."""
+def read_safetensors_header(path: str | os.PathLike) -> SafetensorsHeader:
+    """Read and validate a ``.safetensors`` header (see :mod:`fp8kit.study._safetensors`).
+
+    Examples
+    --------
+    >>> import json, struct, tempfile, pathlib
+    >>> h = json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "w.safetensors"
+    >>> _ = p.write_bytes(struct.pack("<Q", len(h)) + h.encode() + bytes(4))
+    >>> [(e.name, e.dtype, e.shape) for e in read_safetensors_header(p).entries]
+    [('w', 'BF16', (2,))]
+    """
+    return read_header(path)
 
 
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], list[str]]:
@@ -47,78 +100,644 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], li
     Raises
     ------
     StudyInputError
-        If the file is not a well-formed safetensors file.
+        If the file is not a well-formed safetensors file (one line: file, tensor, rule).
+
+    Examples
+    --------
+    >>> import json, struct, tempfile, pathlib
+    >>> h = json.dumps({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+    ...                 "i": {"dtype": "I32", "shape": [1], "data_offsets": [4, 8]}})
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "m.safetensors"
+    >>> _ = p.write_bytes(struct.pack("<Q", len(h)) + h.encode() + b"\\0\\0\\x80?" + bytes(4))
+    >>> read_safetensors(p)
+    ({'w': array([1.], dtype=float32)}, ['i'])
     """
-    path = Path(path)
-    with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        if size < 8:
-            raise StudyInputError(f"{path}: not a safetensors file (shorter than 8 bytes)")
-        n = int.from_bytes(fh.read(8), "little")
-        if n > size - 8:
-            raise StudyInputError(f"{path}: not a safetensors file (header length {n})")
-        try:
-            header = json.loads(fh.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise StudyInputError(f"{path}: not a safetensors file ({exc})") from None
-        if not isinstance(header, dict):
-            raise StudyInputError(f"{path}: not a safetensors file (header is not an object)")
-        buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size > 0 else b""
-    data_start = 8 + n
+    header = read_header(path)
+    buf = open_map(header)
     tensors: dict[str, np.ndarray] = {}
     skipped: list[str] = []
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            code = info["dtype"]
-            shape = [int(d) for d in info["shape"]]
-            begin, end = (int(o) for o in info["data_offsets"])
-        except (TypeError, KeyError, ValueError):
-            raise StudyInputError(f"{path}: malformed header entry for tensor {name!r}") from None
-        itemsize = _SAFETENSORS_SIZES.get(code)
-        count = math.prod(shape)
-        if (
-            itemsize is None
-            or any(d < 0 for d in shape)
-            or not 0 <= begin <= end <= size - data_start
-            or end - begin != count * itemsize
-        ):
-            raise StudyInputError(
-                f"{path}: tensor {name!r} has dtype {code!r}, shape {shape} and offsets "
-                f"[{begin}, {end}] that do not fit the file"
-            )
-        dt = SAFETENSORS_FLOATS.get(code)
-        if dt is None:
-            skipped.append(name)
-            continue
-        arr = np.frombuffer(buf, dtype=dt, count=count, offset=data_start + begin)
-        tensors[name] = arr.reshape(shape)
-    return tensors, skipped
-
-
-def _float_arrays(items) -> tuple[dict[str, np.ndarray], list[str]]:
-    tensors, skipped = {}, []
-    for name, arr in items:
-        if isinstance(arr, np.ndarray) and (
-            arr.dtype in DATA_DTYPES or arr.dtype.newbyteorder("=") in DATA_DTYPES
-        ):
-            tensors[name] = arr
+    for e in header.entries:
+        if e.dtype in SAFETENSORS_FLOATS:
+            tensors[e.name] = tensor_view(header, buf, e)
         else:
-            skipped.append(name)
+            skipped.append(e.name)
     return tensors, skipped
 
 
-def _npz_items(path):
+# ---------------------------------------------------------------- float8 with scales
+def _pow2_block(n: int, s: int) -> int | None:
+    b = 1
+    while b < 2 * n:
+        if -(-n // b) == s:
+            return b
+        b *= 2
+    return None
+
+
+def scale_blocks(shape: tuple[int, ...], scale_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Block size per axis of a scale of ``scale_shape`` over a tensor of ``shape``, or None
+    when it does not fit.  One element: per tensor; fewer dims: trailing dims of 1 added
+    (``(out,)`` over ``(out, in)`` is per output channel); per axis: the scale's length equals
+    the tensor's (block 1), or is 1 (the whole axis), or is ``ceil(n / b)`` for a power of two
+    ``b`` (blocks of DeepSeek-V3, MX, group quantization), or divides ``n`` (block ``n / s``).
+    """
+    n = len(shape)
+    if math.prod(scale_shape) == 1:
+        return tuple(max(d, 1) for d in shape)
+    s = tuple(scale_shape)
+    while len(s) > n and s[0] == 1:
+        s = s[1:]
+    if len(s) > n:
+        return None
+    s = s + (1,) * (n - len(s))
+    blocks = []
+    for w, k in zip(shape, s, strict=True):
+        if k == w:
+            blocks.append(1)
+        elif k == 1:
+            blocks.append(max(w, 1))
+        else:
+            b = _pow2_block(w, k)
+            if b is None and k < w and w % k == 0:
+                b = w // k
+            if b is None:
+                return None
+            blocks.append(b)
+    return tuple(blocks)
+
+
+def _exact_work_dtype(codes_dtype: np.dtype, scale: np.ndarray | None) -> np.dtype:
+    """float32 when every product of a float8 value and a scale is a float32, else float64."""
+    f32 = np.dtype(np.float32)
+    if scale is None:
+        return f32
+    u = np.unique(np.abs(scale[np.isfinite(scale)]))
+    grid = np.arange(256, dtype=np.uint8).view(codes_dtype).astype(np.float64)
+    for g in np.unique(np.abs(grid[np.isfinite(grid) & (grid != 0)])):
+        p = u * g
+        if not np.array_equal(p.astype(f32).astype(np.float64), p):
+            return np.dtype(np.float64)
+    return f32
+
+
+class ScaledFloat8:
+    """A float8 tensor of a checkpoint, decoded exactly (times its companion scale, when it
+    has one) when indexed or converted with :func:`numpy.asarray`; the codes stay memory-mapped.
+
+    Parameters
+    ----------
+    codes : ndarray
+        The float8 codes (an ml_dtypes float8 dtype), e.g. a memory-mapped view.
+    scale : ndarray, optional
+        The dequantization multiplier (value = code's value * scale), broadcast per
+        :func:`scale_blocks`.
+    scale_name : str, optional
+        The scale tensor's name (for reports).
+
+    Attributes
+    ----------
+    dtype : numpy.dtype
+        float32 when every product of a float8 value and the scale is exactly a float32
+        (always without a scale), else float64.
+    source_dtype : str
+        The float8 dtype's name.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np
+    >>> from fp8kit.study.io import ScaledFloat8
+    >>> codes = np.array([[1.0, -2.0], [0.5, 448.0]], ml_dtypes.float8_e4m3fn)
+    >>> t = ScaledFloat8(codes, np.array([[0.5], [2.0]], np.float32))
+    >>> np.asarray(t).tolist(), t.dtype
+    ([[0.5, -1.0], [1.0, 896.0]], dtype('float32'))
+    >>> t[1:, 1:]
+    array([[896.]], dtype=float32)
+    """
+
+    def __init__(
+        self, codes: np.ndarray, scale: np.ndarray | None = None, scale_name: str | None = None
+    ) -> None:
+        if np.dtype(codes.dtype) not in _FLOAT8_DTYPES:
+            raise TypeError(f"ScaledFloat8: codes must have a float8 dtype; got {codes.dtype}")
+        self.codes = codes
+        self.shape: tuple[int, ...] = tuple(codes.shape)
+        self.ndim, self.size = codes.ndim, codes.size
+        self.source_dtype = np.dtype(codes.dtype).name
+        self.scale_name = scale_name
+        self.blocks: tuple[int, ...] | None = None
+        self.scale: np.ndarray | None = None
+        if scale is not None:
+            sc = np.asarray(scale).astype(np.float64)
+            blocks = scale_blocks(self.shape, sc.shape)
+            if blocks is None:
+                raise ValueError(
+                    f"ScaledFloat8: scale of shape {sc.shape} does not fit a tensor of shape "
+                    f"{self.shape}"
+                )
+            grid = tuple(-(-max(n, 1) // b) for n, b in zip(self.shape, blocks, strict=True))
+            self.scale = sc.reshape(grid)
+            self.blocks = blocks
+        self.dtype = _exact_work_dtype(np.dtype(codes.dtype), self.scale)
+        self._lut = np.arange(256, dtype=np.uint8).view(codes.dtype).astype(self.dtype)
+
+    def __repr__(self) -> str:
+        with_scale = f" * {self.scale_name or 'scale'}" if self.scale is not None else ""
+        return f"ScaledFloat8({self.source_dtype}{with_scale}, shape={self.shape})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self[...]
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        keys = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in keys):
+            i = next(j for j, k in enumerate(keys) if k is Ellipsis)
+            keys = keys[:i] + (slice(None),) * (self.ndim - len(keys) + 1) + keys[i + 1 :]
+        keys = keys + (slice(None),) * (self.ndim - len(keys))
+        if len(keys) != self.ndim or not all(
+            isinstance(k, slice) or (isinstance(k, (int, np.integer)) and not isinstance(k, bool))
+            for k in keys
+        ):
+            raise TypeError(
+                f"ScaledFloat8: only basic indexing (ints, slices, ...) is supported; got {key!r}"
+            )
+        codes = np.asarray(self.codes[keys])
+        out = self._lut.take(codes.view(np.uint8))  # decoding a code is a table lookup
+        if self.scale is None:
+            return out
+        s, kept, runs = self.scale, [], None
+        last = self.ndim - 1
+        for ax, (k, n, b) in enumerate(zip(keys, self.shape, self.blocks, strict=True)):
+            if s.shape[ax] > 1:  # a scale of length 1 along an axis broadcasts
+                idx = np.atleast_1d(np.arange(n)[k]) // b
+                if ax == last and b >= 8 and isinstance(k, slice) and idx.size > 1:
+                    # blocks along the last axis: scale each run of one block in place
+                    # rather than expanding the scale to the tensor's size
+                    cut = np.flatnonzero(np.diff(idx)) + 1
+                    runs = (np.r_[0, cut], np.r_[cut, idx.size], idx)
+                else:
+                    s = np.take(s, idx, axis=ax)
+            if isinstance(k, slice):
+                kept.append(s.shape[ax])
+        s = s.reshape(kept).astype(self.dtype)  # int keys drop their axes
+        if runs is None:
+            np.multiply(out, s, out=out)
+            return out
+        for start, stop in zip(*runs[:2], strict=True):
+            block = runs[2][start]
+            np.multiply(out[..., start:stop], s[..., block : block + 1], out=out[..., start:stop])
+        return out
+
+
+# ---------------------------------------------------------------- names and order
+_INT = re.compile(r"\d+")
+
+
+def checkpoint_order(names: Sequence[str]) -> list[str]:
+    """``names`` (in the checkpoint's order) with numbered siblings in numeric order.
+
+    Names are paths split at ``.``.  Siblings (segments under the same prefix) keep the
+    order of their first appearance, except that segments that are whole decimal numbers
+    (layer indices) come in numeric order, together, where the first of them appeared.  So
+    ``layers.8`` comes before ``layers.10``, and within a layer the checkpoint's own order
+    of ``self_attn``, ``mlp``, ... is kept.  Duplicate names keep their relative order.
+
+    Examples
+    --------
+    >>> from fp8kit.study.io import checkpoint_order
+    >>> checkpoint_order(["emb", "layers.10.q", "layers.10.k", "layers.9.q", "layers.9.k",
+    ...                   "norm"])
+    ['emb', 'layers.9.q', 'layers.9.k', 'layers.10.q', 'layers.10.k', 'norm']
+    """
+    first: dict[tuple[str, ...], dict[str, int]] = {}
+    numeric_at: dict[tuple[str, ...], int] = {}
+    keys = []
+    for name in names:
+        parts = name.split(".")
+        key = []
+        for i, seg in enumerate(parts):
+            parent = tuple(parts[:i])
+            children = first.setdefault(parent, {})
+            if _INT.fullmatch(seg):
+                if parent not in numeric_at:
+                    numeric_at[parent] = len(children)
+                    children["\0numbers"] = len(children)
+                key.append((numeric_at[parent], int(seg), seg))
+            else:
+                rank = children.setdefault(seg, len(children))
+                key.append((rank, 0, ""))
+        keys.append(tuple(key))
+    order = sorted(range(len(names)), key=lambda i: keys[i])
+    return [names[i] for i in order]
+
+
+# ---------------------------------------------------------------- files
+@dataclasses.dataclass
+class _Item:
+    name: str
+    file: str
+    array: Any  # ndarray (possibly an ml_dtypes dtype) or None for packed sub-byte dtypes
+    dtype: str  # a readable dtype name
+
+
+def _natural_key(text: str):
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
+
+
+def _npy_header(path: Path) -> tuple[dict[str, Any], int]:
+    with open(path, "rb") as fh:
+        magic = fh.read(8)
+        if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
+            raise StudyInputError(f"{path}: cannot read as .npy (not an .npy file)")
+        major = magic[6]
+        nlen = 2 if major == 1 else 4
+        raw = fh.read(nlen)
+        if len(raw) != nlen:
+            raise StudyInputError(f"{path}: cannot read as .npy (truncated header)")
+        hlen = int.from_bytes(raw, "little")
+        if hlen > 1 << 20:
+            raise StudyInputError(f"{path}: cannot read as .npy (header of {hlen} bytes)")
+        text = fh.read(hlen)
+    try:
+        d = ast.literal_eval(text.decode("latin1" if major < 3 else "utf8"))
+        if not isinstance(d, dict) or not {"descr", "shape", "fortran_order"} <= set(d):
+            raise ValueError("not a header")
+        shape = tuple(int(s) for s in d["shape"])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise StudyInputError(f"{path}: cannot read as .npy (malformed header)") from None
+    if any(s < 0 for s in shape):
+        raise StudyInputError(f"{path}: cannot read as .npy (negative shape {shape})")
+    d["shape"] = shape
+    return d, 8 + nlen + hlen
+
+
+def _ml_dtype_of_npy(path: Path, descr: Any) -> tuple[np.dtype, str] | None:
+    """The ml_dtypes dtype np.save wrote as ``descr`` (and the tensor name), or None when
+    ``descr`` is a plain numpy dtype.  '<V2' / '|V2': bfloat16 (the only 2-byte one);
+    '<f1': float8_e5m2; '<V1': one of 14 types: the name must end in '.<dtype>'."""
+    stem = path.name[: -len(".npy")]
+    if descr in ("<V2", "|V2"):
+        return np.dtype(ml_dtypes.bfloat16), stem
+    if descr == "<f1":
+        return np.dtype(ml_dtypes.float8_e5m2), stem
+    if descr in ("<V1", "|V1"):
+        base, _, hint = stem.rpartition(".")
+        if base and hint in _ONE_BYTE:
+            return _ONE_BYTE[hint], base
+        raise StudyInputError(
+            f"{path}: dtype {descr!r} is one of the 1-byte ml_dtypes types "
+            f"({', '.join(_ONE_BYTE)}); name the file NAME.<dtype>.npy "
+            "(e.g. w.float8_e4m3fn.npy) to say which"
+        )
+    return None
+
+
+def _read_npy(path: Path) -> list[_Item]:
+    d, offset = _npy_header(path)
+    found = _ml_dtype_of_npy(path, d["descr"])
+    if found is None:
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except ValueError as exc:
+            raise StudyInputError(f"{path}: cannot read as .npy ({exc})") from None
+        return [_Item(path.stem, str(path), arr, _dtype_name(arr.dtype))]
+    dt, name = found
+    need = offset + math.prod(d["shape"]) * dt.itemsize
+    size = path.stat().st_size
+    if size < need:
+        raise StudyInputError(
+            f"{path}: cannot read as .npy ({size} bytes; the header needs {need})"
+        )
+    if math.prod(d["shape"]) == 0:
+        arr = np.zeros(d["shape"], dt)
+    else:
+        order = "F" if d["fortran_order"] else "C"
+        arr = np.memmap(path, dtype=dt, mode="r", offset=offset, shape=d["shape"], order=order)
+    return [_Item(name, str(path), arr, _dtype_name(dt))]
+
+
+def _read_npz(path: Path) -> list[_Item]:
+    items = []
     try:
         with np.load(path, allow_pickle=False) as npz:
             for key in npz.files:
                 try:
-                    yield key, npz[key]
-                except ValueError:  # object arrays need pickle: not tensors we study
-                    yield key, None
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
+                    arr = npz[key]
+                except ValueError:  # object arrays need pickle; '<f1' (float8_e5m2) ...
+                    items.append(_Item(key, str(path), None, "unreadable"))
+                    continue
+                if arr.dtype == np.dtype("V2"):  # bfloat16 as np.savez writes it
+                    arr = arr.view(ml_dtypes.bfloat16)
+                items.append(_Item(key, str(path), arr, _dtype_name(arr.dtype)))
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
         raise StudyInputError(f"{path}: cannot read as .npz ({exc})") from None
+    return items
+
+
+def _read_st(path: Path, names: Iterable[str] | None = None) -> list[_Item]:
+    header = read_header(path)
+    buf = open_map(header)
+    by_name = {e.name: e for e in header.entries}
+    if names is None:
+        entries = list(header.entries)
+    else:
+        missing = [n for n in names if n not in by_name]
+        if missing:
+            raise StudyInputError(
+                f"{path}: has no tensor {short_name(missing[0])}, which the index maps to it"
+            )
+        entries = [by_name[n] for n in names]
+    out = []
+    for e in entries:
+        arr = tensor_view(header, buf, e) if e.dtype in NUMPY_DTYPES else None
+        out.append(
+            _Item(e.name, str(path), arr, e.dtype if arr is None else _dtype_name(arr.dtype))
+        )
+    return out
+
+
+def _read_index(path: Path) -> list[_Item]:
+    try:
+        doc = json.loads(path.read_bytes(), object_pairs_hook=_no_duplicates)
+    except (UnicodeDecodeError, json.JSONDecodeError, _Duplicate) as exc:
+        raise StudyInputError(f"{path}: not a safetensors index ({exc})") from None
+    wm = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+        raise StudyInputError(
+            f'{path}: not a safetensors index (no "weight_map" of tensor names to shard files)'
+        )
+    shards: dict[str, list[str]] = {}
+    for name, shard in wm.items():
+        shards.setdefault(shard, []).append(name)
+    items: dict[str, _Item] = {}
+    for shard, names in shards.items():
+        p = Path(shard)
+        if p.is_absolute() or ".." in p.parts or p.name != shard or not shard:
+            raise StudyInputError(
+                f"{path}: shard {short_name(shard)} is not a file name beside the index"
+            )
+        if not shard.lower().endswith(".safetensors"):
+            raise StudyInputError(
+                f"{path}: shard {short_name(shard)} is not a .safetensors file (only "
+                "safetensors checkpoints are read)"
+            )
+        f = path.parent / shard
+        if not f.is_file():
+            raise StudyInputError(
+                f"{path}: shard {f} (of tensor {short_name(names[0])}) is missing"
+            )
+        for it in _read_st(f, names):
+            items[it.name] = it
+    return [items[n] for n in wm]
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs):
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise _Duplicate(f"duplicate key {short_name(dup)}")
+    return d
+
+
+def _read_file(p: Path) -> list[_Item]:
+    suffix = p.suffix.lower()
+    if suffix == ".npy":
+        return _read_npy(p)
+    if suffix == ".npz":
+        return _read_npz(p)
+    if suffix == ".json":
+        return _read_index(p)
+    return _read_st(p)
+
+
+def _expand(arg: str | os.PathLike) -> list[Path]:
+    """The files one input names: a file, or a directory's index files, else its
+    .safetensors/.npz/.npy files (natural order of the names)."""
+    p = Path(arg)
+    if not p.exists():
+        raise StudyInputError(f"{p}: no such file")
+    if p.is_dir():
+        visible = [f for f in p.iterdir() if f.is_file() and not f.name.startswith(".")]
+        indexes = [f for f in visible if f.name.lower().endswith(".safetensors.index.json")]
+        files = indexes or [
+            f for f in visible if f.suffix.lower() in (".safetensors", ".npz", ".npy")
+        ]
+        if not files:
+            raise StudyInputError(
+                f"{p}: a directory without *.safetensors.index.json, .safetensors, .npz or "
+                ".npy files"
+            )
+        return sorted(files, key=lambda f: _natural_key(f.name))
+    suffix = p.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise StudyInputError(
+            f"{p}: unsupported file type {p.suffix or '(none)'!r}; expected .npy, .npz, "
+            ".safetensors, a *.safetensors.index.json or a directory"
+        )
+    return [p]
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    dt = np.dtype(dt)
+    return dt.name if dt.names is None else str(dt)
+
+
+# ---------------------------------------------------------------- the inputs of a study
+@dataclasses.dataclass
+class StudyInputs:
+    """What :func:`load_inputs` found.
+
+    Attributes
+    ----------
+    tensors : dict of str to array
+        The tensors to study, in study order: memory-mapped ndarrays (float16, bfloat16,
+        float32, float64) and :class:`ScaledFloat8` (float8 tensors, decoded on access).
+    files : dict of str to str
+        The file (shard) each tensor was read from.
+    scales : dict of str to str
+        The companion scale tensor applied to each scaled float8 tensor.
+    skipped : dict of str to str
+        Tensors not studied, with the reason (their dtype, "scale", or a filter).
+    """
+
+    tensors: dict[str, Any]
+    files: dict[str, str]
+    scales: dict[str, str]
+    skipped: dict[str, str]
+
+
+def _is_float(arr: Any) -> bool:
+    if arr is None:
+        return False
+    dt = np.dtype(arr.dtype)
+    return dt in DATA_DTYPES or (dt.kind == "f" and dt.newbyteorder("=") in DATA_DTYPES)
+
+
+_SCALE_NAME = re.compile(r"_scale(?:_inv)?(?:_\d+)?$")
+
+
+def _scale_stem(name: str) -> str | None:
+    """``w`` for ``w_scale``, ``w_scale_inv``, ``w_scale_2``; None for other names."""
+    m = _SCALE_NAME.search(name)
+    return name[: m.start()] if m else None
+
+
+def _group(items: list[_Item]) -> list[tuple[_Item, Any, str | None, str]]:
+    """The items as (item, what to study or None, scale name, reason it is skipped)."""
+    by_name: dict[str, _Item] = {}
+    in_file: dict[tuple[str, str], _Item] = {}
+    for it in items:
+        by_name.setdefault(it.name, it)
+        in_file.setdefault((it.file, it.name), it)
+    has_float8 = any(it.array is not None and it.array.dtype in _FLOAT8_DTYPES for it in items)
+    companions: dict[tuple[str, str], str] = {}  # (file, float8 name) -> scale name
+    for it in items:
+        if it.array is None or it.array.dtype not in _FLOAT8_DTYPES:
+            continue
+        # the scale in the same file, else anywhere in the checkpoint (another shard)
+        found = [it.name + s for s in SCALE_SUFFIXES if (it.file, it.name + s) in in_file]
+        found = found or [it.name + s for s in SCALE_SUFFIXES if it.name + s in by_name]
+        if len(found) > 1:
+            raise StudyInputError(
+                f"{it.file}: float8 tensor {short_name(it.name)} has both "
+                f"{' and '.join(short_name(f) for f in found)}; which scale applies is ambiguous"
+            )
+        if found:
+            companions[it.file, it.name] = found[0]
+    used = set(companions.values())
+    out: list[tuple[_Item, Any, str | None, str]] = []
+    for it in items:
+        arr = it.array
+        stem = _scale_stem(it.name)
+        if it.name in used or (stem is not None and (has_float8 or stem in by_name)):
+            out.append((it, None, None, "scale"))
+        elif arr is not None and arr.dtype in _FLOAT8_DTYPES:
+            sname = companions.get((it.file, it.name))
+            scale = None
+            if sname is not None:
+                s_it = in_file.get((it.file, sname)) or by_name[sname]
+                if s_it.array is None or np.dtype(s_it.array.dtype) not in _SCALE_DTYPES:
+                    raise StudyInputError(
+                        f"{s_it.file}: scale tensor {short_name(sname)} has dtype {s_it.dtype}; "
+                        "a scale is float32, float16, bfloat16, float64 or float8_e8m0fnu"
+                    )
+                scale = s_it.array
+                if scale_blocks(arr.shape, scale.shape) is None:
+                    raise StudyInputError(
+                        f"{it.file}: scale tensor {short_name(sname)} of shape "
+                        f"{list(scale.shape)} does not fit float8 tensor {short_name(it.name)} "
+                        f"of shape {list(arr.shape)} (per tensor, per channel or per block)"
+                    )
+            out.append((it, ScaledFloat8(arr, scale, sname), sname, ""))
+        elif _is_float(arr):
+            out.append((it, arr, None, ""))
+        else:
+            out.append((it, None, None, it.dtype))
+    return out
+
+
+def load_inputs(
+    paths: Sequence[str | os.PathLike],
+    *,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> StudyInputs:
+    """Find the tensors to study in files, directories and sharded checkpoints.
+
+    Parameters
+    ----------
+    paths : sequence of str or path-like
+        ``.npy``, ``.npz``, ``.safetensors`` files, ``*.safetensors.index.json`` indexes and
+        directories (their index files, else their ``.safetensors``, ``.npz`` and ``.npy``
+        files), in any mix.
+    include, exclude : sequence of str
+        Glob patterns (:func:`fnmatch.fnmatchcase`; ``*`` also matches dots) on the tensor
+        names: with ``include``, only tensors matching one of them are studied; tensors
+        matching one of ``exclude`` are not.
+
+    Returns
+    -------
+    StudyInputs
+        Tensors named as in their checkpoint, in :func:`checkpoint_order` of the names as
+        the inputs list them (in the order given); a name found in several files is
+        prefixed ``FILE:``.  A float8 tensor's scale is looked for in its file, then in
+        every input.
+
+    Raises
+    ------
+    StudyInputError
+        One line for a missing, unreadable or malformed file, a scale that does not fit, or
+        when no tensor is left to study.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> np.savez(d / "m.npz", **{"layers.10.w": np.ones(2), "layers.9.w": np.ones(2),
+    ...                          "ids": np.arange(2)})
+    >>> got = load_inputs([d])
+    >>> list(got.tensors), got.skipped
+    (['layers.9.w', 'layers.10.w'], {'ids': 'int64'})
+    """
+    items: list[_Item] = []
+    seen_files: set[Path] = set()
+    for arg in paths:
+        for f in _expand(arg):
+            key = f.resolve()
+            if key in seen_files:  # the same file named twice (a directory and its shard)
+                continue
+            seen_files.add(key)
+            try:
+                items += _read_file(f)
+            except OSError as exc:
+                raise StudyInputError(f"{f}: {exc.strerror or exc}") from None
+    count: dict[str, int] = {}
+    for it in items:
+        count[it.name] = count.get(it.name, 0) + 1
+    tensors: dict[str, Any] = {}
+    files: dict[str, str] = {}
+    scales: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    by_name: dict[str, list[tuple[_Item, Any, str | None, str]]] = {}
+    for entry in _group(items):
+        by_name.setdefault(entry[0].name, []).append(entry)
+    for name in checkpoint_order(list(by_name)):
+        for it, arr, sname, reason in by_name[name]:
+            label = name if count[name] == 1 else f"{it.file}:{name}"
+            if arr is None:
+                skipped[label] = reason
+            elif include and not any(fnmatch.fnmatchcase(name, g) for g in include):
+                skipped[label] = "not included"
+            elif any(fnmatch.fnmatchcase(name, g) for g in exclude):
+                skipped[label] = "excluded"
+            else:
+                tensors[label] = arr
+                files[label] = it.file
+                if sname is not None:
+                    scales[label] = sname
+    if not tensors:
+        where = ", ".join(str(p) for p in paths)
+        what = (
+            "no tensors match the --include/--exclude filters"
+            if (include or exclude)
+            and any(r in ("not included", "excluded") for r in skipped.values())
+            else ("no floating-point tensors (float16, bfloat16, float32, float64, float8)")
+        )
+        kinds = sorted({r for r in skipped.values()})
+        raise StudyInputError(
+            f"{where}: {what}" + (f"; skipped: {', '.join(kinds)}" if kinds else "")
+        )
+    return StudyInputs(tensors, files, scales, skipped)
 
 
 def load_tensors(
@@ -128,7 +747,7 @@ def load_tensors(
 
     ``.npy``: one tensor named after the file's stem; ``.npz`` and ``.safetensors``: every
     float16, bfloat16, float32 and float64 array, by key (others are skipped).  Names get
-    ``prefix`` in front.
+    ``prefix`` in front.  (:func:`load_inputs` reads checkpoints, float8 and directories.)
 
     Raises
     ------
@@ -141,23 +760,17 @@ def load_tensors(
     if p.is_dir():
         raise StudyInputError(f"{p}: is a directory, not a file")
     suffix = p.suffix.lower()
-    if suffix not in SUFFIXES:
+    if suffix not in (".npy", ".npz", ".safetensors"):
         raise StudyInputError(
-            f"{p}: unsupported file type {p.suffix or '(none)'!r}; expected {', '.join(SUFFIXES)}"
+            f"{p}: unsupported file type {p.suffix or '(none)'!r}; expected .npy, .npz, "
+            ".safetensors"
         )
     try:
-        if suffix == ".npy":
-            try:
-                arr = np.load(p, mmap_mode="r", allow_pickle=False)
-            except ValueError as exc:
-                raise StudyInputError(f"{p}: cannot read as .npy ({exc})") from None
-            tensors, skipped = _float_arrays([(p.stem, arr)])
-        elif suffix == ".npz":
-            tensors, skipped = _float_arrays(_npz_items(p))
-        else:
-            tensors, skipped = read_safetensors(p)
+        items = _read_file(p)
     except OSError as exc:
         raise StudyInputError(f"{p}: {exc.strerror or exc}") from None
+    tensors = {it.name: it.array for it in items if _is_float(it.array)}
+    skipped = [it.name for it in items if it.name not in tensors]
     if not tensors:
         raise StudyInputError(
             f"{p}: no floating-point tensors (float16, bfloat16, float32, float64)"

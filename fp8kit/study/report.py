@@ -6,7 +6,7 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .sweep import SweepRow
@@ -107,20 +107,34 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def to_json(rows: Sequence[SweepRow], **extra: Any) -> str:
-    """JSON text: ``{**extra, "rows": [row.as_dict(), ...]}``.  JSON has no Inf or NaN:
-    those floats are written as the strings ``"inf"``, ``"-inf"`` and ``"nan"``."""
-    doc = {**extra, "rows": [r.as_dict() for r in rows]}
+def _row_dict(row: SweepRow, files: Mapping[str, str] | None) -> dict[str, Any]:
+    d = row.as_dict()
+    if files is None:
+        return d
+    out = {"tensor": d.pop("tensor"), "file": files.get(row.tensor, "")}
+    out.update(d)
+    return out
+
+
+def to_json(
+    rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None, **extra: Any
+) -> str:
+    """JSON text: ``{**extra, "rows": [row.as_dict(), ...]}``, each row with a ``"file"``
+    field after ``"tensor"`` when ``files`` maps tensor names to the files (shards) they were
+    read from.  JSON has no Inf or NaN: those floats are written as the strings ``"inf"``,
+    ``"-inf"`` and ``"nan"``."""
+    doc = {**extra, "rows": [_row_dict(r, files) for r in rows]}
     return json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n"
 
 
-def to_csv(rows: Sequence[SweepRow]) -> str:
+def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) -> str:
     """CSV text, one line per row with the fields of :meth:`SweepRow.as_dict` (shape as
-    ``AxB``, notes joined by ``"; "``, floats in full precision, ``inf``/``nan`` as such)."""
+    ``AxB``, notes joined by ``"; "``, floats in full precision, ``inf``/``nan`` as such),
+    and a ``file`` column after ``tensor`` when ``files`` maps tensor names to files."""
     buf = io.StringIO()
     writer = None
     for r in rows:
-        d = r.as_dict()
+        d = _row_dict(r, files)
         d["shape"] = "x".join(str(n) for n in r.shape)
         d["notes"] = "; ".join(r.notes)
         d = {k: ("" if v is None else v) for k, v in d.items()}
