@@ -253,9 +253,9 @@ def _bars(fig, ax, by, formats, scalings) -> None:
     ax.set_xlim(-0.55, nf - 0.45)
     ax.set_ylabel("SQNR (dB), all tensors pooled")
     ax.set_title("SQNR per format and scaling", fontsize=10)
-    ax.legend(loc="upper center", ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5, frameon=False,
-              title="scaling (hatched, to inf: no error)" if np.isposinf(vals).any()
-              else "scaling", title_fontsize=7.5,
+    ax.legend(loc="upper center", ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5,
+              frameon=False, title="scaling (hatched, to inf: no error)"
+              if np.isposinf(vals).any() else "scaling", title_fontsize=7.5,
               borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)  # fmt: skip
 
 

@@ -54,9 +54,14 @@ def _si(n: float) -> str:
 
 
 def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters in the middle (a tensor name's start and its
+    format and scaling at the end stay)."""
     if len(text) <= width:
         return text
-    return "" if width < 2 else "…" + text[-(width - 1) :]
+    if width < 2:
+        return ""
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 class _PlainBar:
@@ -88,7 +93,7 @@ class _PlainBar:
         filled = int(cells * frac)
         line = head + "#" * filled + " " * (cells - filled) + tail
         room = self.width - 1 - len(line) - 1
-        if room > 3 and self.label:
+        if room >= 16 and self.label:
             line += " " + _fit(self.label, room)
         line = line[: self.width - 1]
         self.stream.write("\r" + line + " " * max(0, self._last_len - len(line)))
@@ -177,8 +182,8 @@ class StudyProgress:
             dynamic_ncols=resizable,
             ncols=None if resizable else width - 1,
             leave=True,
-            bar_format="{desc}: {percentage:3.0f}%|{bar:%d}| {n_fmt}/{total_fmt} "
-            "[{elapsed}<{remaining}]{postfix}" % max(5, min(30, width - 55)),
+            bar_format="{desc}: {percentage:3.0f}%|{bar:CELLS}| {n_fmt}/{total_fmt} el "
+            "[{elapsed}<{remaining}]{postfix}".replace("CELLS", str(max(5, min(30, width - 55)))),
         )
         self._width = width
 
@@ -199,8 +204,8 @@ class StudyProgress:
             return
         if hasattr(self._bar, "set_postfix_str"):  # tqdm
             ncols = getattr(self._bar, "ncols", None) or self._width
-            room = max(0, ncols - 70)
-            self._bar.set_postfix_str(_fit(label, room) if room > 3 else "", refresh=False)
+            room = ncols - 62
+            self._bar.set_postfix_str(_fit(label, room) if room >= 16 else "", refresh=False)
             self._bar.update(elements)
         else:
             self._bar.update(elements, label)

@@ -410,8 +410,7 @@ def format_report(
     elements = sum(s.metrics.count for s in summary[:1])
     what = "tensor" if ntensors == 1 else "tensors"
     parts.append(
-        f"\nSummary: all {ntensors} {what} pooled ({elements:,} elements) per format and "
-        "scaling; SQNR = 10 log10(sum x^2 / sum (q - x)^2) over every element:\n"
+        f"\nSummary: all {ntensors} {what} pooled ({elements:,} elements; SQNR over all of them):\n"
     )
     parts.append(format_summary(summary, markdown=markdown))
     return "\n".join(parts)
