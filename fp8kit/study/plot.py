@@ -331,24 +331,30 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
             parts.setdefault(where[group[r.tensor]], []).append(r)
         for j, rs in parts.items():
             grid[k, j] = _pooled_sqnr(rs)
-    finite = grid[np.isfinite(grid)]
-    vmin = float(finite.min()) if finite.size else 0.0
-    vmax = float(finite.max()) if finite.size else 1.0
-    if vmax - vmin < 1.0:
-        vmin, vmax = vmin - 0.5, vmax + 0.5
-    cmap = colormaps["viridis"].with_extremes(bad="0.82", over="white", under="black")
-    shown = np.where(np.isposinf(grid), vmax + 1, np.where(np.isneginf(grid), vmin - 1, grid))
-    im = ax.imshow(shown, aspect="auto", cmap=cmap, vmin=vmin, vmax=vmax,
+    # colour: a cell's SQNR against its row's (every tensor pooled), so that the weak
+    # layers of every format stand out whatever the format's own level
+    row_db = np.array([_pooled_sqnr(by.get(c, [])) for c in combos])
+    with np.errstate(invalid="ignore"):
+        dev = grid - row_db[:, None]
+    finite = dev[np.isfinite(dev)]
+    # the range covers 95% of the cells (at least +-1 dB); the rest saturate (arrows)
+    spread = np.abs(finite)
+    lim = max(1.0, float(np.quantile(spread, 0.95)) if finite.size else 1.0)
+    beyond = bool(finite.size) and float(spread.max()) > lim
+    base = colormaps["RdBu"]
+    cmap = base.with_extremes(bad="0.82", under=base(0.0), over=base(1.0))
+    shown = np.where(np.isinf(grid), np.nan, dev)
+    im = ax.imshow(shown, aspect="auto", cmap=cmap, vmin=-lim, vmax=lim,
                    interpolation="nearest")  # fmt: skip
     for k, j in zip(*np.nonzero(np.isposinf(grid)), strict=True):
-        ax.add_patch(Rectangle((j - 0.5, k - 0.5), 1, 1, fill=False, hatch="///",
+        ax.add_patch(Rectangle((j - 0.5, k - 0.5), 1, 1, facecolor="white", hatch="///",
                                edgecolor="0.6", linewidth=0))  # fmt: skip
+    for k, j in zip(*np.nonzero(np.isneginf(grid)), strict=True):
+        ax.add_patch(Rectangle((j - 0.5, k - 0.5), 1, 1, facecolor="black", linewidth=0))
     has_inf, has_nan = bool(np.isposinf(grid).any()), bool(np.isnan(grid).any())
-    extend = {(False, False): "neither", (True, False): "max", (False, True): "min"}.get(
-        (has_inf, bool(np.isneginf(grid).any())), "both"
-    )
+    extend = "both" if beyond else "neither"
     cbar = sub.colorbar(im, ax=ax, extend=extend, fraction=0.04, pad=0.01)
-    cbar.set_label("SQNR (dB)", fontsize=8)
+    cbar.set_label("dB against the row's SQNR\n(all tensors pooled)", fontsize=8)
     cbar.ax.tick_params(labelsize=7)
 
     fig.draw_without_rendering()
@@ -356,7 +362,9 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
     cell_w = box.width * 72 / fig.dpi / max(1, len(cols))
     cell_h = box.height * 72 / fig.dpi / max(1, len(combos))
     ysize = float(np.clip(cell_h / 1.35, 4.5, 8.0))
-    ax.set_yticks(np.arange(len(combos)), [f"{f} · {s}" for f, s in combos], fontsize=ysize)
+    ax.set_yticks(np.arange(len(combos)),
+                  [f"{f} · {s}: {_fmt_db(v)} dB" for (f, s), v in zip(combos, row_db, strict=True)],
+                  fontsize=ysize)  # fmt: skip
     layered = xlabel != "tensor"
     xsize = 7.5
     if layered:
@@ -378,8 +386,10 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
         notes.append("white, hatched: inf (no error)")
     if has_nan:
         notes.append("grey: nothing compared")
+    if np.isneginf(grid).any():
+        notes.append("black: -inf")
     what = "layer" if layered else "tensor"
-    ax.set_title(f"SQNR per {what} and (format · scaling)"
+    ax.set_title(f"SQNR per {what} (dB; colour: against its row's pooled SQNR, red below)"
                  + (f"   [{'; '.join(notes)}]" if notes else ""), fontsize=10)  # fmt: skip
     # the values themselves where a cell has room for them
     if cell_w >= 4 * 0.6 * 7 + 3 and cell_h >= 7 * 1.25:
@@ -387,8 +397,10 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
         norm = im.norm
         for k in range(len(combos)):
             for j in range(len(cols)):
-                v = grid[k, j]
-                color = "black" if not math.isfinite(v) else _ink(cmap(norm(v)))
+                v, d = grid[k, j], dev[k, j]
+                color = _ink(cmap(norm(d))) if math.isfinite(d) else "black"
+                if math.isinf(v) and v < 0:
+                    color = "white"
                 ax.text(j, k, _fmt_db(v), ha="center", va="center", fontsize=size,
                         color=color)  # fmt: skip
 
