@@ -293,7 +293,11 @@ def test_figure_of_a_model_with_layers():
             (r.format, r.scaling)]  # fmt: skip
     k = SIX.index(r.format) * 3 + FIVE[1:4].index(r.scaling)
     want = ErrorMetrics.pooled([x.metrics for x in pair]).sqnr_db
-    assert image[k, 7] == pytest.approx(want)
+    row = [x for x in rows if (x.format, x.scaling) == (r.format, r.scaling)]
+    pooled = ErrorMetrics.pooled([x.metrics for x in row]).sqnr_db
+    assert image[k, 7] == pytest.approx(want - pooled)  # colour: against the row's SQNR
+    ylabels = [t.get_text() for t in heat.get_yticklabels()]
+    assert ylabels[k] == f"{r.format} · {r.scaling}: {pooled:.1f} dB"
 
 
 @pytest.mark.parametrize("suffix, magic", [(".pdf", b"%PDF"), (".svg", b"<?xml"),
