@@ -393,3 +393,14 @@ def test_progress_waits_for_its_delay():
     bar(1, 1, "w f s")
     bar.close()
     assert stream.getvalue() == ""  # a study shorter than the delay prints no bar
+
+
+def test_readme_puts_the_users_two_commands_first():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    first = re.search(r"```bash\n(.*?)```", readme, re.S)
+    lines = first[1].strip().splitlines()
+    assert lines[0] == "python -m pip install -e ."
+    assert re.fullmatch(r"fp8kit study \S+\.safetensors", lines[1])
+    assert first.start() < readme.index("<!-- ci:commands -->")
