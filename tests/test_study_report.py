@@ -404,3 +404,10 @@ def test_readme_puts_the_users_two_commands_first():
     assert lines[0] == "python -m pip install -e ."
     assert re.fullmatch(r"fp8kit study \S+\.safetensors", lines[1])
     assert first.start() < readme.index("<!-- ci:commands -->")
+
+
+def test_summarize_and_worst_refuse_other_items():
+    with pytest.raises(TypeError, match="summarize: rows must be SweepRow items; got dict"):
+        study.summarize([{}])
+    with pytest.raises(TypeError, match="worst: rows must be SweepRow items; got str"):
+        report.worst(["x"], 1)

@@ -221,10 +221,12 @@ class SummaryRow:
         return d
 
 
-def _groups(rows: Iterable[SweepRow]) -> dict[tuple[str, str], list[SweepRow]]:
+def _groups(rows: Iterable[SweepRow], caller: str) -> dict[tuple[str, str], list[SweepRow]]:
     """Rows by (format, scaling), in order of first appearance (formats first)."""
     by: dict[tuple[str, str], list[SweepRow]] = {}
     for r in rows:
+        if not isinstance(r, SweepRow):
+            raise TypeError(f"{caller}: rows must be SweepRow items; got {type(r).__name__}")
         by.setdefault((r.format, r.scaling), []).append(r)
     formats = list(dict.fromkeys(f for f, _ in by))
     scalings = list(dict.fromkeys(s for _, s in by))
@@ -250,6 +252,11 @@ def summarize(rows: Iterable[SweepRow]) -> list[SummaryRow]:
     list of SummaryRow
         Ordered by format, then scaling, each in order of first appearance.
 
+    Raises
+    ------
+    TypeError
+        If an item is not a SweepRow.
+
     Examples
     --------
     >>> import numpy as np
@@ -259,7 +266,7 @@ def summarize(rows: Iterable[SweepRow]) -> list[SummaryRow]:
     [('float8_e4m3fn', 'tensor', 3)]
     """
     out = []
-    for (fmt, scaling), group in _groups(rows).items():
+    for (fmt, scaling), group in _groups(rows, "summarize").items():
         ranked = [r for r in group if not math.isnan(r.metrics.sqnr_db)]
         worst_row = min(ranked, key=_sqnr_key) if ranked else None
         out.append(
@@ -296,6 +303,8 @@ def worst(rows: Iterable[SweepRow], n: int) -> list[SweepRow]:
     ------
     ValueError
         If ``n`` is less than 1.
+    TypeError
+        If an item is not a SweepRow.
 
     Examples
     --------
@@ -309,7 +318,7 @@ def worst(rows: Iterable[SweepRow], n: int) -> list[SweepRow]:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"worst: n must be an int >= 1; got {n!r}")
     out: list[SweepRow] = []
-    for group in _groups(rows).values():
+    for group in _groups(rows, "worst").values():
         out += sorted(group, key=_sqnr_key)[:n]
     return out
 
