@@ -411,3 +411,31 @@ def test_summarize_and_worst_refuse_other_items():
         study.summarize([{}])
     with pytest.raises(TypeError, match="worst: rows must be SweepRow items; got str"):
         report.worst(["x"], 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "names, formats, scalings",
+    [
+        pytest.param(["a", "b"], "all", FIVE, id="every-format-x5"),
+        pytest.param(
+            [f"tensor_{i}_{'x' * (i % 30)}" for i in range(200)],
+            SIX[:2],
+            FIVE[1:2],
+            id="200-unnumbered-tensors",
+        ),  # fmt: skip
+        pytest.param(
+            [f"h.{i}.w" for i in range(100)] + ["wte"], SIX[:2], FIVE[:4], id="100-layers"
+        ),  # fmt: skip
+        pytest.param(["a"], SIX[:2], [f"block:{2**k}" for k in range(1, 13)], id="12-scalings"),
+    ],
+)
+def test_figure_no_overlap_at_scale(names, formats, scalings):
+    pytest.importorskip("matplotlib")
+    import fp8kit
+    from fp8kit.study.plot import study_figure
+
+    formats = fp8kit.registered_formats() if formats == "all" else formats
+    fig = study_figure(fake_rows(names, formats, scalings), small_data(), title="at scale")
+    _, bad, outside = overlapping(fig)
+    assert bad == [] and outside == []

@@ -167,6 +167,9 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     rug_h = 0.28 * nf + 0.75
     top_h = max(4.4, 2.9 + rug_h)
     heat_h = max(2.6, 0.15 * nf * ns + 1.9)
+    cols, _, xlabel = _groups(rows)
+    if xlabel == "tensor":  # tensor names may stand up below the heat map: room for them
+        heat_h += min(28, max(len(c) for c in cols)) * 0.6 * 7.5 / 72
     fig = figure(figsize=(_WIDTH, top_h + heat_h + 0.5), layout="constrained", dpi=DPI)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -186,6 +189,18 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     _values(ax_hist, ax_rug, tensors, formats)
     _heat(fig, bottom, ax_heat, by, formats, scalings, rows)
     return fig
+
+
+def _overlapping(fig, texts) -> bool:
+    """Whether any two of ``texts`` overlap once the figure is laid out."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in texts if t.get_text()]
+    return any(
+        min(a.x1, b.x1) - max(a.x0, b.x0) > 0 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+    )
 
 
 def _colors(n: int) -> list:
@@ -212,7 +227,8 @@ def _bars(fig, ax, by, formats, scalings) -> None:
     top = (inf_level - lo) / (1 - room) + lo
     ax.set_ylim(lo, top)
     bar_pt = box.width * 72 / fig.dpi * width / (nf + 0.2)
-    size = float(np.clip(bar_pt / 1.35, 4.5, 8.0))
+    size = min(8.0, bar_pt / 1.35)
+    labelled = size >= 4.5  # narrower bars get no value labels (the table has them)
     per_pt = (top - lo) / max(h_pt, 1)  # data units per point
     for j, s in enumerate(scalings):
         xs = np.arange(nf) + (j - (ns - 1) / 2) * width
@@ -233,6 +249,8 @@ def _bars(fig, ax, by, formats, scalings) -> None:
                 ax.plot([x], [inf_level], marker="^", color=colors[j], markersize=5,
                         clip_on=False)  # fmt: skip
             h = b.get_height()
+            if not labelled:
+                continue
             if math.isinf(v) and v > 0:
                 ax.text(x, h - 8 * per_pt, text, rotation=90, ha="center", va="top",
                         fontsize=size, color=ink, bbox=dict(facecolor="white", alpha=0.85,
@@ -251,6 +269,8 @@ def _bars(fig, ax, by, formats, scalings) -> None:
     ax.axhline(0, color="0.3", linewidth=0.6)
     ax.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
     ax.set_xlim(-0.55, nf - 0.45)
+    if _overlapping(fig, ax.get_xticklabels()):  # too many formats side by side: stand up
+        ax.set_xticks(np.arange(nf), formats, fontsize=8, rotation=90)
     ax.set_ylabel("SQNR (dB), all tensors pooled")
     ax.set_title("SQNR per format and scaling", fontsize=10)
     ax.legend(loc="upper center", ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5,
