@@ -185,22 +185,15 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     by = {}
     for r in rows:
         by.setdefault((r.format, r.scaling), []).append(r)
-    _bars(fig, ax_bar, by, formats, scalings)
     _values(ax_hist, ax_rug, tensors, formats)
-    _heat(fig, bottom, ax_heat, by, formats, scalings, rows)
+    ax_bar.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
+    ax_bar.set_ylabel("SQNR (dB), all tensors pooled")
+    ax_bar.set_title("SQNR per format and scaling", fontsize=10)
+    heat = _heat_image(bottom, ax_heat, by, formats, scalings, rows, heat_h)
+    fig.draw_without_rendering()  # one layout: the sizes of the axes, in points
+    _bars(fig, ax_bar, by, formats, scalings)
+    _heat_labels(fig, ax_heat, heat)
     return fig
-
-
-def _overlapping(fig, texts) -> bool:
-    """Whether any two of ``texts`` overlap once the figure is laid out."""
-    fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
-    boxes = [t.get_window_extent(renderer) for t in texts if t.get_text()]
-    return any(
-        min(a.x1, b.x1) - max(a.x0, b.x0) > 0 and min(a.y1, b.y1) - max(a.y0, b.y0) > 0
-        for i, a in enumerate(boxes)
-        for b in boxes[i + 1 :]
-    )
 
 
 def _colors(n: int) -> list:
@@ -219,8 +212,7 @@ def _bars(fig, ax, by, formats, scalings) -> None:
     inf_level = max(hi, 1.0) * 1.12  # where an infinite SQNR's bar ends
     width = 0.8 / ns
     colors = _colors(ns)
-    fig.draw_without_rendering()  # lay out once: the axes' size in points
-    box = ax.get_window_extent()
+    box = ax.get_window_extent()  # laid out by the caller
     h_pt = box.height * 72 / fig.dpi
     legend_rows = 1 if ns <= 5 else 2
     room = (legend_rows * 13 + 24) / max(h_pt, 50)  # the legend's share of the height
@@ -267,10 +259,13 @@ def _bars(fig, ax, by, formats, scalings) -> None:
         ticks = [t for t in ax.get_yticks() if lo <= t <= inf_level - gap]
         ax.set_yticks([*ticks, inf_level], [f"{t:g}" for t in ticks] + ["inf"])
     ax.axhline(0, color="0.3", linewidth=0.6)
-    ax.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
-    ax.set_xlim(-0.55, nf - 0.45)
-    if _overlapping(fig, ax.get_xticklabels()):  # too many formats side by side: stand up
+    names = [_wrap_format(f) for f in formats]
+    widest = max(len(line) for n in names for line in n.split("\n")) * 0.62 * 8  # points
+    if widest > 0.95 * box.width * 72 / fig.dpi / nf:  # too many formats side by side: stand up
         ax.set_xticks(np.arange(nf), formats, fontsize=8, rotation=90)
+    else:
+        ax.set_xticks(np.arange(nf), names, fontsize=8)
+    ax.set_xlim(-0.55, nf - 0.45)
     ax.set_ylabel("SQNR (dB), all tensors pooled")
     ax.set_title("SQNR per format and scaling", fontsize=10)
     ax.legend(loc="upper center", ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5,
@@ -337,7 +332,9 @@ def _groups(rows: Sequence[SweepRow]) -> tuple[list[str], dict[str, str], str]:
     return names, {n: n for n in names}, "tensor"
 
 
-def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
+def _heat_image(sub, ax, by, formats, scalings, rows, height: float) -> dict:
+    """The heat map's image, colour bar and row labels; :func:`_heat_labels` adds the rest
+    once the figure is laid out."""
     from matplotlib import colormaps
     from matplotlib.patches import Rectangle
 
@@ -376,16 +373,31 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
     cbar = sub.colorbar(im, ax=ax, extend=extend, fraction=0.04, pad=0.01)
     cbar.set_label("dB against the row's SQNR\n(all tensors pooled)", fontsize=8)
     cbar.ax.tick_params(labelsize=7)
-
-    fig.draw_without_rendering()
-    box = ax.get_window_extent()
-    cell_w = box.width * 72 / fig.dpi / max(1, len(cols))
-    cell_h = box.height * 72 / fig.dpi / max(1, len(combos))
-    ysize = float(np.clip(cell_h / 1.35, 4.5, 8.0))
+    # row labels now (they set the left margin); their size from the expected row height
+    row_pt = max(1.0, (height - 1.4) * 72 / max(1, len(combos)))
+    ysize = float(np.clip(row_pt / 1.35, 4.5, 8.0))
     ax.set_yticks(np.arange(len(combos)),
                   [f"{f} · {s}: {_fmt_db(v)} dB" for (f, s), v in zip(combos, row_db, strict=True)],
                   fontsize=ysize)  # fmt: skip
     layered = xlabel != "tensor"
+    _heat_xticks(ax, cols, layered, (_WIDTH - 3.4) * 72 / max(1, len(cols)))  # expected width
+    ax.set_xlabel(xlabel, fontsize=8.5)
+    notes = []
+    if has_inf:
+        notes.append("white, hatched: inf (no error)")
+    if has_nan:
+        notes.append("grey: nothing compared")
+    if np.isneginf(grid).any():
+        notes.append("black: -inf")
+    what = "layer" if layered else "tensor"
+    ax.set_title(f"SQNR per {what} (dB; colour: against its row's pooled SQNR, red below)"
+                 + (f"   [{'; '.join(notes)}]" if notes else ""), fontsize=10)  # fmt: skip
+    return dict(cols=cols, combos=combos, xlabel=xlabel, grid=grid, dev=dev, cmap=cmap,
+                norm=im.norm, ysize=ysize)  # fmt: skip
+
+
+def _heat_xticks(ax, cols: list[str], layered: bool, cell_w: float) -> None:
+    """Column labels, thinned to every k-th where cells are narrower than a label."""
     xsize = 7.5
     if layered:
         step = max(1, math.ceil(xsize * 2.6 / max(cell_w, 1e-9)))  # up to 3 digits + gap
@@ -400,21 +412,21 @@ def _heat(fig, sub, ax, by, formats, scalings, rows) -> None:
         ax.set_xticks(ticks, [_short(cols[j], 28) for j in ticks], fontsize=xsize,
                       rotation=90 if rotate else 0)  # fmt: skip
     ax.tick_params(length=2)
-    ax.set_xlabel(xlabel, fontsize=8.5)
-    notes = []
-    if has_inf:
-        notes.append("white, hatched: inf (no error)")
-    if has_nan:
-        notes.append("grey: nothing compared")
-    if np.isneginf(grid).any():
-        notes.append("black: -inf")
-    what = "layer" if layered else "tensor"
-    ax.set_title(f"SQNR per {what} (dB; colour: against its row's pooled SQNR, red below)"
-                 + (f"   [{'; '.join(notes)}]" if notes else ""), fontsize=10)  # fmt: skip
+
+
+def _heat_labels(fig, ax, heat: dict) -> None:
+    cols, combos, xlabel = heat["cols"], heat["combos"], heat["xlabel"]
+    grid, dev, cmap, norm = heat["grid"], heat["dev"], heat["cmap"], heat["norm"]
+    box = ax.get_window_extent()  # laid out by the caller
+    cell_w = box.width * 72 / fig.dpi / max(1, len(cols))
+    cell_h = box.height * 72 / fig.dpi / max(1, len(combos))
+    if cell_h < heat["ysize"] * 1.3:  # fewer points per row than expected
+        for t in ax.get_yticklabels():
+            t.set_fontsize(max(4.5, cell_h / 1.35))
+    _heat_xticks(ax, cols, xlabel != "tensor", cell_w)
     # the values themselves where a cell has room for them
     if cell_w >= 4 * 0.6 * 7 + 3 and cell_h >= 7 * 1.25:
         size = min(7.0, cell_h / 1.4, (cell_w - 3) / (0.6 * 4.5))
-        norm = im.norm
         for k in range(len(combos)):
             for j in range(len(cols)):
                 v, d = grid[k, j], dev[k, j]
