@@ -7,7 +7,6 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
 
 from . import __version__
 from ._parallel import num_threads
@@ -59,42 +58,21 @@ columns:
   scale     the multiplier (a range when there are several)
   NaN and Inf inputs are counted (notes) and left out of every figure.
 
+summary:
+  The table ends with one line per format and scaling with every tensor pooled: SQNR
+  10 log10(sum x^2 / sum (q - x)^2) over all elements of all tensors, the shares of
+  saturated, flushed and subnormal values among all elements, and the worst tensor (lowest
+  SQNR).  --top N prints the N worst tensors of each format and scaling instead of every
+  row.  --json has the summary under "summary"; --csv has its lines after the rows, marked
+  summary in the first column, kind.
+
 exit status: 0 on success, 1 for a bad file, format or scaling, 2 for a usage error.
 
 examples:
   fp8kit study
   fp8kit study path/to/checkpoint/ --exclude '*norm*' --csv results.csv
   fp8kit study weights.npy --formats float8_e4m3fn float8_e5m2 --scaling tensor channel block:32
-  fp8kit study model.safetensors --plot errors.png --json results.json"""
-
-
-class ProgressBar:
-    """A one-line progress bar on a stream, shown once a sweep has run for ``delay``
-    seconds (immediately with ``delay=0``), and only if ``enabled``."""
-
-    def __init__(self, stream: TextIO, enabled: bool, delay: float = 1.0, width: int = 24):
-        self.stream, self.enabled, self.delay, self.width = stream, enabled, delay, width
-        self.start = time.monotonic()
-        self.shown = False
-        self._last = 0
-
-    def __call__(self, done: int, total: int, label: str) -> None:
-        if not self.enabled:
-            return
-        if not self.shown and time.monotonic() - self.start < self.delay:
-            return
-        filled = self.width * done // max(total, 1)
-        line = f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label}"
-        pad = max(0, self._last - len(line))
-        self.stream.write(line + " " * pad)
-        self.stream.flush()
-        self._last = len(line)
-        self.shown = True
-
-    def close(self) -> None:
-        if self.shown:
-            self.stream.write("\n")
-            self.stream.flush()
+  fp8kit study model.safetensors --top 5 --plot report.pdf --json results.json"""
 
 
 def _positive_int(text: str) -> int:
@@ -147,18 +125,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pow2", action="store_true",
                    help="round amax-based scales down to powers of two")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="seed of the demo data (default 0)")
-    p.add_argument("--json", metavar="FILE", help="write the results as JSON")
-    p.add_argument("--csv", metavar="FILE", help="write the results as CSV")
-    p.add_argument("--plot", metavar="FILE.png",
-                   help="draw SQNR per format and scaling and the value histogram against "
-                   "each format's grid (needs matplotlib: pip install 'fp8kit[plot]')")  # fmt: skip
-    p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    # output: table, summary, files, figure, progress
+    p.add_argument("--json", metavar="FILE",
+                   help="write every row and the summary as JSON")  # fmt: skip
+    p.add_argument("--csv", metavar="FILE",
+                   help="write every row, then the summary lines, as CSV (column 'kind': "
+                   "tensor or summary)")  # fmt: skip
+    p.add_argument("--plot", metavar="FILE",
+                   help="draw the study figure: .png (200 dpi), .pdf or .svg (needs "
+                   "matplotlib: pip install 'fp8kit[plot]')")  # fmt: skip
+    p.add_argument("--top", type=_positive_int, metavar="N",
+                   help="print only the N tensors of lowest SQNR of each format and scaling "
+                   "(the files keep every row)")  # fmt: skip
+    p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads for large tensors (default: all)")  # fmt: skip
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show the progress bar on stderr (default: when stderr is "
-                     "a terminal and the sweep runs for more than a second)")  # fmt: skip
+                     "a terminal and the study runs for more than a second)")  # fmt: skip
     bar.add_argument("--no-progress", dest="progress", action="store_false",
                      help="never show the progress bar")  # fmt: skip
     return parser
@@ -200,22 +185,23 @@ def _study(args: argparse.Namespace) -> int:
     from . import study
     from .study import report
     from .study.io import StudyInputError
-    from .study.plot import PlotUnavailable, plot_study, require_matplotlib
+    from .study.plot import PlotUnavailable, check_plot_path, plot_study, require_matplotlib
+    from .study.progress import StudyProgress
 
     try:
         formats = [get_format(f).name for f in args.formats]
         specs = [study.parse_scaling(s).label for s in args.scaling]
         if args.plot:
-            require_matplotlib()  # fail before the sweep, not after it
+            check_plot_path(args.plot)  # fail before the sweep, not after it
+            require_matplotlib()
         tensors, inputs, source = _load(args)
         skipped = inputs.skipped if inputs is not None else {}
         if skipped:
             print(f"{PROG} study: {_skipped_line(skipped)}", file=sys.stderr)
-        bar = ProgressBar(
-            sys.stderr,
-            enabled=sys.stderr.isatty() if args.progress is None else args.progress,
+        bar = StudyProgress(
+            tensors, len(formats) * len(specs), stream=sys.stderr, enabled=args.progress,
             delay=1.0 if args.progress is None else 0.0,
-        )
+        )  # fmt: skip
         start = time.perf_counter()
         try:
             threads = num_threads(args.threads) if args.threads else contextlib.nullcontext()
@@ -228,7 +214,7 @@ def _study(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         seconds = time.perf_counter() - start
-        print(report.format_table(rows, markdown=args.markdown))
+        print(report.format_report(rows, top=args.top, markdown=args.markdown))
         settings = dict(
             fp8kit_version=__version__, source=source, formats=formats, scalings=specs,
             channel_axis=args.channel_axis, block_axis=args.block_axis, margin=args.margin,

@@ -199,11 +199,13 @@ def test_float8_study_runs_and_csv_has_file_column(tmp_path, capsys):
     assert err.splitlines() == [
         f"fp8kit study: skipped 2 tensors: 2 scale tensors ({scale_name}, w.input_scale)"
     ]
-    rows = list(csv.DictReader(io.StringIO(c.read_text())))
+    lines = list(csv.DictReader(io.StringIO(c.read_text())))
+    rows = [r for r in lines if r["kind"] == "tensor"]
     assert [(r["tensor"], r["file"]) for r in rows] == [
         (n, str(p)) for n in ("w.weight", "v", "norm")
     ]
-    assert list(rows[0])[:2] == ["tensor", "file"]
+    assert [r["file"] for r in lines if r["kind"] == "summary"] == [""]
+    assert list(rows[0])[:3] == ["kind", "tensor", "file"]
     doc = json.loads(j.read_text())
     assert doc["scales"] == {"w.weight": scale_name}
     assert doc["float8_dtypes"] == {"w.weight": "float8_e4m3fn", "v": "float8_e5m2"}
@@ -280,7 +282,8 @@ def test_cli_checkpoint_table(bf16_ckpt, capsys):
     code, out, err = run(capsys, d, "--exclude", "*norm*", "--include", "model.layers.*",
                          "--include", "lm_head*")  # fmt: skip
     assert code == 0 and err.startswith("fp8kit study: skipped 14 tensors: ")
-    names = [line.split()[0] for line in out.splitlines()[2:]]
+    table = out.split("\n\n")[0].splitlines()[2:]  # the model-level summary follows
+    names = [line.split()[0] for line in table]
     assert names == ["lm_head.weight"] + [
         f"model.layers.{i}.{m}.weight" for i in range(12) for m in MATMULS
     ]  # fmt: skip

@@ -20,8 +20,9 @@ def test_docs_tables_are_current():
     tables = gen.tables()
     assert set(tables) == set(re.findall(r"<!-- study:([\w-]+) -->", page))
     assert gen.fill(page, tables) == page, "run: python docs/make_study.py"
-    assert (DOCS / "study.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "](study.png)" in page
+    for figure in gen.FIGURES:
+        assert (DOCS / figure).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({figure})" in page
 
 
 def test_build_writes_page_and_figure(tmp_path):

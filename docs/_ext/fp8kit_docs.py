@@ -7,7 +7,7 @@ replaces every block by what the code generates now, so the site never shows a s
 
     python docs/_ext/fp8kit_docs.py     # rewrite the committed copies of every page
 
-(``python docs/make_study.py`` redraws the committed docs/study.png as well.)
+(``python docs/make_study.py`` redraws the committed figures docs/study*.png as well.)
 
 Block names:
 
@@ -50,7 +50,7 @@ from fp8kit import promotion, study  # noqa: E402
 from fp8kit.cast import ALL_CAST_TYPES, CAST_TYPES, MORE_CAST_TYPES  # noqa: E402
 
 BLOCK = re.compile(r"<!-- (?P<name>[^\s/]\S*) -->\n(?P<body>.*?)<!-- /(?P=name) -->", re.S)
-FIGURES = {"study.png"}  # drawn again at build time into _generated/
+FIGURES = {"study.png", "study_model.png"}  # drawn again at build time into _generated/
 
 
 @functools.cache
@@ -233,12 +233,7 @@ def pages() -> list[Path]:
 def draw_figures(outdir: Path) -> None:
     """Draw the figures of the pages into ``outdir`` (the worked study's)."""
     outdir.mkdir(parents=True, exist_ok=True)
-    gen = _make_study()
-    from fp8kit.study.plot import plot_study
-
-    tensors = study.demo_tensors(seed=0)
-    rows = study.sweep(tensors, gen.FORMATS, gen.SCALINGS)
-    plot_study(rows, tensors, outdir / "study.png", title="fp8kit study (built-in demo)")
+    _make_study().draw(outdir)  # the figures of docs/make_study.py (FIGURES)
 
 
 # ---------------------------------------------------------------------------- Sphinx hooks

@@ -3,10 +3,12 @@
 Metrics (:func:`error_metrics`), scaling recipes (:func:`scale_for`, :func:`mx_scales`,
 :class:`DelayedScaling`), scaled quantization through FakeConvert's fused kernel
 (:func:`quantize`) and sweeps over formats and recipes (:func:`sweep`), which the
-``fp8kit study`` command prints.
+``fp8kit study`` command prints; the model-level summary of a sweep (:func:`summarize`) and
+its rows as records (:func:`records`) or a pandas DataFrame (:func:`to_dataframe`).
 """
 
 from .metrics import ErrorMetrics, error_metrics
+from .report import SummaryRow, records, summarize, to_dataframe
 from .scaling import DelayedScaling, mx_scales, quantize, scale_for
 from .sweep import Scaling, SweepRow, demo_tensors, parse_scaling, sweep
 
@@ -14,12 +16,16 @@ __all__ = [
     "DelayedScaling",
     "ErrorMetrics",
     "Scaling",
+    "SummaryRow",
     "SweepRow",
     "demo_tensors",
     "error_metrics",
     "mx_scales",
     "parse_scaling",
     "quantize",
+    "records",
     "scale_for",
+    "summarize",
     "sweep",
+    "to_dataframe",
 ]

@@ -1,10 +1,20 @@
-"""The study figure (matplotlib, an optional extra: ``pip install 'fp8kit[plot]'``)."""
+"""The study figure (matplotlib, an optional extra: ``pip install 'fp8kit[plot]'``).
+
+Three panels, sized for any number of formats, scalings and tensors: the SQNR of every
+format and scaling with all tensors pooled (bars from 0; an infinite SQNR reaches a marked
+``inf`` level), the values of the data against each format's representable values (a
+histogram above, one row of ticks per format below), and the SQNR per layer (a heat map of
+formats and scalings against the layer index found in the tensor names, or against the
+tensors when they have none).
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -13,10 +23,23 @@ from ..formats import get_format
 from .metrics import ErrorMetrics
 from .sweep import SweepRow
 
-__all__ = ["PlotUnavailable", "plot_study", "positive_grid", "require_matplotlib"]
+__all__ = [
+    "PlotUnavailable",
+    "check_plot_path",
+    "layer_index",
+    "plot_study",
+    "positive_grid",
+    "require_matplotlib",
+    "study_figure",
+]
 
 _SAMPLE = 1 << 18  # values per tensor in the histogram ...
 _TOTAL = 1 << 21  # ... and in all (a model of many tensors gets fewer per tensor)
+#: The file types of :func:`plot_study`, by extension.
+EXTENSIONS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+DPI = 200
+_WIDTH = 12.0  # inches
+_LEFT_LIMIT = -40.0  # log2(v / max): float16's grid ends at -40; wider grids are cut there
 
 
 class PlotUnavailable(ImportError):
@@ -32,11 +55,53 @@ def require_matplotlib():
     return Figure
 
 
+def check_plot_path(path: str | os.PathLike) -> str:
+    """The file type of a figure path from its extension: ``png``, ``pdf`` or ``svg``.
+
+    Raises
+    ------
+    ValueError
+        For any other extension (the message lists the supported ones).
+
+    Examples
+    --------
+    >>> from fp8kit.study.plot import check_plot_path
+    >>> check_plot_path("report/study.PDF")
+    'pdf'
+    """
+    suffix = Path(os.fspath(path)).suffix.lower()
+    if suffix not in EXTENSIONS:
+        raise ValueError(
+            f"plot path {os.fspath(path)!r} has extension {suffix or '(none)'!r}; "
+            f"supported: {', '.join(EXTENSIONS)}"
+        )
+    return EXTENSIONS[suffix]
+
+
 def positive_grid(fmt) -> np.ndarray:
     """The positive finite values of a format, ascending (from its decode table)."""
     codes = np.arange(1 << fmt.bits, dtype=fmt.code_dtype)
     values = decode(codes, fmt, dtype=np.float64)
     return np.unique(values[np.isfinite(values) & (values > 0)])
+
+
+_LAYER = re.compile(r"(?:^|[._/])(\d+)(?=[._/]|$)")
+
+
+def layer_index(name: str) -> int | None:
+    """The layer number of a tensor name: its first all-digit component (between dots,
+    slashes or underscores), after the last ``:`` (a file prefix); None if it has none.
+
+    Examples
+    --------
+    >>> from fp8kit.study.plot import layer_index
+    >>> layer_index("model.layers.12.mlp.up_proj.weight"), layer_index("encoder.layer.3.q")
+    (12, 3)
+    >>> layer_index("model.embed_tokens.weight") is None
+    True
+    """
+    m = _LAYER.search(name.rsplit(":", 1)[-1])
+    return None if m is None else int(m.group(1))
 
 
 def _relative_log2(tensors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, int]:
@@ -54,72 +119,364 @@ def _relative_log2(tensors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, int]:
     return (np.concatenate(parts) if parts else np.zeros(0)), zeros
 
 
+def _pooled_sqnr(rows: Sequence[SweepRow]) -> float:
+    return ErrorMetrics.pooled([r.metrics for r in rows]).sqnr_db if rows else math.nan
+
+
+def _fmt_db(v: float) -> str:
+    if math.isnan(v):
+        return "n/a"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.1f}"
+
+
+def _ink(color) -> str:
+    """Black or white, whichever reads better on ``color``."""
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(color)
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n // 2 - 1] + "…" + text[-(n - n // 2) :]
+
+
+def _wrap_format(name: str) -> str:
+    head, sep, tail = name.partition("_")
+    return f"{head}\n{tail}" if sep and tail else name
+
+
+def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *, title=None):
+    """The study figure as a matplotlib Figure (laid out, not saved); see :func:`plot_study`.
+
+    Raises
+    ------
+    PlotUnavailable
+        If matplotlib is not installed.
+    ValueError
+        If ``rows`` is empty.
+    """
+    figure = require_matplotlib()
+    if not rows:
+        raise ValueError("plot_study: rows must not be empty")
+    formats = list(dict.fromkeys(r.format for r in rows))
+    scalings = list(dict.fromkeys(r.scaling for r in rows))
+    nf, ns = len(formats), len(scalings)
+    rug_h = 0.28 * nf + 0.75
+    top_h = max(4.4, 2.9 + rug_h)
+    heat_h = max(2.6, 0.15 * nf * ns + 1.9)
+    cols, _, xlabel = _groups(rows)
+    if xlabel == "tensor":  # tensor names may stand up below the heat map: room for them
+        heat_h += min(28, max(len(c) for c in cols)) * 0.6 * 7.5 / 72
+    fig = figure(figsize=(_WIDTH, top_h + heat_h + 0.5), layout="constrained", dpi=DPI)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)  # a canvas with a renderer (text extents), without pyplot
+    if title:
+        fig.suptitle(title, fontsize=12)
+    top, bottom = fig.subfigures(2, 1, height_ratios=[top_h, heat_h])
+    gs = top.add_gridspec(2, 2, width_ratios=[1, 1.2], height_ratios=[2.9, rug_h])
+    ax_bar = top.add_subplot(gs[:, 0])
+    ax_hist = top.add_subplot(gs[0, 1])
+    ax_rug = top.add_subplot(gs[1, 1], sharex=ax_hist)
+    ax_heat = bottom.subplots()
+    by = {}
+    for r in rows:
+        by.setdefault((r.format, r.scaling), []).append(r)
+    _values(ax_hist, ax_rug, tensors, formats)
+    ax_bar.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
+    ax_bar.set_ylabel("SQNR (dB), all tensors pooled")
+    ax_bar.set_title("SQNR per format and scaling", fontsize=10)
+    heat = _heat_image(bottom, ax_heat, by, formats, scalings, rows, heat_h)
+    fig.draw_without_rendering()  # one layout: the sizes of the axes, in points
+    _bars(fig, ax_bar, by, formats, scalings)
+    _heat_labels(fig, ax_heat, heat)
+    return fig
+
+
+def _colors(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _bars(fig, ax, by, formats, scalings) -> None:
+    nf, ns = len(formats), len(scalings)
+    vals = np.array([[_pooled_sqnr(by.get((f, s), [])) for s in scalings] for f in formats])
+    finite = vals[np.isfinite(vals)]
+    hi = float(finite.max()) if finite.size else 30.0
+    lo = min(0.0, float(finite.min()) if finite.size else 0.0)
+    inf_level = max(hi, 1.0) * 1.12  # where an infinite SQNR's bar ends
+    width = 0.8 / ns
+    colors = _colors(ns)
+    box = ax.get_window_extent()  # laid out by the caller
+    h_pt = box.height * 72 / fig.dpi
+    legend_rows = 1 if ns <= 5 else 2
+    room = (legend_rows * 13 + 24) / max(h_pt, 50)  # the legend's share of the height
+    top = (inf_level - lo) / (1 - room) + lo
+    ax.set_ylim(lo, top)
+    bar_pt = box.width * 72 / fig.dpi * width / (nf + 0.2)
+    size = min(8.0, bar_pt / 1.35)
+    labelled = size >= 4.5  # narrower bars get no value labels (the table has them)
+    per_pt = (top - lo) / max(h_pt, 1)  # data units per point
+    for j, s in enumerate(scalings):
+        xs = np.arange(nf) + (j - (ns - 1) / 2) * width
+        col = vals[:, j]
+        shown = np.where(np.isinf(col), np.where(col > 0, inf_level, 0.0), col)
+        shown = np.nan_to_num(shown, nan=0.0)
+        bars = ax.bar(xs, shown, width * 0.92, label=s, color=colors[j])
+        for x, v, b in zip(xs, col, bars, strict=True):
+            text = _fmt_db(v)
+            length = (len(text) * 0.6 * size + 4) * per_pt  # rotated text, in data units
+            ink = _ink(colors[j])
+            if math.isinf(v) and v > 0:  # light, hatched, to the inf level, a triangle on top
+                b.set_facecolor((*colors[j][:3], 0.3))
+                b.set_hatch("////")
+                b.set_edgecolor(colors[j])
+                b.set_linewidth(0)
+                ink = "black"
+                ax.plot([x], [inf_level], marker="^", color=colors[j], markersize=5,
+                        clip_on=False)  # fmt: skip
+            h = b.get_height()
+            if not labelled:
+                continue
+            if math.isinf(v) and v > 0:
+                ax.text(x, h - 8 * per_pt, text, rotation=90, ha="center", va="top",
+                        fontsize=size, color=ink, bbox=dict(facecolor="white", alpha=0.85,
+                        edgecolor="none", pad=0.5))  # fmt: skip
+            elif h > length:
+                ax.text(x, h - 2 * per_pt, text, rotation=90, ha="center", va="top",
+                        fontsize=size, color=ink)  # fmt: skip
+            else:
+                ax.text(x, max(h, 0.0) + 2 * per_pt, text, rotation=90, ha="center",
+                        va="bottom", fontsize=size)  # fmt: skip
+    if np.isposinf(vals).any():  # the inf level gets its own tick, "inf"
+        ax.axhline(inf_level, color="0.5", linewidth=0.6, linestyle=":")
+        gap = 0.07 * (top - lo)
+        ticks = [t for t in ax.get_yticks() if lo <= t <= inf_level - gap]
+        ax.set_yticks([*ticks, inf_level], [f"{t:g}" for t in ticks] + ["inf"])
+    ax.axhline(0, color="0.3", linewidth=0.6)
+    names = [_wrap_format(f) for f in formats]
+    widest = max(len(line) for n in names for line in n.split("\n")) * 0.62 * 8  # points
+    if widest > 0.95 * box.width * 72 / fig.dpi / nf:  # too many formats side by side: stand up
+        ax.set_xticks(np.arange(nf), formats, fontsize=8, rotation=90)
+    else:
+        ax.set_xticks(np.arange(nf), names, fontsize=8)
+    ax.set_xlim(-0.55, nf - 0.45)
+    ax.set_ylabel("SQNR (dB), all tensors pooled")
+    ax.set_title("SQNR per format and scaling", fontsize=10)
+    ax.legend(loc="upper center", ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5,
+              frameon=False, title="scaling (hatched, to inf: no error)"
+              if np.isposinf(vals).any() else "scaling", title_fontsize=7.5,
+              borderaxespad=0.2, handlelength=1.2, columnspacing=1.0)  # fmt: skip
+
+
+def _values(ax_hist, ax_rug, tensors, formats) -> None:
+    rel, zeros = _relative_log2(tensors)
+    grids = {f: np.log2(positive_grid(get_format(f)) / get_format(f).max) for f in formats}
+    grid_lo = min(float(g.min()) for g in grids.values() if g.size)
+    data_lo = float(rel.min()) if rel.size else -8.0
+    left = math.floor(min(max(data_lo, -64.0), max(grid_lo, _LEFT_LIMIT))) - 1
+    below = int(np.count_nonzero(rel < left))
+    bins = np.arange(left, 0.5 + 1e-9, 0.125)
+    label = "data (sampled)"
+    extra = [f"{zeros:,} zeros"] if zeros else []
+    if below:
+        extra.append(f"{below:,} below {left}")
+    if extra:
+        label += ", not shown: " + ", ".join(extra)
+    ax_hist.hist(rel, bins=bins, color="0.55", label=label)
+    ax_hist.set_yscale("log")
+    ax_hist.set_ylim(bottom=0.7)
+    ax_hist.set_ylabel("values", fontsize=9)
+    ax_hist.set_title("The data's magnitudes against each format's values", fontsize=10)
+    ax_hist.legend(fontsize=7.5, loc="upper left", frameon=False)
+    ax_hist.tick_params(labelbottom=False, labelsize=8)
+    ax_hist.set_xlim(left, 0.5)
+    # one row of ticks per format; grids denser than 1/50 binade are thinned to that
+    labels = []
+    for i, f in enumerate(formats):
+        g = grids[f]
+        pos = np.unique(np.round(g[g >= left] * 50) / 50)
+        ax_rug.vlines(pos, i - 0.38, i + 0.38, colors="0.15", linewidth=0.5)
+        fmt = get_format(f)
+        if fmt.smallest_normal > fmt.smallest_subnormal:
+            sn = math.log2(fmt.smallest_normal / fmt.max)
+            if sn >= left:
+                ax_rug.vlines([sn], i - 0.5, i + 0.5, colors="C3", linewidth=1.1,
+                              linestyles="--")  # fmt: skip
+        lowest = float(g.min()) if g.size else 0.0
+        labels.append(f"{f} (to {lowest:.0f})" if lowest < left else f)
+    ax_rug.set_yticks(np.arange(len(formats)), labels, fontsize=7.5)
+    ax_rug.set_ylim(len(formats) - 0.5, -0.5)
+    ax_rug.tick_params(axis="x", labelsize=8)
+    ax_rug.set_xlabel(
+        "log2(|x| / amax) of the data;  log2(v / max) of each format's values v\n"
+        "(per-tensor amax scaling maps amax to max;  red dashes: the smallest normal)",
+        fontsize=8,
+    )
+
+
+def _groups(rows: Sequence[SweepRow]) -> tuple[list[str], dict[str, str], str]:
+    """Columns of the heat map: layers when the names number them, else tensors."""
+    names = list(dict.fromkeys(r.tensor for r in rows))
+    index = {n: layer_index(n) for n in names}
+    layers = sorted({i for i in index.values() if i is not None})
+    if len(layers) >= 2:
+        group = {n: ("other" if i is None else str(i)) for n, i in index.items()}
+        cols = [str(i) for i in layers] + (["other"] if None in index.values() else [])
+        return cols, group, "layer (its tensors pooled; other: tensors outside numbered layers)"
+    return names, {n: n for n in names}, "tensor"
+
+
+def _heat_image(sub, ax, by, formats, scalings, rows, height: float) -> dict:
+    """The heat map's image, colour bar and row labels; :func:`_heat_labels` adds the rest
+    once the figure is laid out."""
+    from matplotlib import colormaps
+    from matplotlib.patches import Rectangle
+
+    cols, group, xlabel = _groups(rows)
+    combos = [(f, s) for f in formats for s in scalings]
+    where = {c: i for i, c in enumerate(cols)}
+    grid = np.full((len(combos), len(cols)), np.nan)
+    for k, c in enumerate(combos):
+        parts: dict[int, list[SweepRow]] = {}
+        for r in by.get(c, []):
+            parts.setdefault(where[group[r.tensor]], []).append(r)
+        for j, rs in parts.items():
+            grid[k, j] = _pooled_sqnr(rs)
+    # colour: a cell's SQNR against its row's (every tensor pooled), so that the weak
+    # layers of every format stand out whatever the format's own level
+    row_db = np.array([_pooled_sqnr(by.get(c, [])) for c in combos])
+    with np.errstate(invalid="ignore"):
+        dev = grid - row_db[:, None]
+    finite = dev[np.isfinite(dev)]
+    # the range covers 95% of the cells (at least +-1 dB); the rest saturate (arrows)
+    spread = np.abs(finite)
+    lim = max(1.0, float(np.quantile(spread, 0.95)) if finite.size else 1.0)
+    beyond = bool(finite.size) and float(spread.max()) > lim
+    base = colormaps["RdBu"]
+    cmap = base.with_extremes(bad="0.82", under=base(0.0), over=base(1.0))
+    shown = np.where(np.isinf(grid), np.nan, dev)
+    im = ax.imshow(shown, aspect="auto", cmap=cmap, vmin=-lim, vmax=lim,
+                   interpolation="nearest")  # fmt: skip
+    for k, j in zip(*np.nonzero(np.isposinf(grid)), strict=True):
+        ax.add_patch(Rectangle((j - 0.5, k - 0.5), 1, 1, facecolor="white", hatch="///",
+                               edgecolor="0.6", linewidth=0))  # fmt: skip
+    for k, j in zip(*np.nonzero(np.isneginf(grid)), strict=True):
+        ax.add_patch(Rectangle((j - 0.5, k - 0.5), 1, 1, facecolor="black", linewidth=0))
+    has_inf, has_nan = bool(np.isposinf(grid).any()), bool(np.isnan(grid).any())
+    extend = "both" if beyond else "neither"
+    cbar = sub.colorbar(im, ax=ax, extend=extend, fraction=0.04, pad=0.01)
+    cbar.set_label("dB against the row's SQNR\n(all tensors pooled)", fontsize=8)
+    cbar.ax.tick_params(labelsize=7)
+    # row labels now (they set the left margin); their size from the expected row height
+    row_pt = max(1.0, (height - 1.4) * 72 / max(1, len(combos)))
+    ysize = float(np.clip(row_pt / 1.35, 4.5, 8.0))
+    ax.set_yticks(np.arange(len(combos)),
+                  [f"{f} · {s}: {_fmt_db(v)} dB" for (f, s), v in zip(combos, row_db, strict=True)],
+                  fontsize=ysize)  # fmt: skip
+    layered = xlabel != "tensor"
+    _heat_xticks(ax, cols, layered, (_WIDTH - 3.4) * 72 / max(1, len(cols)))  # expected width
+    ax.set_xlabel(xlabel, fontsize=8.5)
+    notes = []
+    if has_inf:
+        notes.append("white, hatched: inf (no error)")
+    if has_nan:
+        notes.append("grey: nothing compared")
+    if np.isneginf(grid).any():
+        notes.append("black: -inf")
+    what = "layer" if layered else "tensor"
+    ax.set_title(f"SQNR per {what} (dB; colour: against its row's pooled SQNR, red below)"
+                 + (f"   [{'; '.join(notes)}]" if notes else ""), fontsize=10)  # fmt: skip
+    return dict(cols=cols, combos=combos, xlabel=xlabel, grid=grid, dev=dev, cmap=cmap,
+                norm=im.norm, ysize=ysize)  # fmt: skip
+
+
+def _heat_xticks(ax, cols: list[str], layered: bool, cell_w: float) -> None:
+    """Column labels, thinned to every k-th where cells are narrower than a label."""
+    xsize = 7.5
+    if layered:
+        step = max(1, math.ceil(xsize * 2.6 / max(cell_w, 1e-9)))  # up to 3 digits + gap
+        ticks = [j for j in range(len(cols)) if cols[j] == "other" or j % step == 0]
+        if cols[-1] == "other" and step > 1 and len(cols) >= 2 and (len(cols) - 2) % step == 0:
+            ticks = [j for j in ticks if j != len(cols) - 2]  # keep "other" clear
+        ax.set_xticks(ticks, [cols[j] for j in ticks], fontsize=xsize)
+    else:
+        step = max(1, math.ceil(xsize * 1.4 / max(cell_w, 1e-9)))
+        ticks = list(range(0, len(cols), step))
+        rotate = any(len(cols[j]) * 0.6 * xsize > cell_w * step * 0.9 for j in ticks)
+        ax.set_xticks(ticks, [_short(cols[j], 28) for j in ticks], fontsize=xsize,
+                      rotation=90 if rotate else 0)  # fmt: skip
+    ax.tick_params(length=2)
+
+
+def _heat_labels(fig, ax, heat: dict) -> None:
+    cols, combos, xlabel = heat["cols"], heat["combos"], heat["xlabel"]
+    grid, dev, cmap, norm = heat["grid"], heat["dev"], heat["cmap"], heat["norm"]
+    box = ax.get_window_extent()  # laid out by the caller
+    cell_w = box.width * 72 / fig.dpi / max(1, len(cols))
+    cell_h = box.height * 72 / fig.dpi / max(1, len(combos))
+    if cell_h < heat["ysize"] * 1.3:  # fewer points per row than expected
+        for t in ax.get_yticklabels():
+            t.set_fontsize(max(4.5, cell_h / 1.35))
+    _heat_xticks(ax, cols, xlabel != "tensor", cell_w)
+    # the values themselves where a cell has room for them
+    if cell_w >= 4 * 0.6 * 7 + 3 and cell_h >= 7 * 1.25:
+        size = min(7.0, cell_h / 1.4, (cell_w - 3) / (0.6 * 4.5))
+        for k in range(len(combos)):
+            for j in range(len(cols)):
+                v, d = grid[k, j], dev[k, j]
+                color = _ink(cmap(norm(d))) if math.isfinite(d) else "black"
+                if math.isinf(v) and v < 0:
+                    color = "white"
+                ax.text(j, k, _fmt_db(v), ha="center", va="center", fontsize=size,
+                        color=color)  # fmt: skip
+
+
 def plot_study(
     rows: Sequence[SweepRow],
     tensors: Mapping[str, np.ndarray],
     path: str | os.PathLike,
     *,
     title: str | None = None,
+    dpi: int = DPI,
 ) -> None:
-    """Write a PNG with two panels: SQNR per format and scaling (pooled over the tensors),
-    and the histogram of ``log2(|x| / amax)`` against each format's representable values
-    seen the same way (``log2(v / max)``: where per-tensor amax scaling puts them).
+    """Write the study figure: PNG (at ``dpi``), PDF or SVG by the path's extension.
+
+    Panels: SQNR per format and scaling with all tensors pooled (bars from 0 dB; an
+    infinite SQNR is a hatched bar up to a dotted ``inf`` level, marked with a triangle);
+    the histogram of the data's ``log2(|x| / amax)`` above one row of ticks per format at
+    its positive values seen the same way (``log2(v / max)``: where per-tensor amax scaling
+    puts them; dashed: the smallest normal); and a heat map of the SQNR per layer (the first
+    number in the tensor names, :func:`layer_index`; tensors without one pooled as
+    "other") or, when the names have no layer numbers, per tensor, for every format and
+    scaling. Sizes and label densities follow the numbers of formats, scalings and layers
+    so that no two labels overlap.
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow
+        From :func:`fp8kit.study.sweep`.
+    tensors : mapping of str to ndarray
+        The data (a sample of each tensor's values is drawn).
+    path : str or path-like
+        Where to write; ``.png``, ``.pdf`` or ``.svg``.
+    title : str, optional
+        The figure's title.
+    dpi : int, default 200
+        Resolution of a PNG.
 
     Raises
     ------
     PlotUnavailable
         If matplotlib is not installed.
+    ValueError
+        An unsupported extension, or no rows.
     """
-    figure = require_matplotlib()
-    fig = figure(figsize=(12, 4.8), layout="constrained")
-    ax_sqnr, ax_hist = fig.subplots(1, 2, width_ratios=[1, 1.35])
-    if title:
-        fig.suptitle(title)
-    formats = list(dict.fromkeys(r.format for r in rows))
-    scalings = list(dict.fromkeys(r.scaling for r in rows))
-    colors = [f"C{i}" for i in range(10)]
-
-    width = 0.8 / max(1, len(scalings))
-    lowest = math.inf
-    for j, sc in enumerate(scalings):
-        vals = []
-        for f in formats:
-            parts = [r.metrics for r in rows if r.format == f and r.scaling == sc]
-            v = ErrorMetrics.pooled(parts).sqnr_db if parts else math.nan
-            vals.append(v if math.isfinite(v) else math.nan)
-        lowest = min([lowest] + [v for v in vals if math.isfinite(v)])
-        xs = np.arange(len(formats)) + (j - (len(scalings) - 1) / 2) * width
-        bars = ax_sqnr.bar(xs, vals, width, label=sc, color=colors[j % 10])
-        ax_sqnr.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)
-    ax_sqnr.set_xticks(np.arange(len(formats)), formats, rotation=15, fontsize=8)
-    if math.isfinite(lowest) and lowest > 10:  # differences of a few dB stay visible
-        ax_sqnr.set_ylim(bottom=5 * math.floor((lowest - 5) / 5))
-    ax_sqnr.set_ylabel("SQNR (dB), all tensors pooled")
-    ax_sqnr.set_title("SQNR per format and scaling")
-    ax_sqnr.legend(fontsize=8, title="scaling", title_fontsize=8)
-
-    rel, zeros = _relative_log2(tensors)
-    grids = {f: np.log2(positive_grid(get_format(f)) / get_format(f).max) for f in formats}
-    lo = min([float(rel.min()) if rel.size else -8.0] + [float(g.min()) for g in grids.values()])
-    bins = np.linspace(math.floor(lo) - 1, 0.5, 160)
-    counts, _, _ = ax_hist.hist(rel, bins=bins, color="0.75", label="data (sampled)")
-    ax_hist.set_yscale("log")
-    # room above the data for one band of grid ticks per format
-    ax_hist.set_ylim(0.5, max(1.0, float(np.max(counts, initial=1.0))) * 10.0 ** (1 + len(formats)))
-    ax_hist.set_xlabel("log2(|x| / amax)   (per-tensor amax scaling maps amax to the format max)")
-    ax_hist.set_ylabel("count")
-    ax_hist.set_title("Values against each format's representable grid")
-    band = 0.07
-    for i, f in enumerate(formats):
-        fmt = get_format(f)
-        top = 0.98 - i * (band + 0.02)
-        c = colors[i % 10]
-        ax_hist.vlines(grids[f], top - band, top, transform=ax_hist.get_xaxis_transform(),
-                       colors=c, linewidth=0.6)  # fmt: skip
-        ax_hist.axvline(math.log2(fmt.smallest_normal / fmt.max), color=c, linestyle="--",
-                        linewidth=0.8, label=f"{f}: grid; smallest normal (dashed)")  # fmt: skip
-    if zeros:
-        ax_hist.text(0.01, 0.02, f"{zeros} zeros not shown", transform=ax_hist.transAxes,
-                     fontsize=7)  # fmt: skip
-    ax_hist.legend(fontsize=7, loc="lower left")
-    fig.savefig(os.fspath(path), dpi=100)
+    kind = check_plot_path(path)
+    fig = study_figure(rows, tensors, title=title)
+    fig.savefig(os.fspath(path), dpi=dpi, format=kind)

@@ -1,17 +1,32 @@
-"""Sweep results as an aligned text table, Markdown, JSON and CSV."""
+"""Sweep results as an aligned text table, Markdown, JSON and CSV; the model-level summary,
+the worst tensors, and the rows as records or a pandas DataFrame."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .metrics import ErrorMetrics
 from .sweep import SweepRow
 
-__all__ = ["COLUMNS", "format_table", "to_csv", "to_json"]
+__all__ = [
+    "COLUMNS",
+    "SummaryRow",
+    "format_report",
+    "format_summary",
+    "format_table",
+    "records",
+    "summarize",
+    "to_csv",
+    "to_dataframe",
+    "to_json",
+    "worst",
+]
 
 #: (header, right-aligned) of the table columns.
 COLUMNS = (
@@ -27,6 +42,22 @@ COLUMNS = (
     ("subn %", True),
     ("scale", True),
     ("notes", False),
+)
+
+#: (header, right-aligned) of the summary's columns.
+SUMMARY_COLUMNS = (
+    ("format", False),
+    ("scaling", False),
+    ("tensors", True),
+    ("elements", True),
+    ("SQNR dB", True),
+    ("RMSE", True),
+    ("max abs", True),
+    ("sat %", True),
+    ("flush %", True),
+    ("subn %", True),
+    ("worst tensor", False),
+    ("its SQNR dB", True),
 )
 
 
@@ -71,17 +102,7 @@ def cells(row: SweepRow) -> list[str]:
     ]
 
 
-def format_table(rows: Sequence[SweepRow], *, markdown: bool = False) -> str:
-    """An aligned plain-text table (or a Markdown table) with one line per row.
-
-    Columns: SQNR in dB, RMSE, largest absolute and relative error, the percentages of
-    saturated, flushed-to-zero and subnormal values, the scale (a range when there are
-    several) and notes.
-    """
-    table = [[h for h, _ in COLUMNS]] + [cells(r) for r in rows]
-    if not any(t[-1] for t in table[1:]):  # no notes: drop the column
-        table = [t[:-1] for t in table]
-    right = [r for _, r in COLUMNS][: len(table[0])]
+def _render(table: list[list[str]], right: Sequence[bool], markdown: bool) -> str:
     if markdown:
         out = ["| " + " | ".join(table[0]) + " |"]
         out.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
@@ -97,6 +118,313 @@ def format_table(rows: Sequence[SweepRow], *, markdown: bool = False) -> str:
     return "\n".join(lines)
 
 
+def format_table(rows: Sequence[SweepRow], *, markdown: bool = False) -> str:
+    """An aligned plain-text table (or a Markdown table) with one line per row.
+
+    Columns: SQNR in dB, RMSE, largest absolute and relative error, the percentages of
+    saturated, flushed-to-zero and subnormal values, the scale (a range when there are
+    several) and notes.
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow
+        Rows from :func:`fp8kit.study.sweep`.
+    markdown : bool, default False
+        A Markdown table instead of aligned text.
+
+    Returns
+    -------
+    str
+        The table, without a final newline.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])
+    >>> print(report.format_table(rows))
+    tensor  format         scaling  SQNR dB  RMSE  max abs  max rel  sat %  flush %  subn %  scale
+    ------  -------------  -------  -------  ----  -------  -------  -----  -------  ------  -----
+    w       float8_e4m3fn  none         inf     0        0        0      0        0       0      1
+    """
+    table = [[h for h, _ in COLUMNS]] + [cells(r) for r in rows]
+    if not any(t[-1] for t in table[1:]):  # no notes: drop the column
+        table = [t[:-1] for t in table]
+    right = [r for _, r in COLUMNS][: len(table[0])]
+    return _render(table, right, markdown)
+
+
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """The model-level figures of one (format, scaling): every tensor's elements pooled.
+
+    Attributes
+    ----------
+    format : str
+        The format's canonical name.
+    scaling : str
+        The scaling spec.
+    tensors : int
+        Tensors pooled.
+    metrics : ErrorMetrics
+        The pooled figures (:meth:`ErrorMetrics.pooled`): SQNR is
+        ``10 log10(sum x**2 / sum (q - x)**2)`` over all compared elements of all tensors,
+        the saturated, flushed and subnormal shares are of all compared elements, the
+        largest errors the largest of any tensor.
+    worst_tensor : str or None
+        The tensor of lowest SQNR (the first of equals; None when no tensor has one).
+    worst_sqnr_db : float
+        Its SQNR (NaN when there is none).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> data = {"a": np.float32([1.0, 3.3]), "b": np.float32([2.0, 5.0])}
+    >>> s = study.summarize(study.sweep(data, ["float8_e4m3fn"], ["none"]))[0]
+    >>> s.format, s.scaling, s.tensors, s.worst_tensor, round(s.worst_sqnr_db, 2)
+    ('float8_e4m3fn', 'none', 2, 'a', 36.77)
+    >>> round(s.metrics.sqnr_db, 2)  # pooled: 10 log10(sum x**2 / sum (q - x)**2), all four
+    42.14
+    """
+
+    format: str
+    scaling: str
+    tensors: int
+    metrics: ErrorMetrics
+    worst_tensor: str | None
+    worst_sqnr_db: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """A flat dict: format, scaling, tensors, the pooled metrics' fields, the worst
+        tensor and its SQNR.
+
+        Returns
+        -------
+        dict of str
+            Field name to value.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from fp8kit import study
+        >>> rows = study.sweep({"w": np.float32([1.0, 3.3])}, ["float8_e5m2"], ["none"])
+        >>> d = study.summarize(rows)[0].as_dict()
+        >>> d["tensors"], d["count"], d["worst_tensor"]
+        (1, 2, 'w')
+        """
+        d: dict[str, Any] = {"format": self.format, "scaling": self.scaling}
+        d["tensors"] = self.tensors
+        d.update(self.metrics.as_dict())
+        d.update(worst_tensor=self.worst_tensor, worst_sqnr_db=self.worst_sqnr_db)
+        return d
+
+
+def _groups(rows: Iterable[SweepRow], caller: str) -> dict[tuple[str, str], list[SweepRow]]:
+    """Rows by (format, scaling), in order of first appearance (formats first)."""
+    by: dict[tuple[str, str], list[SweepRow]] = {}
+    for r in rows:
+        if not isinstance(r, SweepRow):
+            raise TypeError(f"{caller}: rows must be SweepRow items; got {type(r).__name__}")
+        by.setdefault((r.format, r.scaling), []).append(r)
+    formats = list(dict.fromkeys(f for f, _ in by))
+    scalings = list(dict.fromkeys(s for _, s in by))
+    return {(f, s): by[f, s] for f in formats for s in scalings if (f, s) in by}
+
+
+def _sqnr_key(r: SweepRow) -> tuple[bool, float]:
+    v = r.metrics.sqnr_db
+    return (math.isnan(v), v)  # NaN (nothing compared) after every number
+
+
+def summarize(rows: Iterable[SweepRow]) -> list[SummaryRow]:
+    """The model-level summary: one :class:`SummaryRow` per (format, scaling), every tensor
+    pooled.
+
+    Parameters
+    ----------
+    rows : iterable of SweepRow
+        Rows from :func:`sweep`.
+
+    Returns
+    -------
+    list of SummaryRow
+        Ordered by format, then scaling, each in order of first appearance.
+
+    Raises
+    ------
+    TypeError
+        If an item is not a SweepRow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> rows = study.sweep(study.demo_tensors(shape=(8, 64)), ["float8_e4m3fn"], ["tensor"])
+    >>> [(s.format, s.scaling, s.tensors) for s in study.summarize(rows)]
+    [('float8_e4m3fn', 'tensor', 3)]
+    """
+    out = []
+    for (fmt, scaling), group in _groups(rows, "summarize").items():
+        ranked = [r for r in group if not math.isnan(r.metrics.sqnr_db)]
+        worst_row = min(ranked, key=_sqnr_key) if ranked else None
+        out.append(
+            SummaryRow(
+                format=fmt,
+                scaling=scaling,
+                tensors=len({r.tensor for r in group}),
+                metrics=ErrorMetrics.pooled([r.metrics for r in group]),
+                worst_tensor=None if worst_row is None else worst_row.tensor,
+                worst_sqnr_db=math.nan if worst_row is None else worst_row.metrics.sqnr_db,
+            )
+        )
+    return out
+
+
+def worst(rows: Iterable[SweepRow], n: int) -> list[SweepRow]:
+    """The ``n`` rows of lowest SQNR of each (format, scaling), lowest first.
+
+    Rows whose SQNR is NaN (nothing compared) come last.
+
+    Parameters
+    ----------
+    rows : iterable of SweepRow
+        Rows from :func:`sweep`.
+    n : int
+        How many per (format, scaling), at least 1.
+
+    Returns
+    -------
+    list of SweepRow
+        Grouped by format and scaling as in :func:`summarize`.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is less than 1.
+    TypeError
+        If an item is not a SweepRow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep(study.demo_tensors(shape=(8, 64)), ["float8_e4m3fn"], ["none"])
+    >>> [r.tensor for r in report.worst(rows, 2)]
+    ['student_t3', 'laplace']
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"worst: n must be an int >= 1; got {n!r}")
+    out: list[SweepRow] = []
+    for group in _groups(rows, "worst").values():
+        out += sorted(group, key=_sqnr_key)[:n]
+    return out
+
+
+def format_summary(summary: Sequence[SummaryRow], *, markdown: bool = False) -> str:
+    """The summary of :func:`summarize` as an aligned text (or Markdown) table.
+
+    Parameters
+    ----------
+    summary : sequence of SummaryRow
+        From :func:`summarize`.
+    markdown : bool, default False
+        A Markdown table instead of aligned text.
+
+    Returns
+    -------
+    str
+        The table, without a final newline.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep({"w": np.float32([1.0, 3.3])}, ["float8_e4m3fn"], ["none"])
+    >>> lines = report.format_summary(study.summarize(rows)).splitlines()
+    >>> lines[0].split()[:4]
+    ['format', 'scaling', 'tensors', 'elements']
+    >>> lines[2].split()
+    ['float8_e4m3fn', 'none', '1', '2', '36.77', '0.0354', '0.05', '0', '0', '0', 'w', '36.77']
+    """
+    table = [[h for h, _ in SUMMARY_COLUMNS]]
+    for s in summary:
+        m = s.metrics
+        table.append(
+            [
+                s.format,
+                s.scaling,
+                str(s.tensors),
+                str(m.count),
+                _num(m.sqnr_db, ".2f"),
+                _num(m.rmse),
+                _num(m.max_abs_error),
+                _pct(m.saturated),
+                _pct(m.flushed_to_zero),
+                _pct(m.subnormal),
+                "-" if s.worst_tensor is None else s.worst_tensor,
+                _num(s.worst_sqnr_db, ".2f"),
+            ]
+        )
+    return _render(table, [r for _, r in SUMMARY_COLUMNS], markdown)
+
+
+def format_report(
+    rows: Sequence[SweepRow], *, top: int | None = None, markdown: bool = False
+) -> str:
+    """What ``fp8kit study`` prints: the table of every row (or, with ``top``, of the
+    ``top`` worst tensors of each format and scaling), then the model-level summary.
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow
+        Rows from :func:`sweep`.
+    top : int, optional
+        Show only the ``top`` rows of lowest SQNR of each (format, scaling) (:func:`worst`).
+    markdown : bool, default False
+        Markdown tables instead of aligned text.
+
+    Returns
+    -------
+    str
+        The tables and their headings, without a final newline.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep(study.demo_tensors(shape=(8, 64)), ["float8_e4m3fn"], ["none"])
+    >>> text = report.format_report(rows, top=1)
+    >>> print(text.splitlines()[0])
+    The 1 worst tensor of 3 (lowest SQNR) per format and scaling:
+    >>> text.count("student_t3")  # the worst tensor, in the table and in the summary
+    2
+    """
+    parts = []
+    ntensors = len({r.tensor for r in rows})
+    if top is not None:
+        shown = worst(rows, top)
+        what = "tensor" if top == 1 else "tensors"
+        parts.append(
+            f"The {top} worst {what} of {ntensors} (lowest SQNR) per format and scaling:\n"
+        )
+    else:
+        shown = list(rows)
+    parts.append(format_table(shown, markdown=markdown))
+    summary = summarize(rows)
+    elements = sum(s.metrics.count for s in summary[:1])
+    what = "tensor" if ntensors == 1 else "tensors"
+    parts.append(
+        f"\nSummary: all {ntensors} {what} pooled ({elements:,} elements; SQNR over all of them):\n"
+    )
+    parts.append(format_summary(summary, markdown=markdown))
+    return "\n".join(parts)
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
@@ -107,39 +435,189 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _row_dict(row: SweepRow, files: Mapping[str, str] | None) -> dict[str, Any]:
-    d = row.as_dict()
+def records(rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """The rows as a list of flat dicts (one per row, :meth:`SweepRow.as_dict` or
+    :meth:`SummaryRow.as_dict`): the form JSON, CSV and pandas take.
+
+    Parameters
+    ----------
+    rows : iterable of SweepRow or SummaryRow
+        From :func:`sweep` or :func:`summarize`.
+
+    Returns
+    -------
+    list of dict
+        Field name to value; shapes and notes are lists, Inf and NaN stay floats.
+
+    Raises
+    ------
+    TypeError
+        If an item is neither a SweepRow nor a SummaryRow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> rows = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])
+    >>> rec = study.records(rows)[0]
+    >>> rec["tensor"], rec["format"], rec["sqnr_db"], rec["shape"]
+    ('w', 'float8_e4m3fn', inf, [2])
+    """
+    out = []
+    for r in rows:
+        if not isinstance(r, (SweepRow, SummaryRow)):
+            raise TypeError(
+                f"records: rows must be SweepRow or SummaryRow items; got {type(r).__name__}"
+            )
+        out.append(r.as_dict())
+    return out
+
+
+def to_dataframe(rows: Iterable[Any]):
+    """The rows as a pandas DataFrame, one line per row, the columns of :func:`records`.
+
+    pandas is imported only here (it is not a dependency of fp8kit).
+
+    Parameters
+    ----------
+    rows : iterable of SweepRow or SummaryRow
+        From :func:`sweep` or :func:`summarize`.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Shapes as tuples, notes joined by ``"; "``.
+
+    Raises
+    ------
+    ImportError
+        If pandas is not installed (the message says how to install it).
+    TypeError
+        If an item is neither a SweepRow nor a SummaryRow.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> rows = study.sweep(study.demo_tensors(shape=(8, 64)), ["float8_e5m2"], ["tensor"])
+    >>> df = study.to_dataframe(rows)
+    >>> df[["tensor", "format", "scaling"]].values.tolist()[0]
+    ['normal', 'float8_e5m2', 'tensor']
+    >>> df.groupby("format")["sum_sq_error"].sum().index.tolist()
+    ['float8_e5m2']
+    """
+    recs = records(rows)
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError(
+            "to_dataframe needs pandas, which is not installed: pip install pandas "
+            "(or use fp8kit.study.records(rows), a list of dicts)"
+        ) from None
+    for d in recs:
+        if "shape" in d:
+            d["shape"] = tuple(d["shape"])
+        if "notes" in d:
+            d["notes"] = "; ".join(d["notes"])
+    return pd.DataFrame.from_records(recs)
+
+
+def _with_files(recs: list[dict[str, Any]], files: Mapping[str, str] | None) -> list[dict]:
+    """Each row record with a ``"file"`` field after ``"tensor"`` (the shard it was read from)."""
     if files is None:
-        return d
-    out = {"tensor": d.pop("tensor"), "file": files.get(row.tensor, "")}
-    out.update(d)
+        return recs
+    out = []
+    for d in recs:
+        tensor = d.pop("tensor")
+        out.append({"tensor": tensor, "file": files.get(tensor, ""), **d})
     return out
 
 
 def to_json(
     rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None, **extra: Any
 ) -> str:
-    """JSON text: ``{**extra, "rows": [row.as_dict(), ...]}``, each row with a ``"file"``
-    field after ``"tensor"`` when ``files`` maps tensor names to the files (shards) they were
-    read from.  JSON has no Inf or NaN: those floats are written as the strings ``"inf"``,
-    ``"-inf"`` and ``"nan"``."""
-    doc = {**extra, "rows": [_row_dict(r, files) for r in rows]}
+    """JSON text: ``{**extra, "rows": [...], "summary": [...]}``, the rows' and the
+    summary's :func:`records`; each row has a ``"file"`` field after ``"tensor"`` when
+    ``files`` maps tensor names to the files (shards) they were read from.
+
+    JSON has no Inf or NaN: those floats are written as the strings ``"inf"``, ``"-inf"``
+    and ``"nan"``.
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow
+        Rows from :func:`sweep`.
+    files : mapping of str to str, optional
+        Tensor name to the file it was read from.
+    **extra
+        Further top-level entries (settings of the run).
+
+    Returns
+    -------
+    str
+        Indented JSON text ending in a newline.
+
+    Examples
+    --------
+    >>> import json, numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])
+    >>> doc = json.loads(report.to_json(rows, source="demo"))
+    >>> doc["source"], doc["rows"][0]["sqnr_db"], doc["summary"][0]["worst_tensor"]
+    ('demo', 'inf', 'w')
+    """
+    doc = {
+        **extra,
+        "rows": _with_files(records(rows), files),
+        "summary": records(summarize(rows)),
+    }
     return json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n"
 
 
 def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) -> str:
-    """CSV text, one line per row with the fields of :meth:`SweepRow.as_dict` (shape as
-    ``AxB``, notes joined by ``"; "``, floats in full precision, ``inf``/``nan`` as such),
-    and a ``file`` column after ``tensor`` when ``files`` maps tensor names to files."""
-    buf = io.StringIO()
-    writer = None
-    for r in rows:
-        d = _row_dict(r, files)
+    """CSV text: one line per row, then one per (format, scaling) of the summary.
+
+    The first column, ``kind``, is ``tensor`` for a row of :func:`sweep` and ``summary``
+    for a line of :func:`summarize` (all tensors pooled). The other columns are the fields
+    of :func:`records` of both kinds (shape as ``AxB``, notes joined by ``"; "``, floats in
+    full precision, ``inf``/``nan`` as such); a field a kind does not have is empty
+    (``shape`` for the summary, ``worst_tensor`` for the rows...).
+
+    Parameters
+    ----------
+    rows : sequence of SweepRow
+        Rows from :func:`sweep`.
+    files : mapping of str to str, optional
+        Tensor name to the file it was read from: a ``file`` column after ``tensor``.
+
+    Returns
+    -------
+    str
+        The CSV text, with a header line.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fp8kit import study
+    >>> from fp8kit.study import report
+    >>> rows = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])
+    >>> lines = report.to_csv(rows).splitlines()
+    >>> [line.split(",")[0] for line in lines]
+    ['kind', 'tensor', 'summary']
+    """
+    lines = []
+    for r, rec in zip(rows, _with_files(records(rows), files), strict=True):
+        d = {"kind": "tensor", **rec}
         d["shape"] = "x".join(str(n) for n in r.shape)
         d["notes"] = "; ".join(r.notes)
-        d = {k: ("" if v is None else v) for k, v in d.items()}
-        if writer is None:
-            writer = csv.DictWriter(buf, fieldnames=list(d), lineterminator="\n")
-            writer.writeheader()
-        writer.writerow(d)
-    return buf.getvalue()
+        lines.append(d)
+    for s in summarize(rows):
+        lines.append({"kind": "summary", **s.as_dict()})
+    fields = list(dict.fromkeys(k for d in lines for k in d))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
+    writer.writeheader()
+    for d in lines:
+        writer.writerow({k: ("" if v is None else v) for k, v in d.items()})
+    return buf.getvalue() if rows else ""
