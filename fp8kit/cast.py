@@ -740,8 +740,9 @@ def _from_string(
     floats = _parse_floats(arr, odd=dst.name != "float64", values=values)
     if dst.kind == "bool":
         return floats != 0
-    # the decimal value is rounded once (the float64 is rounded to odd for that)
-    once = dataclasses.replace(how, round_once=True)
+    # the decimal value is rounded once (the float64 is rounded to odd for that); to integers,
+    # truncated toward zero (the spec's example: "100.5" -> 100), out of range x86's bits
+    once = dataclasses.replace(how, round_once=True, reference_int=not how.int_clamp)
     result = _numeric(floats, CAST_TYPES["float64"], dst, sat, None, once)
     if dst.kind == "int":
         # integer literals are exact, whatever their size; only the others go through floats

@@ -12,6 +12,11 @@ from ._policy import PromotionPolicy, openvino
 from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
 
 
+#: ConvertPromoteTypes keeps fp8kit's Cast rules of before issue 19 (Inf -> NaN into FNUZ
+#: types, clamping into integers with saturate, rounding once), not Cast's new default
+_RULES = "legacy"
+
+
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     if x.dtype == to:
         return x
@@ -19,11 +24,11 @@ def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
         if x.dtype.kind == "c":
             return x.astype(to)
         # real -> complex: exact to the real component type first, then numpy's widening
-        real = cast(x, _COMPONENT[_NAME_OF_DTYPE[to]], saturate=saturate)
+        real = cast(x, _COMPONENT[_NAME_OF_DTYPE[to]], saturate=saturate, rules=_RULES)
         return real.astype(to)
     if x.dtype.kind == "c":
         raise PromotionError(f"cannot convert complex data to {to}")
-    return cast(x, to, saturate=saturate)
+    return cast(x, to, saturate=saturate, rules=_RULES)
 
 
 def convert_promote_types(
