@@ -2,8 +2,6 @@
 the installed onnx wheel ships (``onnx.backend.test.case.node.collect_testcases``; a newer
 onnx brings its new cases), one test per case, bit for bit (NaN payloads aside)."""
 
-import warnings
-
 import numpy as np
 import pytest
 
@@ -11,18 +9,10 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
 
 import fp8kit  # noqa: E402
+from onnx_cast_oracle import conformance_cases  # noqa: E402
 
 
-def _cases():
-    from onnx.backend.test.case.node import collect_testcases
-
-    with warnings.catch_warnings():  # the case generators overflow on purpose
-        warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
-    return [c for c in cases if c.name.startswith(("test_cast_", "test_castlike_"))]
-
-
-CASES = _cases()
+CASES = conformance_cases()
 
 
 def _bits(a):

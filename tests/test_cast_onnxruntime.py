@@ -60,6 +60,16 @@ def _as_f64(x):
 def ort_contradicts_the_spec(x, src, dst, sat, ours, theirs):
     """Elements where ORT's answer contradicts the Cast text (fp8kit follows the text)."""
     mask = np.zeros(x.shape, bool)
+    if dst == "uint32" and src in ("bfloat16", "float32", "float64"):
+        # ORT's (and numpy's) float -> uint32 loop is vectorised 4 elements at a time; the
+        # last n % 4 elements of the array take its scalar loop, which gives other bits out
+        # of range.  fp8kit gives the vector loop's bits everywhere; there, the scalar ones
+        # are rules="reference-int"'s.
+        tail = np.zeros(x.shape, bool)
+        tail[x.size - x.size % 4 :] = True
+        scalar = fp8kit.cast(x, "uint32", rules="reference-int")
+        assert (theirs[tail] == scalar[tail]).all()
+        mask |= tail
     if src in NUMERIC and ALL_CAST_TYPES[src].kind == "float":
         f = _as_f64(x)
         o, t = _as_f64(ours), _as_f64(theirs)
