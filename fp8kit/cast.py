@@ -810,19 +810,24 @@ def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
 RULES = {
     "=": "same type: unchanged",
     "E": "exact (every value of the source exists in the destination)",
-    "R": "round to nearest-even once from the exact value; +-Inf if out of range",
-    "F8": "round once; overflow, Inf and NaN by the Cast-21 float8 tables (saturate)",
+    "R": "round to nearest-even (float64 and 32/64-bit integers through float32, as ONNX "
+    "Runtime; rules='round-once': once); +-Inf if out of range",
+    "F8": "round to nearest-even (wide sources through float32, as R); overflow, Inf and NaN "
+    "by the Cast-21 float8 tables (saturate), +-Inf -> +-max into FNUZ types with saturate "
+    "(the conformance suite; rules='fnuz-inf-nan': NaN)",
     "W": "integer wrap: keep the low bits, two's complement",
-    "T": "truncate toward zero; out of range: saturate=True clamps (NaN -> 0), "
-    "saturate=False gives onnx.reference's x86 bits",
+    "T": "truncate toward zero (int4/uint4: round half away from zero, as ONNX Runtime); out "
+    "of range, NaN, Inf: x86's bits, as ONNX Runtime, whatever saturate says "
+    "(rules='int-clamp': clamp, NaN -> 0)",
     "B": "to bool: zero (+-0.0) -> False, everything else (NaN too) -> True",
     "01": "from bool: False -> 0, True -> 1",
     "P": "parse the string as a number, then as from float64 (rounded once)",
     "S": "shortest decimal that round-trips",
-    "F6": "to float6 (no Inf, no NaN): round once; beyond +-max and +-Inf -> +-max whatever "
+    "F6": "to float6 (no Inf, no NaN): round as R; beyond +-max and +-Inf -> +-max whatever "
     "saturate says; NaN -> zero of the opposite sign (as onnx.reference)",
-    "F4": "to float4_e2m1fn (no Inf, no NaN): round once; beyond +-6 and +-Inf -> +-6 "
-    "whatever saturate says; NaN -> +6 (ONNX's float4 table)",
+    "F4": "to float4_e2m1fn (no Inf, no NaN): round as R; beyond +-6 and +-Inf -> +-6 "
+    "whatever saturate says; NaN -> zero of the opposite sign (the conformance suite; "
+    "rules='float4-nan-six': +6, ONNX's float4 page)",
     "E0": "to float8_e8m0fnu: Cast-24/25's round_mode on the float32 value's exponent, as "
     "onnx.reference (sign ignored, 0 -> 2^-127, NaN and +-Inf -> NaN)",
 }
