@@ -23,7 +23,6 @@ import pytest
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
-
 from onnx_cast_oracle import FLOAT8, NUMPY_DTYPE, ONNX_TYPE  # noqa: E402
 
 ort.set_default_logger_severity(3)
@@ -78,9 +77,7 @@ def _model(from_type: str, to_type: str, saturate: bool):
         [helper.make_tensor_value_info("x", ONNX_TYPE[src_c], [None])],
         [helper.make_tensor_value_info("y", ONNX_TYPE[dst_c], [None])],
     )
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=10
-    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=10)
 
 
 def _session(from_type: str, to_type: str, saturate: bool):

@@ -7,10 +7,9 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 from onnx import helper, numpy_helper  # noqa: E402
-
-import fp8kit  # noqa: E402
 from onnx_cast_oracle import conformance_cases  # noqa: E402
 
+import fp8kit  # noqa: E402
 
 CASES = conformance_cases()
 
@@ -75,8 +74,8 @@ _DISPUTED_TARGETS = {
 def _disputed(case):
     """The rule under which ``case`` has another answer, or None: the suite's FLOAT and
     FLOAT16 inputs (with saturate) into the disputed targets."""
-    source, target = case.name.removeprefix("test_cast_").removeprefix("test_castlike_").split(
-        "_to_"
+    source, target = (
+        case.name.removeprefix("test_cast_").removeprefix("test_castlike_").split("_to_")
     )
     target = target.removesuffix("_expanded")
     if source not in ("FLOAT", "FLOAT16"):  # no_saturate_FLOAT... fall out here too

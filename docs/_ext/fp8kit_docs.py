@@ -220,7 +220,7 @@ def cast_disputes_table() -> str:
             other = "—"
             if r["rule"]:
                 alt = fp8kit.cast(x, r["to"], saturate=r["saturate"], rules=r["rule"])[0]
-                other = f"{mod.show(alt)} (`rules=\"{r['rule']}\"`)"
+                other = f'{mod.show(alt)} (`rules="{r["rule"]}"`)'
         suite = r["suite"] if r["suite"] is not None else "no case"
         cells = [r["question"], r["cast_text"], suite, r["onnx_reference"], r["onnxruntime"]]
         rows.append("| " + " | ".join([*cells, ours, other]) + " |")

@@ -11,7 +11,6 @@ from ._engine import result_type
 from ._policy import PromotionPolicy, openvino
 from ._types import _COMPONENT, _NAME_OF_DTYPE, PromotionError
 
-
 #: ConvertPromoteTypes keeps fp8kit's Cast rules of before issue 19 (Inf -> NaN into FNUZ
 #: types, clamping into integers with saturate, rounding once), not Cast's new default
 _RULES = "legacy"
