@@ -217,3 +217,53 @@ def test_exact_rule_means_round_trip(src, dst):
         assert ((af == bf) | (np.isnan(af) & np.isnan(bf))).all()
     else:
         assert (a.astype(np.int64) == b.astype(np.int64)).all()
+
+
+def test_rules_names_combine():
+    x = np.float32([np.inf, 300.0])
+    fnuz = "float8_e4m3fnuz"
+    assert fp8kit.cast(x[:1], fnuz).view(np.uint8).tolist() == [0x7F]
+    for spelling in ("fnuz-inf-nan", ["fnuz-inf-nan"], ("conformance", "fnuz-inf-nan")):
+        assert fp8kit.cast(x[:1], fnuz, rules=spelling).view(np.uint8).tolist() == [0x80]
+    both = fp8kit.cast(x, np.int8, rules="fnuz-inf-nan + int-clamp")
+    assert both.tolist() == [127, 127]
+    assert fp8kit.cast(x, np.int8, rules="fnuz-inf-nan").tolist() == [0, 44]
+    # legacy: int-clamp with saturate, reference-int without
+    assert fp8kit.cast(x, np.int8, rules="legacy").tolist() == [127, 127]
+    assert fp8kit.cast(x, np.int8, saturate=False, rules="legacy").tolist() == [0, 44]
+
+
+@pytest.mark.parametrize(
+    "rules, error, match",
+    [
+        ("strict", ValueError, "unknown rules name 'strict'.*valid: conformance, fnuz-inf-nan"),
+        ("int-clamp+reference-int", ValueError, "both 'int-clamp' and 'reference-int'"),
+        (["legacy", "int-clamp"], None, None),
+        (3, TypeError, "rules must be a str or an iterable of str; got 3"),
+        ([1], TypeError, r"rules must be a str or an iterable of str; got \[1\]"),
+    ],
+)
+def test_rules_are_checked(rules, error, match):
+    x = np.float32([1.0])
+    if error is None:  # legacy with saturate=True already means int-clamp
+        assert fp8kit.cast(x, np.int8, rules=rules).tolist() == [1]
+        with pytest.raises(ValueError, match="both 'int-clamp' and 'reference-int'"):
+            fp8kit.cast(x, np.int8, saturate=False, rules=rules)
+        return
+    with pytest.raises(error, match=match):
+        fp8kit.cast(x, np.int8, rules=rules)
+
+
+def test_every_rule_is_described():
+    from fp8kit.cast import CAST_RULES
+
+    assert list(CAST_RULES) == [
+        "conformance",
+        "fnuz-inf-nan",
+        "float4-nan-six",
+        "int-clamp",
+        "reference-int",
+        "round-once",
+        "legacy",
+    ]
+    assert all(len(text) > 30 for text in CAST_RULES.values())
