@@ -1,5 +1,5 @@
 """fp8kit.cast against ONNX's own conformance suite: every Cast and CastLike node case that
-the installed onnx wheel ships (``onnx.backend.test.case.node.collect_testcases``; a newer
+the installed onnx wheel ships (tests/onnx_cast_oracle.py: ``conformance_cases``; a newer
 onnx brings its new cases), one test per case, bit for bit (NaN payloads aside)."""
 
 import numpy as np
