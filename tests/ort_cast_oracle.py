@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -115,4 +114,3 @@ def ort_cast(x, from_type: str, to_type: str, saturate: bool = True) -> np.ndarr
 
 
 __all__ = ["NUMPY_DTYPE", "NUMPY_HELD", "OPSET", "carrier", "ort_cast", "supports", "widen"]
-_ = ml_dtypes
