@@ -37,6 +37,7 @@ __all__ = [
     "MORE_CAST_TYPES",
     "ALL_CAST_TYPES",
     "RULES",
+    "CAST_RULES",
 ]
 
 _E8M0 = "float8_e8m0fnu"
@@ -187,6 +188,78 @@ def cast_type(spec: Any, *, argname: str = "to") -> CastType:
     return t
 
 
+# ------------------------------------------------------------------------------- rules
+#: The readings of ``cast(..., rules=...)``.  Where ONNX's own texts, its conformance suite,
+#: onnx.reference and ONNX Runtime disagree, the default ``"conformance"`` follows the suite
+#: and, where the suite has no case, ONNX Runtime (CPU) unless that contradicts the Cast text;
+#: each other name switches one disputed case to another reading (docs/cast.md lists them).
+CAST_RULES = {
+    "conformance": "ONNX's conformance suite, then ONNX Runtime (CPU): the default",
+    "fnuz-inf-nan": "+-Inf into a FNUZ float8 type with saturate=True gives NaN (the Cast "
+    "table) instead of +-max (the suite, onnx.reference, ONNX Runtime)",
+    "float4-nan-six": "NaN into float4_e2m1fn gives +6 (ONNX's float4 page) instead of the "
+    "zero of the opposite sign (the suite, onnx.reference, ml_dtypes)",
+    "int-clamp": "floats into integers: out-of-range values clamp to the integer range and NaN "
+    "gives 0 (fp8kit's own reading of 'undefined') instead of x86's truncating bits",
+    "reference-int": "floats into integers: onnx.reference's bits (numpy's scalar loop; int4 "
+    "and uint4 truncate; float8 NaN -> 0 and +-Inf saturate, as ml_dtypes) instead of "
+    "ONNX Runtime's",
+    "round-once": "int32/int64/uint32/uint64 and float64 into float16, bfloat16 and the "
+    "narrow floats are rounded once from the exact value instead of through float32 (the "
+    "double rounding of ONNX Runtime and onnx.reference)",
+    "legacy": "fp8kit 0.x's default: fnuz-inf-nan, float4-nan-six, round-once, and int-clamp "
+    "with saturate=True or reference-int with saturate=False",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+    """The resolved ``rules=`` of one call (all False: the conformance default)."""
+
+    fnuz_inf_nan: bool = False
+    float4_nan_six: bool = False
+    int_clamp: bool = False
+    reference_int: bool = False
+    round_once: bool = False
+
+
+_CONFORMANCE = _Rules()
+
+
+def _cast_rules(rules: Any, sat: bool) -> _Rules:
+    """Validate ``rules=``: a name of :data:`CAST_RULES`, several joined with ``+``, or an
+    iterable of names."""
+    if isinstance(rules, str):
+        names = [n.strip() for n in rules.split("+")]
+    else:
+        try:
+            names = list(rules)
+        except TypeError:
+            raise TypeError(
+                f"cast: rules must be a str or an iterable of str; got {rules!r}"
+            ) from None
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError(f"cast: rules must be a str or an iterable of str; got {rules!r}")
+    flags: set[str] = set()
+    for name in names:
+        if name not in CAST_RULES:
+            raise ValueError(
+                f"cast: unknown rules name {name!r} in rules={rules!r}; valid: "
+                + ", ".join(CAST_RULES)
+            )
+        if name == "legacy":
+            flags |= {"fnuz-inf-nan", "float4-nan-six", "round-once"}
+            flags.add("int-clamp" if sat else "reference-int")
+        elif name != "conformance":
+            flags.add(name)
+    if {"int-clamp", "reference-int"} <= flags:
+        raise ValueError(
+            f"cast: rules={rules!r} asks for both 'int-clamp' and 'reference-int' (with "
+            "'legacy', saturate chooses one of them)"
+        )
+    return _Rules(**{f.replace("-", "_"): True for f in flags})
+
+
 def _source_type(x: np.ndarray) -> CastType:
     dt = x.dtype
     if dt.kind in "cC":
@@ -207,6 +280,7 @@ def cast(
     seed: Any = None,
     random_bits: int = 16,
     round_mode: str = "up",
+    rules: Any = "conformance",
 ) -> np.ndarray:
     """Cast ``x`` to another type, with ONNX Cast semantics.
 
@@ -228,10 +302,11 @@ def cast(
         (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).
     saturate : bool, default True
         For float8 destinations, the Cast-21 saturate tables (float8_e4m3 and float8_e3m4
-        take E5M2's column, float8_e4m3b11fnuz E4M3FNUZ's); float6 and float4 have no Inf
-        and no NaN and saturate either way; for integer destinations from floats, True
-        clamps to the integer range (NaN -> 0) and False reproduces the bits of the ONNX
-        reference on x86 (see docs/cast.md).
+        take E5M2's column, float8_e4m3b11fnuz E4M3FNUZ's), with +-Inf -> +-max into the
+        FNUZ types as ONNX's conformance suite; float6 and float4 have no Inf and no NaN and
+        saturate either way.  Other destinations ignore it ("it only applies for float 8
+        conversion"): floats out of an integer range give x86's truncating bits, as ONNX
+        Runtime (``rules="int-clamp"`` clamps instead).
     rounding : str, default "nearest_even"
         For float16, bfloat16, float8, float6 and float4 destinations (float8_e8m0fnu takes
         ``round_mode``): any rounding mode of :func:`fp8kit.encode` (ONNX Cast itself rounds
@@ -244,6 +319,14 @@ def cast(
         Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``) only: the ``round_mode`` attribute of
         Cast-24/25, bit-compatible with the ONNX reference (``onnx.reference``); see
         docs/formats.md.
+    rules : str or iterable of str, default "conformance"
+        Which reading of ONNX Cast applies where ONNX's texts, its conformance suite and
+        ONNX Runtime disagree.  ``"conformance"``: the suite, then ONNX Runtime (CPU).  Other
+        names (a key of :data:`CAST_RULES`, several joined with ``+``) switch one case each:
+        ``"fnuz-inf-nan"`` (the Cast table's Inf -> NaN into FNUZ types), ``"float4-nan-six"``
+        (the float4 page's NaN -> 6), ``"int-clamp"`` (floats clamped into integers, NaN ->
+        0), ``"reference-int"`` (onnx.reference's integer bits), ``"round-once"`` (wide
+        sources rounded once, not through float32); ``"legacy"`` is fp8kit 0.x's default.
 
     Returns
     -------
@@ -256,25 +339,38 @@ def cast(
     TypeError
         For complex data or a dtype that is neither a Cast-21 type nor a format of fp8kit.
     ValueError
-        For an unknown type name; a string that is not a number (names the element and its
-        index); ``rounding`` for a destination that does not take it; or, for GPU arrays, a
-        type outside Cast-21's list.
+        For an unknown type name or ``rules`` name; a string that is not a number (names the
+        element and its index); ``rounding`` for a destination that does not take it; or,
+        for GPU arrays, a type outside Cast-21's list or ``rules`` other than the default.
 
     Examples
     --------
     >>> import ml_dtypes, numpy as np, fp8kit
     >>> fp8kit.cast(np.array([200], np.int16), np.int8).tolist()
     [-56]
-    >>> fp8kit.cast(np.array([1e9, np.inf], np.float32), "float8_e5m2fnuz").view(np.uint8)
+    >>> x = np.array([1e9, np.inf], np.float32)
+    >>> fp8kit.cast(x, "float8_e5m2fnuz").view(np.uint8)  # +-max, as the conformance suite
+    array([127, 127], dtype=uint8)
+    >>> fp8kit.cast(x, "float8_e5m2fnuz", rules="fnuz-inf-nan").view(np.uint8)  # the table
     array([127, 128], dtype=uint8)
-    >>> fp8kit.cast(np.float32([2.4, 2.6, -100.0, np.nan]), "FLOAT4E2M1").tolist()  # NaN: 6
-    [2.0, 3.0, -6.0, 6.0]
+    >>> fp8kit.cast(np.float32([2.4, 2.6, -100.0, np.nan]), "FLOAT4E2M1").tolist()
+    [2.0, 3.0, -6.0, -0.0]
+    >>> fp8kit.cast(np.float32([np.nan]), "FLOAT4E2M1", rules="float4-nan-six").tolist()
+    [6.0]
+    >>> fp8kit.cast(np.float32([300.0, -9.0]), "INT8").tolist()  # x86's bits, as ONNX Runtime
+    [44, -9]
+    >>> fp8kit.cast(np.float32([300.0, np.nan]), "INT8", rules="int-clamp").tolist()
+    [127, 0]
     >>> fp8kit.cast(np.array([0.5, 3, -6], ml_dtypes.float4_e2m1fn), "int8").tolist()
     [0, 3, -6]
     """
     if _on_device(x):
         from .cuda import _dispatch
 
+        if rules != "conformance":
+            # the GPU twin gives the host's bits under rules="fnuz-inf-nan+round-once" (it
+            # does not follow the conformance suite there yet); no rules are chosen on the GPU
+            raise ValueError(f"cast: on the GPU, rules={rules!r} is not implemented")
         if rounding != "nearest_even" or _is_e8m0(to):
             raise ValueError(
                 "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
@@ -283,6 +379,7 @@ def cast(
         return _dispatch.cast(x, to, saturate=saturate)
     arr = np.asarray(x)
     sat = _saturate(saturate, "cast")
+    how = _cast_rules(rules, sat)
     src = _source_type(arr)
     dst = cast_type(to)
     arr = _native(arr)
@@ -301,17 +398,17 @@ def cast(
                 f"cast: rounding='stochastic' from {src.name} is not supported (its values "
                 "are not all exact in float64); cast to float64 first if that is acceptable"
             )
-        return _numeric(arr, src, dst, sat, rnd)
+        return _numeric(arr, src, dst, sat, rnd, how)
     if src.kind == "string":
-        return _from_string(arr, dst, sat)
+        return _from_string(arr, dst, sat, how)
     if dst.kind == "string":
         return _to_string(arr, src)
     if dst.kind == "bool":
         return _to_bool(arr, src)
     if src.kind == "bool":
         # "Casting from bool to floating point: {1.0, 0.0}; fixed point: {1, 0}."
-        return _numeric(arr.astype(np.uint8), CAST_TYPES["uint8"], dst, sat)
-    return _numeric(arr, src, dst, sat)
+        return _numeric(arr.astype(np.uint8), CAST_TYPES["uint8"], dst, sat, None, how)
+    return _numeric(arr, src, dst, sat, None, how)
 
 
 def _format_of(t: CastType):
@@ -339,34 +436,62 @@ def _widen_float(arr: np.ndarray, src: CastType) -> np.ndarray:
 
 
 def _numeric(
-    arr: np.ndarray, src: CastType, dst: CastType, sat: bool, rnd: dict | None = None
+    arr: np.ndarray,
+    src: CastType,
+    dst: CastType,
+    sat: bool,
+    rnd: dict | None = None,
+    how: _Rules = _CONFORMANCE,
 ) -> np.ndarray:
     rnd = rnd or {}
     if src.kind == "float":
         wide = _widen_float(arr, src)
         if dst.kind == "int":
             f8_inf = np.isinf(wide) if src.is_narrow else None
-            return _float_to_int(wide, dst, sat, f8_inf)
-        return _float_to_float(wide, dst, sat, rnd)
+            return _float_to_int(wide, dst, sat, f8_inf, how, src)
+        if _through_float32(wide, dst, rnd, how):
+            with np.errstate(over="ignore"):
+                wide = wide.astype(np.float32)
+        return _float_to_float(wide, dst, sat, rnd, how)
     # integer source
     if src.name in _SUB_BYTE:
         arr = arr.astype(np.int8)
     if dst.kind == "int":
         return _int_to_int(arr, dst)
-    return _int_to_float(arr, dst, sat, rnd)
+    return _int_to_float(arr, dst, sat, rnd, how)
 
 
-def _float_to_float(x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None) -> np.ndarray:
+def _through_float32(x: np.ndarray, dst: CastType, rnd: dict, how: _Rules) -> bool:
+    """Whether float64 or wide-integer data goes to ``dst`` through float32 (two roundings),
+    as ONNX Runtime and onnx.reference do: to float16, bfloat16 and the narrow floats, with
+    nearest-even rounding, unless ``rules="round-once"``."""
+    if how.round_once or rnd.get("rounding", "nearest_even") != "nearest_even":
+        return False
+    wide = x.dtype.itemsize >= 4 and x.dtype != np.dtype(np.float32)
+    return wide and dst.kind == "float" and dst.dtype.itemsize <= 2
+
+
+def _float_to_float(
+    x: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None, how: _Rules = _CONFORMANCE
+) -> np.ndarray:
     rnd = rnd or {}
     if dst.is_float8 or dst.is_finite_only:
         # float8: the Cast-21 tables (the codec's saturate rule); float6/float4 have no Inf
         # and no NaN, so the codec saturates them either way ("Downcasting RNE with
         # saturation", ONNX's float6 page; float4's table: "x>6 | 6", "+Inf | 6").
+        fmt = get_format(dst.name)
+        if sat and fmt.specials == "fnuz" and not how.fnuz_inf_nan:
+            # the conformance suite, onnx.reference and ONNX Runtime: +-Inf -> +-max (the
+            # Cast table: NaN, rules="fnuz-inf-nan")
+            inf = np.isinf(x)
+            if inf.any():
+                x = np.where(inf, np.copysign(x.dtype.type(fmt.max), x), x)
         codes = encode(x, dst.name, saturate=sat, **rnd)
-        if dst.name == _FLOAT4:
-            # ONNX's float4 table: "NaN | 6" (either sign).  The codec, ml_dtypes and
-            # onnx.reference give a zero of the opposite sign instead; float6 keeps that
-            # (its page: "nan | -0.0 (unspecified; matches FLOAT4E2M1's cast behavior)").
+        if dst.name == _FLOAT4 and how.float4_nan_six:
+            # ONNX's float4 table: "NaN | 6" (either sign).  The codec, ml_dtypes,
+            # onnx.reference and the conformance suite give a zero of the opposite sign
+            # instead; float6 keeps that (its page: "nan | -0.0 (unspecified; matches
+            # FLOAT4E2M1's cast behavior)").
             nan = np.isnan(x)
             if nan.any():
                 codes[nan] = get_format(_FLOAT4).max_code
@@ -399,15 +524,21 @@ def _round_to_odd_f64(v: np.ndarray) -> np.ndarray:
     return _run_unary(int_to_odd_float64_kernel(v.dtype), v, np.float64)
 
 
-def _int_to_float(arr: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None) -> np.ndarray:
+def _int_to_float(
+    arr: np.ndarray, dst: CastType, sat: bool, rnd: dict | None = None, how: _Rules = _CONFORMANCE
+) -> np.ndarray:
     if dst.name in ("float32", "float64"):
         return arr.astype(dst.dtype)  # C int -> float conversion: one rounding
+    if _through_float32(arr, dst, rnd or {}, how):
+        # ONNX Runtime and onnx.reference: the C conversion to float32 (nearest-even), then
+        # float32 -> dst (rules="round-once" rounds the integer once)
+        return _float_to_float(arr.astype(np.float32), dst, sat, rnd, how)
     if arr.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
         # round-to-odd keeps every directed and nearest rounding to <= 51 bits exact
         f64 = _round_to_odd_f64(arr)
     else:
         f64 = arr.astype(np.float64)  # exact
-    return _float_to_float(f64, dst, sat, rnd)
+    return _float_to_float(f64, dst, sat, rnd, how)
 
 
 # ------------------------------------------------------------------------------- e8m0
@@ -467,9 +598,24 @@ def _to_e8m0(
     return code.view(ml_dtypes.float8_e8m0fnu)
 
 
-def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.ndarray:
+#: ONNX Runtime's float -> uint32 takes its vectorised pattern from these sources (float16 and
+#: the float8 types convert one element at a time, as numpy's scalar loop)
+_UINT32_VECTOR_SOURCES = ("bfloat16", "float32", "float64")
+
+
+def _float_to_int(
+    x: np.ndarray,
+    dst: CastType,
+    sat: bool,
+    f8_inf=None,
+    how: _Rules = _CONFORMANCE,
+    src: CastType | None = None,
+) -> np.ndarray:
+    """x: float32 or float64 (narrower sources widened exactly); src: the original type."""
+    if not (how.int_clamp or how.reference_int):
+        return _float_to_int_like_onnxruntime(x, dst, src.name if src else x.dtype.name)
     target = np.dtype(np.int8) if dst.name in _SUB_BYTE else dst.dtype
-    if sat:
+    if how.int_clamp:
         out = _run_unary(saturating_kernel(x.dtype, target), x, target)
         if dst.name in _SUB_BYTE:  # saturated to int8 first, then to 4 or 2 bits
             signed, nbits = _SUB_BYTE[dst.name]
@@ -477,6 +623,22 @@ def _float_to_int(x: np.ndarray, dst: CastType, sat: bool, f8_inf=None) -> np.nd
             return np.clip(out, lo, hi).astype(dst.dtype)
         return out
     return _float_to_int_like_reference(x, dst, f8_inf)
+
+
+def _float_to_int_like_onnxruntime(x: np.ndarray, dst: CastType, src_name: str) -> np.ndarray:
+    """ONNX Runtime's (CPU, x86-64) bits: x86's truncating conversions (numpy's scalar-loop
+    bits, as onnx.reference, for every element, float8 NaN and Inf included), but uint32 from
+    bfloat16/float32/float64 through ORT's vectorised pattern and int4/uint4 rounded half
+    away from zero.  int2/uint2 (no ORT kernel) take the reference's bits."""
+    name = dst.name
+    if name == "uint32" and src_name in _UINT32_VECTOR_SOURCES:
+        target = "uint32_vector"
+    elif name in ("int4", "uint4"):
+        target = name + "_round"
+    else:
+        return _float_to_int_like_reference(x, dst, None)
+    res = _run_unary(x86_kernel(x.dtype, target), x, np.int8 if name in _SUB_BYTE else dst.dtype)
+    return res.astype(dst.dtype) if name in _SUB_BYTE else res
 
 
 def _float_to_int_like_reference(x: np.ndarray, dst: CastType, float8_inf=None) -> np.ndarray:
@@ -574,27 +736,32 @@ def _parse_floats(arr: np.ndarray, *, odd: bool, values=None) -> np.ndarray:
     return np.array([to_f64(v) for v in values], dtype=np.float64).reshape(arr.shape)
 
 
-def _from_string(arr: np.ndarray, dst: CastType, sat: bool) -> np.ndarray:
+def _from_string(
+    arr: np.ndarray, dst: CastType, sat: bool, how: _Rules = _CONFORMANCE
+) -> np.ndarray:
     if dst.kind == "string":
         return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
     values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
     floats = _parse_floats(arr, odd=dst.name != "float64", values=values)
     if dst.kind == "bool":
         return floats != 0
-    result = _numeric(floats, CAST_TYPES["float64"], dst, sat)
+    # the decimal value is rounded once (the float64 is rounded to odd for that); to integers,
+    # truncated toward zero (the spec's example: "100.5" -> 100), out of range x86's bits
+    once = dataclasses.replace(how, round_once=True, reference_int=not how.int_clamp)
+    result = _numeric(floats, CAST_TYPES["float64"], dst, sat, None, once)
     if dst.kind == "int":
         # integer literals are exact, whatever their size; only the others go through floats
         literal = [isinstance(v, Fraction) and v.denominator == 1 for v in values]
         if any(literal):
             mask = np.array(literal).reshape(arr.shape)
             exact = [v for v, lit in zip(values, literal, strict=True) if lit]
-            result[mask] = _python_ints_to_int(exact, (len(exact),), dst, sat)
+            result[mask] = _python_ints_to_int(exact, (len(exact),), dst, how.int_clamp)
     return result
 
 
 def _python_ints_to_int(values, shape, dst: CastType, sat: bool) -> np.ndarray:
-    """Integer literals are exact: saturate clamps them to the range, otherwise they wrap
-    (two's complement), as integer -> integer casts do."""
+    """Integer literals are exact: ``sat`` (rules="int-clamp") clamps them to the range,
+    otherwise they wrap (two's complement), as integer -> integer casts do."""
     signed, bits = _int_bits(dst)
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     out = []
@@ -648,19 +815,24 @@ def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
 RULES = {
     "=": "same type: unchanged",
     "E": "exact (every value of the source exists in the destination)",
-    "R": "round to nearest-even once from the exact value; +-Inf if out of range",
-    "F8": "round once; overflow, Inf and NaN by the Cast-21 float8 tables (saturate)",
+    "R": "round to nearest-even (float64 and 32/64-bit integers through float32, as ONNX "
+    "Runtime; rules='round-once': once); +-Inf if out of range",
+    "F8": "round to nearest-even (wide sources through float32, as R); overflow, Inf and NaN "
+    "by the Cast-21 float8 tables (saturate), +-Inf -> +-max into FNUZ types with saturate "
+    "(the conformance suite; rules='fnuz-inf-nan': NaN)",
     "W": "integer wrap: keep the low bits, two's complement",
-    "T": "truncate toward zero; out of range: saturate=True clamps (NaN -> 0), "
-    "saturate=False gives onnx.reference's x86 bits",
+    "T": "truncate toward zero (int4/uint4: round half away from zero, as ONNX Runtime); out "
+    "of range, NaN, Inf: x86's bits, as ONNX Runtime, whatever saturate says "
+    "(rules='int-clamp': clamp, NaN -> 0)",
     "B": "to bool: zero (+-0.0) -> False, everything else (NaN too) -> True",
     "01": "from bool: False -> 0, True -> 1",
     "P": "parse the string as a number, then as from float64 (rounded once)",
     "S": "shortest decimal that round-trips",
-    "F6": "to float6 (no Inf, no NaN): round once; beyond +-max and +-Inf -> +-max whatever "
+    "F6": "to float6 (no Inf, no NaN): round as R; beyond +-max and +-Inf -> +-max whatever "
     "saturate says; NaN -> zero of the opposite sign (as onnx.reference)",
-    "F4": "to float4_e2m1fn (no Inf, no NaN): round once; beyond +-6 and +-Inf -> +-6 "
-    "whatever saturate says; NaN -> +6 (ONNX's float4 table)",
+    "F4": "to float4_e2m1fn (no Inf, no NaN): round as R; beyond +-6 and +-Inf -> +-6 "
+    "whatever saturate says; NaN -> zero of the opposite sign (the conformance suite; "
+    "rules='float4-nan-six': +6, ONNX's float4 page)",
     "E0": "to float8_e8m0fnu: Cast-24/25's round_mode on the float32 value's exponent, as "
     "onnx.reference (sign ignored, 0 -> 2^-127, NaN and +-Inf -> NaN)",
 }

@@ -279,3 +279,33 @@ def random_values(type_name: str, n: int, rng: np.random.Generator) -> np.ndarra
             dtype=object,
         )
     raise KeyError(type_name)
+
+
+@functools.cache
+def conformance_cases() -> tuple:
+    """Every Cast and CastLike node case of ONNX's conformance suite that the installed onnx
+    ships (``test_cast_*`` and ``test_castlike_*``, the ``_expanded`` ones included).
+
+    Importing a case module of ``onnx.backend.test.case.node`` registers its cases; only the
+    modules named ``cast*`` are imported (``collect_testcases()`` imports every operator's,
+    10 s or more), falling back to ``collect_testcases`` if onnx reorganises that package.
+    """
+    import importlib
+    import pkgutil
+    import warnings
+
+    import onnx.backend.test.case.node as node
+
+    with warnings.catch_warnings():  # the case generators overflow on purpose
+        warnings.simplefilter("ignore")
+        registry = getattr(node, "_NodeTestCases", None)
+        if isinstance(registry, list) and getattr(node, "_TargetOpType", None) is None:
+            for info in pkgutil.iter_modules(node.__path__):
+                if info.name.startswith("cast"):
+                    importlib.import_module(f"{node.__name__}.{info.name}")
+            cases = list(registry)
+        else:
+            cases = node.collect_testcases(None)
+    names = ("test_cast_", "test_castlike_")
+    unique = {c.name: c for c in cases if c.name.startswith(names)}
+    return tuple(unique.values())

@@ -83,7 +83,8 @@ def test_spec_sentences(x, to, want):
 @pytest.mark.parametrize(
     "dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, ml_dtypes.float8_e5m2]
 )
-def test_float_to_int_saturates_and_nan_is_zero(to, dtype):
+@pytest.mark.parametrize("saturate", [True, False])
+def test_float_to_int_clamps_and_nan_is_zero_under_int_clamp(to, dtype, saturate):
     t = cast_type(to)
     lo, hi = (
         (-8, 7)
@@ -95,7 +96,8 @@ def test_float_to_int_saturates_and_nan_is_zero(to, dtype):
     x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 2.9, -2.9, 0.5], np.float64)
     with np.errstate(over="ignore"):
         x = x.astype(dtype)
-    got = [int(v) for v in fp8kit.cast(x, to).astype(np.int64 if to != "uint64" else np.uint64)]
+    y = fp8kit.cast(x, to, saturate=saturate, rules="int-clamp")
+    got = [int(v) for v in y.astype(np.int64 if to != "uint64" else np.uint64)]
     assert got[:5] == [0, hi, lo, hi, lo]
     assert got[5:] == [min(max(int(np.trunc(float(v))), lo), hi) for v in x[5:].astype(float)]
 
@@ -104,20 +106,37 @@ def test_float_to_int_saturates_and_nan_is_zero(to, dtype):
     "x, want_int4, want_uint4",
     [(7.9, 7, 7), (-8.5, -8, 8), (9.0, -7, 9), (17.0, 1, 1), (-17.3, -1, 15), (-0.9, 0, 0)],
 )
-def test_int4_wraps_like_the_reference_without_saturate(x, want_int4, want_uint4):
+def test_int4_wraps_like_the_reference_under_reference_int(x, want_int4, want_uint4):
     # "truncate toward zero, then modulo 16"
     a = np.array([x])
-    assert int(fp8kit.cast(a, "int4", saturate=False)[0]) == want_int4
-    assert int(fp8kit.cast(a, "uint4", saturate=False)[0]) == want_uint4
+    assert int(fp8kit.cast(a, "int4", rules="reference-int")[0]) == want_int4
+    assert int(fp8kit.cast(a, "uint4", rules="reference-int")[0]) == want_uint4
+    assert int(fp8kit.cast(a, "int4", saturate=False, rules="legacy")[0]) == want_int4
     assert int(onnx_cast(a, "float64", "int4", False)[0]) == want_int4
 
 
+@pytest.mark.parametrize(
+    "x, want_int4, want_uint4",
+    [(7.9, -8, 8), (-8.5, 7, 7), (9.0, -7, 9), (17.0, 1, 1), (-17.3, -1, 15), (-0.4, 0, 0)],
+)
+@pytest.mark.parametrize("saturate", [True, False])
+def test_int4_by_default_rounds_half_away_then_wraps_as_onnxruntime(
+    x, want_int4, want_uint4, saturate
+):
+    # ONNX Runtime (CPU): std::round, then the low 4 bits (saturate is ignored)
+    a = np.array([x])
+    assert int(fp8kit.cast(a, "int4", saturate=saturate)[0]) == want_int4
+    assert int(fp8kit.cast(a, "uint4", saturate=saturate)[0]) == want_uint4
+
+
 @pytest.mark.parametrize("name", ["float8_e4m3fnuz", "float8_e5m2fnuz"])
-def test_inf_into_fnuz_with_saturate_is_nan_as_the_table_says(name):
+def test_inf_into_fnuz_with_saturate_is_nan_under_fnuz_inf_nan(name):
     x = np.array([np.inf, -np.inf], np.float32)
-    assert fp8kit.cast(x, name).view(np.uint8).tolist() == [0x80, 0x80]
-    # onnx.reference 1.23 saturates instead (a documented difference)
+    assert fp8kit.cast(x, name, rules="fnuz-inf-nan").view(np.uint8).tolist() == [0x80, 0x80]
+    # onnx.reference 1.23 (and the conformance suite, and ONNX Runtime) saturate instead:
+    # the default
     assert onnx_cast(x, "float32", name, True).view(np.uint8).tolist() == [0x7F, 0xFF]
+    assert fp8kit.cast(x, name).view(np.uint8).tolist() == [0x7F, 0xFF]
 
 
 def test_shapes_are_kept():
@@ -140,7 +159,8 @@ def test_bad_saturate():
 
 def test_big_endian_input():
     x = np.array([1.5, -300.0], ">f8")
-    assert fp8kit.cast(x, "int8").tolist() == [1, -128]
+    assert fp8kit.cast(x, "int8").tolist() == [1, -44]  # x86's low bits
+    assert fp8kit.cast(x, "int8", rules="int-clamp").tolist() == [1, -128]
     assert fp8kit.cast(x, "float8_e4m3fn").astype(float).tolist() == [1.5, -288.0]
 
 
@@ -197,3 +217,53 @@ def test_exact_rule_means_round_trip(src, dst):
         assert ((af == bf) | (np.isnan(af) & np.isnan(bf))).all()
     else:
         assert (a.astype(np.int64) == b.astype(np.int64)).all()
+
+
+def test_rules_names_combine():
+    x = np.float32([np.inf, 300.0])
+    fnuz = "float8_e4m3fnuz"
+    assert fp8kit.cast(x[:1], fnuz).view(np.uint8).tolist() == [0x7F]
+    for spelling in ("fnuz-inf-nan", ["fnuz-inf-nan"], ("conformance", "fnuz-inf-nan")):
+        assert fp8kit.cast(x[:1], fnuz, rules=spelling).view(np.uint8).tolist() == [0x80]
+    both = fp8kit.cast(x, np.int8, rules="fnuz-inf-nan + int-clamp")
+    assert both.tolist() == [127, 127]
+    assert fp8kit.cast(x, np.int8, rules="fnuz-inf-nan").tolist() == [0, 44]
+    # legacy: int-clamp with saturate, reference-int without
+    assert fp8kit.cast(x, np.int8, rules="legacy").tolist() == [127, 127]
+    assert fp8kit.cast(x, np.int8, saturate=False, rules="legacy").tolist() == [0, 44]
+
+
+@pytest.mark.parametrize(
+    "rules, error, match",
+    [
+        ("strict", ValueError, "unknown rules name 'strict'.*valid: conformance, fnuz-inf-nan"),
+        ("int-clamp+reference-int", ValueError, "both 'int-clamp' and 'reference-int'"),
+        (["legacy", "int-clamp"], None, None),
+        (3, TypeError, "rules must be a str or an iterable of str; got 3"),
+        ([1], TypeError, r"rules must be a str or an iterable of str; got \[1\]"),
+    ],
+)
+def test_rules_are_checked(rules, error, match):
+    x = np.float32([1.0])
+    if error is None:  # legacy with saturate=True already means int-clamp
+        assert fp8kit.cast(x, np.int8, rules=rules).tolist() == [1]
+        with pytest.raises(ValueError, match="both 'int-clamp' and 'reference-int'"):
+            fp8kit.cast(x, np.int8, saturate=False, rules=rules)
+        return
+    with pytest.raises(error, match=match):
+        fp8kit.cast(x, np.int8, rules=rules)
+
+
+def test_every_rule_is_described():
+    from fp8kit.cast import CAST_RULES
+
+    assert list(CAST_RULES) == [
+        "conformance",
+        "fnuz-inf-nan",
+        "float4-nan-six",
+        "int-clamp",
+        "reference-int",
+        "round-once",
+        "legacy",
+    ]
+    assert all(len(text) > 30 for text in CAST_RULES.values())

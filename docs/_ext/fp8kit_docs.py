@@ -20,6 +20,10 @@ Block names:
     and the further formats), and from those to the Cast-21 types.
 ``rounding-table``
     Sample values rounded to float8_e4m3fn in every rounding mode.
+``cast-disputes``
+    The disputed cases of ONNX Cast: the Cast text, ONNX's conformance suite, onnx.reference
+    and ONNX Runtime as recorded in tests/data/cast/disputes.json
+    (scripts/oracles/cast_disputes.py), beside fp8kit's default and named rules, computed now.
 ``promotion:NAME``
     :func:`fp8kit.promotion.docs_block` (a preset's table, the knobs, the disagreements).
 ``study:NAME``
@@ -189,6 +193,41 @@ def _directive(kind: str, target: str, options: list[str]) -> str:
     return f".. {kind}:: {target}" + "".join(f"\n   :{o}" for o in options)
 
 
+@functools.cache
+def _disputes_module():
+    path = ROOT / "scripts" / "oracles" / "cast_disputes.py"
+    spec = importlib.util.spec_from_file_location("fp8kit_cast_disputes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cast_disputes_table() -> str:
+    """The disputed cases of ONNX Cast side by side (the oracles' answers as recorded)."""
+    import json
+
+    mod = _disputes_module()
+    data = json.loads(mod.DATA.read_text())
+    head = (
+        "| case | Cast text | conformance suite | onnx.reference | ONNX Runtime "
+        "| fp8kit default | other reading |"
+    )
+    rows = [head, "|---|---|---|---|---|---|---|"]
+    for r in data["cases"]:
+        x = mod.value(r["x"], r["from"])
+        with np.errstate(all="ignore"):
+            ours = mod.show(fp8kit.cast(x, r["to"], saturate=r["saturate"])[0])
+            other = "—"
+            if r["rule"]:
+                alt = fp8kit.cast(x, r["to"], saturate=r["saturate"], rules=r["rule"])[0]
+                other = f'{mod.show(alt)} (`rules="{r["rule"]}"`)'
+        suite = r["suite"] if r["suite"] is not None else "no case"
+        cells = [r["question"], r["cast_text"], suite, r["onnx_reference"], r["onnxruntime"]]
+        rows.append("| " + " | ".join([*cells, ours, other]) + " |")
+    versions = f"onnx {data['onnx']}, onnxruntime {data['onnxruntime']} (CPU)"
+    return "\n".join(rows) + f"\n\nRecorded with {versions} by `{data['generated_by']}`."
+
+
 # ---------------------------------------------------------------------------- the blocks
 def generate(name: str) -> str:
     """The text of the generated block ``name``, from the code as it is now."""
@@ -200,6 +239,7 @@ def generate(name: str) -> str:
         "cast-to-more-table": lambda: fp8kit.cast_table(ALL_CAST_TYPES, MORE_CAST_TYPES),
         "cast-from-more-table": lambda: fp8kit.cast_table(MORE_CAST_TYPES, CAST_TYPES),
         "rounding-table": rounding_table,
+        "cast-disputes": cast_disputes_table,
     }
     if name in makers:
         return makers[name]()

@@ -1,5 +1,6 @@
-"""Float -> integer kernels: saturating (clamp, NaN -> 0) and the x86 bit pattern that the
-ONNX reference produces through numpy (``x.astype(int_type)``) for out-of-range values."""
+"""Float -> integer kernels: saturating (clamp, NaN -> 0), and the x86 bit patterns that the
+ONNX reference (through numpy's ``x.astype(int_type)``) and ONNX Runtime produce for
+out-of-range values."""
 
 from __future__ import annotations
 
@@ -105,20 +106,28 @@ def int_to_odd_float64_kernel(in_dtype: np.dtype) -> Kernel:
 _X86_MODES = {
     "int8": 0, "int16": 0, "uint8": 0, "uint16": 0, "int32": 0,  # low bits of cvt32
     "int64": 1, "uint32": 2, "uint64": 3, "int4": 4, "uint4": 5,
+    # ONNX Runtime (CPU): float32/float64/bfloat16 -> uint32 through the vectorised pattern
+    # (x >= 2**31 ? cvt32(x - 2**31) ^ 2**31 : cvt32(x)); int4/uint4 rounded half away
+    # from zero (std::round), then the int32 range check and the low 4 bits
+    "uint32_vector": 6, "int4_round": 7, "uint4_round": 8,
 }  # fmt: skip
 
 
 @functools.cache
 def x86_kernel(in_dtype: np.dtype, target: str) -> Kernel:
     """float -> integer with the bits of numpy's casts on x86-64 (onnx.reference's answer),
-    made deterministic (always numpy's scalar-loop bits).  See docs/cast.md."""
+    made deterministic (always numpy's scalar-loop bits), or with ONNX Runtime's (CPU) bits
+    for the targets ``"uint32_vector"``, ``"int4_round"`` and ``"uint4_round"``.  See
+    docs/cast.md."""
     mode = _X86_MODES[target]
-    out_dtype = np.dtype(np.int8) if mode >= 4 else np.dtype(target)
+    out_dtype = np.dtype(np.int8) if mode in (4, 5, 7, 8) else np.dtype(target.split("_")[0])
     cast = out_dtype.type
     i32_min, i64_min = np.int64(-(2**31)), np.int64(-(2**63))
     lo32, hi32 = np.float64(-(2.0**31)), np.float64(2.0**31)
     lo64, hi64 = np.float64(-(2.0**63)), np.float64(2.0**63)
     max32 = np.float64(2.0**31 - 1)
+    half, one_f = np.float64(0.5), np.float64(1.0)
+    top32 = np.int64(1 << 31)
     low32, nib = np.int64(0xFFFFFFFF), np.int64(0xF)
     top = np.uint64(1 << 63)
     version = source_version()
@@ -146,10 +155,24 @@ def x86_kernel(in_dtype: np.dtype, target: str) -> Kernel:
                         r = np.int64(s) if lo64 <= s < hi64 else i64_min
                         u = np.uint64(r)
                         oc[j] = u ^ top if t >= hi64 else u
+                    elif mode == 6:
+                        if v >= hi32:  # (NaN takes the other branch)
+                            s = t - hi32
+                            r = np.int64(s) if s < hi32 else i32_min
+                            oc[j] = cast((r ^ top32) & low32)
+                        else:
+                            r = np.int64(t) if lo32 <= t else i32_min
+                            oc[j] = cast(r & low32)
                     else:
-                        r = np.int64(t) if lo32 <= v <= max32 else i32_min
+                        if mode >= 7:  # round half away from zero (v - t is exact)
+                            if abs(v - t) >= half:
+                                t = t + one_f if v > 0 else t - one_f
+                            ok = lo32 <= t <= max32
+                        else:
+                            ok = lo32 <= v <= max32
+                        r = np.int64(t) if ok else i32_min
                         n = r & nib
-                        oc[j] = cast(n - 16 if mode == 4 and n >= 8 else n)
+                        oc[j] = cast(n - 16 if mode in (4, 7) and n >= 8 else n)
 
         return kernel
 

