@@ -17,12 +17,16 @@ _FLOAT_DTYPES = frozenset(_DTYPES[n] for n in _FLOATS)
 
 _ONE_BIT = {np.dtype(ml_dtypes.int1): "int1", np.dtype(ml_dtypes.uint1): "uint1"}
 
+#: ConvertPromoteTypes keeps fp8kit's Cast rules of before issue 19 (Inf -> NaN into FNUZ
+#: types, clamping into integers with saturate, rounding once), not Cast's new default
+_RULES = "legacy"
+
 
 def _to_one_bit(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
     """To ml_dtypes int1/uint1, which fp8kit.cast does not take: integers wrap to their
     lowest bit (as ONNX Cast narrows integers); floats go through int8 first."""
     if x.dtype in _FLOAT_DTYPES:
-        x = cast(x, np.int8, saturate=saturate)
+        x = cast(x, np.int8, saturate=saturate, rules=_RULES)
     elif x.dtype.kind not in "biu":  # ml_dtypes int2/uint2/int4/uint4
         x = x.astype(np.int8)
     # both store the bit in the byte's lowest bit: int1 reads 1 as -1
@@ -33,10 +37,6 @@ def _from_one_bit(x: np.ndarray) -> np.ndarray:
     """int1/uint1 data as int8 (exact), without ml_dtypes' element-wise conversion."""
     bit = np.asarray(np.bitwise_and(x.view(np.uint8), 1)).astype(np.int8)
     return np.asarray(-bit) if _ONE_BIT[x.dtype] == "int1" else bit
-
-#: ConvertPromoteTypes keeps fp8kit's Cast rules of before issue 19 (Inf -> NaN into FNUZ
-#: types, clamping into integers with saturate, rounding once), not Cast's new default
-_RULES = "legacy"
 
 
 def _convert(x: np.ndarray, to: np.dtype, saturate: bool) -> np.ndarray:
