@@ -186,8 +186,10 @@ def host_has_avx512_fp16() -> bool:
     return bool(binding.get_host_cpu_features().get("avx512fp16", False))
 
 
-def openvino_variant(mode: Any, fmt: FloatFormat) -> int:
-    """The kernels' variant for ``mode`` (and check that ``fmt`` suits it)."""
+def openvino_variant(mode: Any, fmt: FloatFormat, has_fp16=None) -> int:
+    """The kernels' variant for ``mode`` (and check that ``fmt`` suits it); ``has_fp16``:
+    the function that tells whether the CPU has AVX512-FP16 (default
+    :func:`host_has_avx512_fp16`)."""
     if not isinstance(mode, str) or mode not in FAKE_MODES:
         raise ValueError(
             f"fake_convert: mode must be 'spec' or 'openvino' (or 'openvino-fp16', "
@@ -195,7 +197,7 @@ def openvino_variant(mode: Any, fmt: FloatFormat) -> int:
         )
     variant = FAKE_MODES[mode]
     if variant is None:
-        variant = OV_FP16 if host_has_avx512_fp16() else OV_F32
+        variant = OV_FP16 if (has_fp16 or host_has_avx512_fp16)() else OV_F32
     if variant != SPEC and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
         raise ValueError(
             f"fake_convert: mode={mode!r} supports f8e4m3 and f8e5m2 (OpenVINO's types); "

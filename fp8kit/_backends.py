@@ -52,7 +52,11 @@ def _kind(a: Any) -> str:
         return "xarray"
     if module.startswith("torch") and hasattr(a, "detach"):
         return "torch"
-    if hasattr(a, "__dlpack__"):
+    if hasattr(a, "__dlpack__") and not (
+        hasattr(a, "__array__") or hasattr(a, "__array_interface__")
+    ):
+        # (objects numpy reads itself, such as JAX arrays of bfloat16, which DLPack cannot
+        # carry to numpy, stay on the numpy path)
         return "dlpack"
     return "numpy"
 

@@ -12,6 +12,7 @@ from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import SPEC, fake_convert_kernel
 from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from ._kernels.tables import decode_table
+from .formats import FloatFormat
 
 __all__ = ["fake_convert"]
 
@@ -27,9 +28,13 @@ _DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.b
 _destination = _args.destination
 MODES = _args.FAKE_MODES
 host_has_avx512_fp16 = _args.host_has_avx512_fp16
-openvino_variant = _args.openvino_variant
 _merge = _args.merge
 _element_strides = _args.element_strides
+
+
+def openvino_variant(mode: Any, fmt: FloatFormat) -> int:
+    """The kernels' variant for ``mode`` (and check that ``fmt`` suits it)."""
+    return _args.openvino_variant(mode, fmt, host_has_avx512_fp16)  # (a global: patchable)
 
 
 def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
