@@ -151,8 +151,11 @@ def _apply_at(offset: int, kernel, x, lut, table, out_bits, key, rbits: int) -> 
     block = 4 * K * parts(rbits)
     pad = offset % block
     flat = np.ascontiguousarray(x).reshape(-1)
-    src = np.zeros(pad + flat.size, flat.dtype)
-    src[pad:] = flat
+    if pad:
+        src = np.zeros(pad + flat.size, flat.dtype)
+        src[pad:] = flat
+    else:  # (chunks of a multiple of the block, e.g. 1M elements: no copy)
+        src = flat
     dst = np.empty(src.size, out_bits)
     _parallel.launch(kernel, src.size, src, lut, table, dst, _args.with_offset(key, offset - pad))
     return dst[pad:].reshape(x.shape)
