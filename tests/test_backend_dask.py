@@ -140,3 +140,16 @@ def test_clear_errors():
     gpu_like._meta = DeviceBlock()
     with pytest.raises(TypeError, match="Dask arrays of .*DeviceBlock blocks are not supported"):
         fp8kit.encode(gpu_like, FMT)
+
+
+@pytest.mark.slow
+def test_distributed_worker_processes():
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        d = da.from_array(X3, chunks=(2, 3, 4))
+        for name in ("encode", "fake_convert"):
+            res = client.compute(FUNCS[name](d, **STOCH)).result()
+            same(res, FUNCS[name](X3, **STOCH))
