@@ -20,11 +20,21 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from . import _parallel
+from . import _args, _backends, _parallel
+from ._casttypes import (
+    _E8M0,
+    _FLOAT4,
+    _SUB_BYTE,
+    ALL_CAST_TYPES,
+    CAST_TYPES,
+    MORE_CAST_TYPES,
+    CastType,
+    cast_type,
+)
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
-from .codec import _native, _on_device, _rounding, _saturate, decode, encode
+from .codec import decode, encode
 from .formats import get_format
 
 __all__ = [
@@ -39,153 +49,6 @@ __all__ = [
     "RULES",
     "CAST_RULES",
 ]
-
-_E8M0 = "float8_e8m0fnu"
-_FLOAT4 = "float4_e2m1fn"
-#: The sub-byte integers (ml_dtypes dtypes; values held in int8 while computing): signed, bits
-_SUB_BYTE = {"int4": (True, 4), "uint4": (False, 4), "int2": (True, 2), "uint2": (False, 2)}
-
-
-@dataclasses.dataclass(frozen=True)
-class CastType:
-    """One element type of ``fp8kit.cast``: its name, ONNX name (None if ONNX has none) and
-    numpy/ml_dtypes dtype."""
-
-    name: str
-    onnx: str | None
-    dtype: np.dtype
-    kind: str  # "bool", "int", "float", "string"
-
-    @property
-    def is_float8(self) -> bool:
-        """A float8 type with Cast-21's float8 rules (every float8 but the E8M0 scales)."""
-        return self.name.startswith("float8") and self.name != _E8M0
-
-    @property
-    def is_cast21(self) -> bool:
-        """One of the types of ONNX Cast-21's list."""
-        return self.name in CAST_TYPES
-
-    @property
-    def is_narrow(self) -> bool:
-        """An ml_dtypes float of at most 8 bits (float8, float6, float4)."""
-        return self.kind == "float" and self.dtype.itemsize == 1
-
-    @property
-    def is_finite_only(self) -> bool:
-        """A float without Inf and NaN (float6, float4)."""
-        return self.name in ("float6_e2m3fn", "float6_e3m2fn", _FLOAT4)
-
-
-def _t(name, onnx, dtype, kind):
-    return CastType(name, onnx, np.dtype(dtype), kind)
-
-
-#: The Cast-21 type list, in the order of the spec's type constraints.
-CAST_TYPES: dict[str, CastType] = {
-    t.name: t
-    for t in [
-        _t("bool", "BOOL", np.bool_, "bool"),
-        _t("int4", "INT4", ml_dtypes.int4, "int"),
-        _t("int8", "INT8", np.int8, "int"),
-        _t("int16", "INT16", np.int16, "int"),
-        _t("int32", "INT32", np.int32, "int"),
-        _t("int64", "INT64", np.int64, "int"),
-        _t("uint4", "UINT4", ml_dtypes.uint4, "int"),
-        _t("uint8", "UINT8", np.uint8, "int"),
-        _t("uint16", "UINT16", np.uint16, "int"),
-        _t("uint32", "UINT32", np.uint32, "int"),
-        _t("uint64", "UINT64", np.uint64, "int"),
-        _t("float16", "FLOAT16", np.float16, "float"),
-        _t("bfloat16", "BFLOAT16", ml_dtypes.bfloat16, "float"),
-        _t("float32", "FLOAT", np.float32, "float"),
-        _t("float64", "DOUBLE", np.float64, "float"),
-        _t("float8_e4m3fn", "FLOAT8E4M3FN", ml_dtypes.float8_e4m3fn, "float"),
-        _t("float8_e4m3fnuz", "FLOAT8E4M3FNUZ", ml_dtypes.float8_e4m3fnuz, "float"),
-        _t("float8_e5m2", "FLOAT8E5M2", ml_dtypes.float8_e5m2, "float"),
-        _t("float8_e5m2fnuz", "FLOAT8E5M2FNUZ", ml_dtypes.float8_e5m2fnuz, "float"),
-        _t("string", "STRING", np.dtype(object), "string"),
-    ]
-}
-#: The types beyond Cast-21's list: the 2-bit integers (Cast-25) and the further formats of
-#: the registry, in registry order; ONNX names where ONNX has the type (Cast-25 added
-#: FLOAT4E2M1 and FLOAT8E8M0, Cast-28 the two float6 types).
-MORE_CAST_TYPES: dict[str, CastType] = {
-    t.name: t
-    for t in [
-        _t("int2", "INT2", ml_dtypes.int2, "int"),
-        _t("uint2", "UINT2", ml_dtypes.uint2, "int"),
-        _t("float8_e4m3", None, ml_dtypes.float8_e4m3, "float"),
-        _t("float8_e3m4", None, ml_dtypes.float8_e3m4, "float"),
-        _t("float8_e4m3b11fnuz", None, ml_dtypes.float8_e4m3b11fnuz, "float"),
-        _t(_E8M0, "FLOAT8E8M0", ml_dtypes.float8_e8m0fnu, "float"),
-        _t("float6_e2m3fn", "FLOAT6E2M3", ml_dtypes.float6_e2m3fn, "float"),
-        _t("float6_e3m2fn", "FLOAT6E3M2", ml_dtypes.float6_e3m2fn, "float"),
-        _t(_FLOAT4, "FLOAT4E2M1", ml_dtypes.float4_e2m1fn, "float"),
-    ]
-}
-#: Every type of ``fp8kit.cast``: Cast-21's numbers, the further formats, then string.
-ALL_CAST_TYPES: dict[str, CastType] = {
-    **{n: t for n, t in CAST_TYPES.items() if t.kind != "string"},
-    **MORE_CAST_TYPES,
-    "string": CAST_TYPES["string"],
-}
-_BY_DTYPE = {t.dtype: t for t in ALL_CAST_TYPES.values() if t.kind != "string"}
-_BY_NAME = {
-    **{t.name: t for t in ALL_CAST_TYPES.values()},
-    **{t.onnx.lower(): t for t in ALL_CAST_TYPES.values() if t.onnx},
-}
-_BY_NAME.update(
-    {
-        "float": CAST_TYPES["float32"],
-        "double": CAST_TYPES["float64"],
-        "half": CAST_TYPES["float16"],
-        "str": CAST_TYPES["string"],
-    }
-)
-
-
-def _valid() -> str:
-    return ", ".join(ALL_CAST_TYPES)
-
-
-def cast_type(spec: Any, *, argname: str = "to") -> CastType:
-    """The cast type named by a dtype, type name, ONNX name or fp8kit format name.
-
-    Examples
-    --------
-    >>> from fp8kit.cast import cast_type
-    >>> cast_type("FLOAT8E4M3FN").name, cast_type("f8e5m2").name, cast_type(float).name
-    ('float8_e4m3fn', 'float8_e5m2', 'float64')
-    >>> cast_type("FLOAT4E2M1").name
-    'float4_e2m1fn'
-    """
-    if isinstance(spec, CastType):
-        return spec
-    if isinstance(spec, str):
-        t = _BY_NAME.get(spec.lower())
-        if t is None:
-            try:
-                t = ALL_CAST_TYPES[get_format(spec).name]
-            except (ValueError, KeyError):
-                raise ValueError(f"unknown {argname} type {spec!r}; valid: {_valid()}") from None
-        return t
-    if spec is str:
-        return CAST_TYPES["string"]
-    try:
-        dt = np.dtype(spec)
-    except TypeError:
-        raise TypeError(f"{argname} must be a dtype or type name; got {spec!r}") from None
-    if dt.kind in "cC":
-        raise TypeError(f"Cast-21 does not support complex types: {argname}={dt}")
-    if dt.kind in "UST" or dt.kind == "O":
-        return CAST_TYPES["string"]
-    t = _BY_DTYPE.get(dt.newbyteorder("=") if dt.byteorder not in "=|" else dt)
-    if t is None:
-        raise TypeError(
-            f"{argname} type {dt} is not a Cast-21 type or a format of fp8kit; valid: {_valid()}"
-        )
-    return t
 
 
 # ------------------------------------------------------------------------------- rules
@@ -364,28 +227,22 @@ def cast(
     >>> fp8kit.cast(np.array([0.5, 3, -6], ml_dtypes.float4_e2m1fn), "int8").tolist()
     [0, 3, -6]
     """
-    if _on_device(x):
-        from .cuda import _dispatch
-
-        if rules != "conformance":
-            # the GPU twin gives the host's bits under rules="fnuz-inf-nan+round-once" (it
-            # does not follow the conformance suite there yet); no rules are chosen on the GPU
-            raise ValueError(f"cast: on the GPU, rules={rules!r} is not implemented")
-        if rounding != "nearest_even" or _is_e8m0(to):
-            raise ValueError(
-                "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
-                "implemented; use fp8kit.encode(x, fmt, rounding=...) for the codes"
-            )
-        return _dispatch.cast(x, to, saturate=saturate)
+    kind = _backends.kind_of(x)
+    if kind != "numpy":
+        return _backends.call(
+            kind, "cast", cast, (x, to), dict(saturate=saturate, rounding=rounding, seed=seed,
+            random_bits=random_bits, round_mode=round_mode, rules=rules),
+        )  # fmt: skip
+    to = _args.name_arg(to)
     arr = np.asarray(x)
-    sat = _saturate(saturate, "cast")
+    sat = _args.saturate(saturate, "cast")
     how = _cast_rules(rules, sat)
     src = _source_type(arr)
     dst = cast_type(to)
-    arr = _native(arr)
+    arr = _args.native(arr)
     if dst.name == _E8M0:
         return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
-    mode = _rounding(rounding, seed, random_bits, "cast")[0]
+    mode = _args.rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
     if mode != NEAREST_EVEN:
         if _format_of(dst) is None or src.kind not in ("float", "int"):
@@ -542,18 +399,6 @@ def _int_to_float(
 
 
 # ------------------------------------------------------------------------------- e8m0
-_E8M0_NAMES = ("float8_e8m0fnu", "float8e8m0", "f8e8m0")
-
-
-def _is_e8m0(to: Any) -> bool:
-    if isinstance(to, str):
-        return to.lower() in _E8M0_NAMES
-    try:
-        return np.dtype(to) == np.dtype(ml_dtypes.float8_e8m0fnu)
-    except TypeError:
-        return False
-
-
 def _to_e8m0(
     arr: np.ndarray, src: CastType, sat: bool, round_mode: Any, rounding: Any, seed: Any
 ) -> np.ndarray:

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _parallel
+from . import _args, _backends, _parallel
 from ._kernels.codec import (
     FLOAT_DTYPES,
     LOAD_LUT,
@@ -17,36 +17,22 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.rounding import MODES, NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC, K, parts
 from ._kernels.tables import decode_table
-from .formats import _NUMPY_DTYPES, FloatFormat, get_format
+from .formats import FloatFormat, get_format
 
 __all__ = ["encode", "decode", "round_to", "astype"]
 
-_FLOAT_NAMES = "float16, bfloat16, float32 or float64"
-_FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
+_FLOAT_NAMES = _args.FLOAT_NAMES
+_FORMAT_DTYPES = _args.FORMAT_DTYPES
+ROUNDING_MODES = _args.ROUNDING_MODES
+# (the argument helpers live in fp8kit._args; these names stay for existing importers)
+_on_device = _args.on_device
+_native = _args.native
+_saturate = _args.saturate
+_rounding = _args.rounding
+_NO_KEY = _args.NO_KEY
 _BFLOAT16 = get_format("bfloat16")
-
-
-def _on_device(*args: Any) -> bool:
-    """Is an argument a GPU array?  Checked without importing numba.cuda: numba's device
-    arrays (also the CUDA simulator's, which lack ``__cuda_array_interface__``) and objects
-    with ``__cuda_array_interface__`` but no host ``__array_interface__`` (CuPy, torch).
-    Such calls go to :mod:`fp8kit.cuda`."""
-    for a in args:
-        if a is None or isinstance(a, (np.ndarray, np.generic, float, int)):
-            continue
-        if getattr(type(a), "__cuda_ndarray__", False) or (
-            hasattr(a, "__cuda_array_interface__") and not hasattr(a, "__array_interface__")
-        ):
-            return True
-    return False
-
-
-def _native(a: np.ndarray) -> np.ndarray:
-    if not a.dtype.isnative:
-        return a.astype(a.dtype.newbyteorder("="))
-    return a
 
 
 def _float_input(x: Any, func: str, *, allow_float8: bool) -> np.ndarray:
@@ -158,51 +144,21 @@ def _apply(
     return out
 
 
-def _saturate(value: Any, func: str) -> bool:
-    if isinstance(value, (bool, np.bool_)) or (
-        isinstance(value, (int, np.integer)) and value in (0, 1)
-    ):
-        return bool(value)
-    raise TypeError(f"{func}: saturate must be True or False (or 1/0); got {value!r}")
-
-
-ROUNDING_MODES = tuple(MODES)
-
-
-def _rounding(rounding: Any, seed: Any, random_bits: Any, func: str):
-    """(mode number, Philox key, random bits) of the rounding arguments, validated."""
-    if not isinstance(rounding, str) or rounding not in MODES:
-        raise ValueError(
-            f"{func}: rounding must be one of {', '.join(ROUNDING_MODES)}; got {rounding!r}"
-        )
-    if (
-        not isinstance(random_bits, (int, np.integer))
-        or isinstance(random_bits, bool)
-        or not 1 <= random_bits <= 32
-    ):
-        raise ValueError(f"{func}: random_bits must be an int in 1..32; got {random_bits!r}")
-    mode = MODES[rounding]
-    if mode != STOCHASTIC:
-        if seed is not None:
-            raise ValueError(f"{func}: seed is only used with rounding='stochastic'")
-        return mode, _NO_KEY, int(random_bits)
-    if seed is None:
-        seed = int(np.random.default_rng().integers(0, 1 << 63))
-    elif isinstance(seed, np.random.Generator):
-        seed = int(seed.integers(0, 1 << 63))
-    elif not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise TypeError(
-            f"{func}: seed must be an int in 0..2**64-1 or a numpy Generator; got {seed!r}"
-        )
-    if not 0 <= int(seed) < 1 << 64:
-        raise ValueError(f"{func}: seed must be in 0..2**64-1; got {seed}")
-    seed = int(seed)
-    key = np.array([seed & 0xFFFFFFFF, seed >> 32], np.uint32)
-    return mode, key, int(random_bits)
-
-
-_NO_KEY = np.zeros(2, np.uint32)
-_NO_KEY.flags.writeable = False
+def _apply_at(offset: int, kernel, x, lut, table, out_bits, key, rbits: int) -> np.ndarray:
+    """Stochastic rounding of x as the elements from flat index ``offset`` on of a larger
+    array (a Dask block): the kernel starts at a whole block of its random stream, so the
+    data is placed after ``offset % block`` padding elements."""
+    block = 4 * K * parts(rbits)
+    pad = offset % block
+    flat = np.ascontiguousarray(x).reshape(-1)
+    if pad:
+        src = np.zeros(pad + flat.size, flat.dtype)
+        src[pad:] = flat
+    else:  # (chunks of a multiple of the block, e.g. 1M elements: no copy)
+        src = flat
+    dst = np.empty(src.size, out_bits)
+    _parallel.launch(kernel, src.size, src, lut, table, dst, _args.with_offset(key, offset - pad))
+    return dst[pad:].reshape(x.shape)
 
 
 def _result(value: np.ndarray, was_scalar: bool):
@@ -282,14 +238,13 @@ def encode(
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
     """
-    if _on_device(x, out):
-        from .cuda import _dispatch
-
-        return _dispatch.encode(
-            x, fmt, saturate=saturate, out=out, rounding=rounding, seed=seed,
-            random_bits=random_bits,
+    kind = _backends.kind_of(x, out)
+    if kind != "numpy":
+        return _backends.call(
+            kind, "encode", encode, (x, fmt), dict(saturate=saturate, out=out,
+            rounding=rounding, seed=seed, random_bits=random_bits),
         )  # fmt: skip
-    fmt = get_format(fmt, argname="fmt")
+    fmt = _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "encode", allow_float8=True)
     code_dtype = fmt.code_dtype
@@ -307,9 +262,12 @@ def encode(
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    res = _apply(
-        kernel, xb, _lut_for(pl.load), dummy(np.uint8), code_dtype, out, extra, mode == STOCHASTIC
-    )
+    lut, table = _lut_for(pl.load), dummy(np.uint8)
+    offset = _args.current_offset() if mode == STOCHASTIC else 0
+    if offset:
+        res = _apply_at(offset, kernel, xb, lut, table, code_dtype, key, rbits)
+    else:
+        res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
     return _result(res, was_scalar)
 
 
@@ -396,11 +354,10 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     >>> fp8kit.decode(np.array([56, 126, 127, 128], np.uint8), "float8_e4m3fn")
     array([  1., 448.,  nan,  -0.], dtype=float32)
     """
-    if _on_device(codes, out):
-        from .cuda import _dispatch
-
-        return _dispatch.decode(codes, fmt, dtype=dtype, out=out)
-    fmt = None if fmt is None else get_format(fmt, argname="fmt")
+    kind = _backends.kind_of(codes, out)
+    if kind != "numpy":
+        return _backends.call(kind, "decode", decode, (codes, fmt), dict(dtype=dtype, out=out))
+    fmt = None if fmt is None else _args.format_arg(fmt)
     was_scalar = np.ndim(codes) == 0 and out is None
     arr, fmt = _code_input(codes, fmt)
     if dtype is None:
@@ -464,14 +421,13 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
-    if _on_device(x, out):
-        from .cuda import _dispatch
-
-        return _dispatch.round_to(
-            x, fmt, saturate=saturate, out=out, rounding=rounding, seed=seed,
-            random_bits=random_bits,
+    kind = _backends.kind_of(x, out)
+    if kind != "numpy":
+        return _backends.call(
+            kind, "round_to", round_to, (x, fmt), dict(saturate=saturate, out=out,
+            rounding=rounding, seed=seed, random_bits=random_bits),
         )  # fmt: skip
-    fmt = get_format(fmt, argname="fmt")
+    fmt = _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
     x = _float_input(x, "round_to", allow_float8=False)
     dt = x.dtype
@@ -489,7 +445,13 @@ def round_to(
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
+    offset = _args.current_offset() if mode == STOCHASTIC else 0
+    if offset:
+        res = _apply_at(offset, kernel, xb, _lut_for(pl.load), table, table.dtype, key, rbits)
+    else:
+        res = _apply(
+            kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC
+        )
     if out is None:
         res = res.view(dt)
     return _result(res, was_scalar)
@@ -536,11 +498,13 @@ def astype(
     >>> a8.dtype.name, a8.astype(np.float32).tolist()
     ('float8_e4m3fn', [1.0, 448.0])
     """
-    if _on_device(x):
-        from .cuda import _dispatch
-
-        return _dispatch.astype(x, fmt, saturate=saturate)
-    fmt = get_format(fmt, argname="fmt")
+    kind = _backends.kind_of(x)
+    if kind != "numpy":
+        return _backends.call(
+            kind, "astype", astype, (x, fmt), dict(saturate=saturate, rounding=rounding,
+            seed=seed, random_bits=random_bits),
+        )  # fmt: skip
+    fmt = _args.format_arg(fmt)
     if fmt.dtype is None:
         raise TypeError(
             f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from . import _parallel
+from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
-from ._kernels.fake import OV_F32, OV_FP16, SPEC, fake_convert_kernel
-from ._kernels.rounding import NEAREST_EVEN
+from ._kernels.fake import SPEC, fake_convert_kernel
+from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from ._kernels.tables import decode_table
-from .codec import _on_device, _rounding
-from .formats import FloatFormat, get_format, registered_formats
+from .formats import FloatFormat
 
 __all__ = ["fake_convert"]
 
@@ -26,50 +24,17 @@ STREAM_MIN_BYTES = 32 << 20
 _DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
-def _destination(name: Any) -> FloatFormat:
-    # Signed 8-bit formats: float8_e8m0fnu (no sign, no zero) is a scale type, not a
-    # destination a quantize-dequantize can round x * scale to.
-    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8 and f.signed]
-    try:
-        fmt = get_format(name, argname="destination_type")
-    except (ValueError, TypeError):
-        fmt = None
-    if fmt is None or fmt.name not in eight_bit:
-        raise ValueError(
-            f"unknown destination_type {name!r}; valid: f8e4m3, f8e5m2 (OpenVINO) or an 8-bit "
-            f"format: {', '.join(eight_bit)}"
-        )
-    return fmt
-
-
-#: ``mode`` -> the kernels' ``openvino`` variant ("openvino" is resolved per host CPU)
-MODES = {"spec": SPEC, "openvino-fp16": OV_FP16, "openvino-f32": OV_F32, "openvino": None}
-
-
-@functools.cache
-def host_has_avx512_fp16() -> bool:
-    """Whether this machine's CPU has AVX512-FP16, as LLVM (Numba's compiler) reports it."""
-    from llvmlite import binding
-
-    return bool(binding.get_host_cpu_features().get("avx512fp16", False))
+# (the argument helpers live in fp8kit._args; these names stay for existing importers)
+_destination = _args.destination
+MODES = _args.FAKE_MODES
+host_has_avx512_fp16 = _args.host_has_avx512_fp16
+_merge = _args.merge
+_element_strides = _args.element_strides
 
 
 def openvino_variant(mode: Any, fmt: FloatFormat) -> int:
     """The kernels' variant for ``mode`` (and check that ``fmt`` suits it)."""
-    if not isinstance(mode, str) or mode not in MODES:
-        raise ValueError(
-            f"fake_convert: mode must be 'spec' or 'openvino' (or 'openvino-fp16', "
-            f"'openvino-f32'); got {mode!r}"
-        )
-    variant = MODES[mode]
-    if variant is None:
-        variant = OV_FP16 if host_has_avx512_fp16() else OV_F32
-    if variant != SPEC and fmt.name not in ("float8_e4m3fn", "float8_e5m2"):
-        raise ValueError(
-            f"fake_convert: mode={mode!r} supports f8e4m3 and f8e5m2 (OpenVINO's types); "
-            f"got {fmt.name}"
-        )
-    return variant
+    return _args.openvino_variant(mode, fmt, host_has_avx512_fp16)  # (a global: patchable)
 
 
 def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
@@ -82,26 +47,6 @@ def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
             f"requires {argname} of the same type as data (or a Python number)"
         )
     return arr
-
-
-def _merge(shape: tuple[int, ...], strides: tuple[int, ...]):
-    """Merge adjacent dimensions that a strided walk can treat as one; pad to 4."""
-    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
-    merged: list[list[int]] = []
-    for n, s in dims:
-        if merged and merged[-1][1] == s * n:
-            merged[-1] = [merged[-1][0] * n, s]
-        else:
-            merged.append([n, s])
-    if len(merged) > 4:
-        return None
-    merged = [[1, 0]] * (4 - len(merged)) + merged
-    return (np.array([m[0] for m in merged], np.int64), np.array([m[1] for m in merged], np.int64))
-
-
-def _element_strides(operand: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...]:
-    full = np.broadcast_to(operand, shape)
-    return tuple(st // operand.itemsize for st in full.strides)
 
 
 def fake_convert(
@@ -174,14 +119,12 @@ def fake_convert(
     >>> fp8kit.fake_convert(x, np.float32(0.5), destination_type="f8e5m2").tolist()
     [0.3125, 1024.0, -3.0]
     """
-    if _on_device(data, scale, shift, out):
-        from .cuda import _dispatch
-
-        if rounding != "nearest_even":
-            raise ValueError(
-                "fake_convert: on the GPU, only rounding='nearest_even' is implemented"
-            )
-        return _dispatch.fake_convert(data, scale, shift, destination_type, mode=mode, out=out)
+    kind = _backends.kind_of(data, scale, shift, out)
+    if kind != "numpy":
+        return _backends.call(
+            kind, "fake_convert", fake_convert, (data, scale, shift, destination_type),
+            dict(mode=mode, out=out, rounding=rounding, seed=seed, random_bits=random_bits),
+        )  # fmt: skip
     arr = np.asarray(data)
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
@@ -223,7 +166,10 @@ def fake_convert(
     sc_flat = sc32.reshape(-1)
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
     ov = variant != SPEC
-    rmode, key, rbits = _rounding(rounding, seed, random_bits, "fake_convert")
+    rmode, key, rbits = _args.rounding(rounding, seed, random_bits, "fake_convert")
+    offset = _args.current_offset() if rmode == STOCHASTIC else 0
+    if offset:  # (a Dask block: the random stream is keyed by the global index)
+        key = _args.with_offset(key, offset)
     if ov and rmode != NEAREST_EVEN:
         raise ValueError(
             f"fake_convert: mode={mode!r} rounds to nearest-even only; got rounding={rounding!r}"

@@ -15,7 +15,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .formats import FloatFormat, get_format
+from . import _args, _backends
+from .formats import FloatFormat
 
 __all__ = ["pack", "unpack"]
 
@@ -28,6 +29,7 @@ _INT4 = {
 
 def _width(fmt: Any, func: str) -> tuple[int, np.dtype | None]:
     """(bits per code, ml_dtypes dtype or None) of a format or int4/uint4."""
+    fmt = _args.name_arg(fmt)
     if isinstance(fmt, str) and fmt.lower() in _INT4:
         return 4, _INT4[fmt.lower()]
     try:
@@ -36,7 +38,7 @@ def _width(fmt: Any, func: str) -> tuple[int, np.dtype | None]:
         dt = None
     if dt is not None and dt in _INT4.values():
         return 4, dt
-    f = get_format(fmt, argname="fmt")
+    f = _args.format_arg(fmt)
     if f.bits not in (4, 6):
         raise ValueError(
             f"{func}: fmt {f.name!r} has {f.bits}-bit codes; packing is for 4-bit (float4, "
@@ -78,6 +80,9 @@ def pack(codes: Any, fmt: Any) -> np.ndarray:
     >>> fp8kit.pack(np.array([1, 2, 3, 63], np.uint8), "float6_e2m3fn").tolist()
     [129, 48, 252]
     """
+    kind = _backends.kind_of(codes)
+    if kind != "numpy":
+        return _backends.call(kind, "pack", pack, (codes, fmt), {})
     bits, dt = _width(fmt, "pack")
     arr = np.asarray(codes)
     if dt is not None and arr.dtype == dt:
@@ -142,6 +147,9 @@ def unpack(packed: Any, fmt: Any, shape: int | tuple[int, ...]) -> np.ndarray:
     >>> fp8kit.unpack(np.array([0x9F], np.uint8), "int4", 2).tolist()
     [-1, -7]
     """
+    kind = _backends.kind_of(packed)
+    if kind != "numpy":
+        return _backends.call(kind, "unpack", unpack, (packed, fmt, shape), {})
     bits, dt = _width(fmt, "unpack")
     data = np.asarray(packed)
     if data.dtype != np.uint8:

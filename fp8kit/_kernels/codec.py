@@ -477,9 +477,11 @@ def encode_mode_kernel(
 ):
     """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`.
 
-    Signature ``(x, lut, table, out, key, nchunks)``: ``key`` is the uint32[2] Philox key of
-    stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has index
-    ``c * step + i`` in the flat (C-order) array.  Returns ``(kernel, plan)``.
+    Signature ``(x, lut, table, out, key, nchunks)``: ``key[:2]`` is the Philox key of
+    stochastic rounding (unused otherwise), ``key[2:4]`` the flat index of ``x[0]`` (a
+    multiple of the block of 4 * K * parts(random_bits) elements; 0 but for Dask blocks);
+    element ``i`` of chunk ``c`` has index ``c * step + i`` in the flat (C-order) array.
+    Returns ``(kernel, plan)``.
     """
     pl = plan(fmt, np.dtype(in_dtype))
     p, q = _params(fmt, pl.source, saturate)
@@ -541,8 +543,10 @@ def encode_mode_kernel(
                         store_code(os, j, table, code, lookup)
                 return
             # stochastic: chunks of whole blocks of 4 * K * split elements (see rounding.K
-            # for which element uses which bits of which Philox call)
+            # for which element uses which bits of which Philox call); key[2:4] (low, high
+            # word) is the flat index of x[0], a multiple of the block (Dask blocks)
             zero = k0 - k0
+            base = ((np.uint64(key[3]) << np.uint64(32)) | np.uint64(key[2])) // np.uint64(block)
             step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
             for c in prange(nchunks):
                 prefer_512()  # see bits.prefer_512 (Philox's 64-bit products gain most)
@@ -555,7 +559,7 @@ def encode_mode_kernel(
                     # the words together overlaps Philox's arithmetic with the memory
                     # traffic (measured 10% faster than a pass per block through a buffer)
                     xs, os = x[b : b + block], out[b : b + block]
-                    first = np.uint64(b // block) * np.uint64(K)
+                    first = (np.uint64(b // block) + base) * np.uint64(K)
                     for g in range(K):
                         ctr = first + np.uint64(g)
                         ws = philox4x32_10(
@@ -577,7 +581,7 @@ def encode_mode_kernel(
                 while b < hi:
                     # a partial block (the array's last), or any block where the fused loop
                     # would not unroll: its words through a buffer, one pass per block
-                    fill_block(buf, b // block, k0, k1)
+                    fill_block(buf, np.uint64(b // block) + base, k0, k1)
                     for t in range(4):
                         for h in range(split):
                             s0 = b + (t * split + h) * K

@@ -139,7 +139,8 @@ def fake_convert_kernel(
     ``lut`` is the float16 -> float32 table where float16 is loaded or stored.
     ``mode``: a rounding mode of :mod:`fp8kit._kernels.rounding` (spec mode only); modes
     other than nearest-even round through the integer path to a code and read its float32
-    value from ``table``; ``key`` is the Philox key of stochastic rounding.
+    value from ``table``; ``key[:2]`` is the Philox key of stochastic rounding, ``key[2:4]``
+    (low, high word) the flat index of ``x[0]`` (0 but for Dask blocks).
     ``stream``: write ``out`` with non-temporal stores, for outputs much larger than the
     caches (a plain store first reads the line it writes: a third of the memory traffic).
     """
@@ -169,7 +170,7 @@ def fake_convert_kernel(
     )  # fmt: skip
 
     def make(parallel):
-        def segment_py(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan):
+        def segment_py(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0, fix_nan):
             """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``."""
             for jj in range(xr.size):
                 k = kb + jj
@@ -209,7 +210,7 @@ def fake_convert_kernel(
                     yc = mx if y > mx else (-mx if y < -mx else y)
                     rnd = k0
                     if stochastic:
-                        rnd = random_word(np.uint64(ib + jj), k0, k1, split)
+                        rnd = random_word(np.uint64(ib + jj) + off, k0, k1, split)
                     code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
                     fq = as_float(table[code])
                 if has_shift:
@@ -225,6 +226,7 @@ def fake_convert_kernel(
             if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
             k0, k1 = key[0], key[1]
+            off = (np.uint64(key[3]) << np.uint64(32)) | np.uint64(key[2])  # index of x[0]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
@@ -266,10 +268,10 @@ def fake_convert_kernel(
                         xr = x[i + p0 : i + p0 + m]
                         kb, ib = base + j0 + p0, i + p0
                         if fix_nan:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0,  # noqa: F821
                                     True)  # fmt: skip
                         else:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0,  # noqa: F821
                                     False)  # fmt: skip
                         p0 += m
                         if stream and i + p0 == bend:

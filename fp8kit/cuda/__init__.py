@@ -109,7 +109,7 @@ def device_functions(fmt: Any, saturate: bool = True, dtype: Any = np.float32):
     >>> int(enc(np.float32(500.0))), float(dec(np.uint8(0x7E)))
     (126, 448.0)
     """
-    from ..codec import _saturate
+    from .._args import saturate as _saturate
 
     fmt = get_format(fmt, argname="fmt")
     sat = _saturate(saturate, "device_functions")

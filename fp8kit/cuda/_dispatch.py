@@ -16,12 +16,17 @@ import ml_dtypes
 import numpy as np
 from numba import cuda
 
+from .._args import FORMAT_DTYPES as _FORMAT_DTYPES
+from .._args import destination as _destination
+from .._args import merge as _merge
+from .._args import on_device as _on_device
+from .._args import openvino_variant
+from .._args import rounding as _rounding
+from .._args import saturate as _saturate
+from .._casttypes import cast_type
 from .._kernels.codec import FLOAT_DTYPES, bits_dtype
 from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .._kernels.tables import decode_table
-from ..cast import cast_type
-from ..codec import _FORMAT_DTYPES, _on_device, _rounding, _saturate
-from ..fake_convert import _destination, _merge, openvino_variant
 from ..formats import FloatFormat, get_format
 from . import _kernels
 
