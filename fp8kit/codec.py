@@ -303,7 +303,7 @@ def encode(
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits)
-        extra = (key,)
+        extra = (key, 0)  # offset: x starts the flat array
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
@@ -485,7 +485,7 @@ def round_to(
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, dt, sat, mode, rbits, table_dtype=table.dtype)
-        extra = (key,)
+        extra = (key, 0)  # offset: x starts the flat array
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))

@@ -203,6 +203,17 @@ def zero_of(one):
 
 
 @njit(inline="always")
+def chunk_range(spec):
+    """``(nchunks, first, stop)`` from a kernel's packed chunk argument: the kernel runs
+    chunks ``first .. stop - 1`` of ``nchunks`` (see :func:`fp8kit._parallel.chunk_spec`;
+    a plain ``n`` means all ``n`` chunks)."""
+    n = spec & 0xFFFFF
+    first = (spec >> 20) & 0xFFFFF
+    stop = spec >> 40
+    return n, first, (stop if stop != 0 else n)
+
+
+@njit(inline="always")
 def chunk(a, c, step):
     """Chunk ``c`` of a 1-D array split in pieces of ``step`` elements (the last shorter).
 

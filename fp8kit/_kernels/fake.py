@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, njit, prange, types
+from numba import from_dtype, njit, types
 
 from ..formats import FloatFormat, get_format
 from .bits import (
@@ -19,6 +19,7 @@ from .bits import (
     as_float,
     byte_address,
     cast_like,
+    chunk_range,
     encode_fast,
     prefer_512,
     round_in_place,
@@ -224,11 +225,12 @@ def fake_convert_kernel(
         def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
             if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512
                 buf = np.empty(_BLOCK if stream else 1, bits_dt)
                 i = c * step

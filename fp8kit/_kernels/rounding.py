@@ -206,6 +206,35 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
 
 
 @njit(inline="always")
+def encode_deterministic(v, p, q, o, mode):
+    """:func:`encode_mode` for a mode other than stochastic, given at run time (the mode
+    only selects what is added before the shift: one compiled loop serves every mode)."""
+    abs_mask, one = p[0], p[1]
+    src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = q
+    zero = zero_of(one)
+    a = cast_like(v & abs_mask, one)
+    negative = v > abs_mask
+    e = cast_like(a >> src_m, one)
+    m = cast_like(cast_like(a & mant_mask, one) | (hidden if e != zero else zero), one)
+    ee = e if e > one else one
+    extra = cast_like(emin_field - ee, one) if ee < emin_field else zero
+    sh_full = cast_like(base_sh + extra, one)
+    sh = sh_full if sh_full < cap else cap
+    kept_lsb = cast_like(cast_like(m >> sh, one) & one, one)
+    ones = cast_like(cast_like(one << sh, one) - one, one)
+    half = cast_like(ones >> one, one)
+    inc = cast_like(half + kept_lsb, one)  # NEAREST_EVEN
+    inc = cast_like(half + one, one) if mode == NEAREST_AWAY else inc
+    inc = zero if mode == TOWARD_ZERO else inc
+    inc = (zero if negative else ones) if mode == TOWARD_POSITIVE else inc
+    inc = (ones if negative else zero) if mode == TOWARD_NEGATIVE else inc
+    r = cast_like(cast_like(m + inc, one) >> sh, one)
+    k = cast_like(ee - emin_field, one) if ee > emin_field else zero
+    code = cast_like(cast_like(k << m_bits, one) + r, one)
+    return _finish_with(v, a, code, p, o[1] if negative else o[0])
+
+
+@njit(inline="always")
 def encode_stochastic_fast(v, p, sp, o, rnd, random_bits):
     """Stochastic rounding with constant shifts only, where :func:`stochastic_params` allows
     it; the same bits as :func:`encode_mode`.
