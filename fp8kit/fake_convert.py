@@ -239,7 +239,7 @@ def fake_convert(
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
     _parallel.launch(
         kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
-        key, shape4, sstr4, target.reshape(-1).view(bits),
+        key, 0, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
     if out is not None and target is not out:
         np.copyto(out, target)

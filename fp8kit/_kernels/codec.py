@@ -24,13 +24,21 @@ import numpy as np
 from numba import from_dtype, njit, types
 
 from ..formats import FloatFormat
-from .bits import as_float, cast_like, chunk, chunk_range, encode_fast, encode_generic, encode_unsigned, prefer_512
+from .bits import (
+    as_float,
+    cast_like,
+    chunk,
+    chunk_range,
+    encode_fast,
+    encode_generic,
+    encode_unsigned,
+    prefer_512,
+)
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
     STOCHASTIC,
     K,
-    encode_deterministic,
     encode_mode,
     encode_stochastic_fast,
     encode_unsigned_mode,
@@ -369,11 +377,13 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
 
 
 @njit(inline="always")
-def load_p(prm):
-    """The tuple ``p`` of :func:`_params` from a parameter array (see :func:`pack_params`)."""
+def load_p(prm, use_magic, neg_zero):
+    """The tuple ``p`` of :func:`_params` from a parameter array (see :func:`pack_params`),
+    with its two flags given: they choose code paths, so kernels take them as compile-time
+    constants (a flag read at run time measured 1.3-1.9x slower; formats differ in few)."""
     return (
-        prm[0], prm[1], prm[2], prm[3], prm[4], as_float(prm[5]), prm[6], prm[7] != 0,
-        prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14], prm[15] != 0, prm[16],
+        prm[0], prm[1], prm[2], prm[3], prm[4], as_float(prm[5]), prm[6], use_magic,
+        prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14], neg_zero, prm[16],
     )  # fmt: skip
 
 
@@ -399,9 +409,9 @@ def load_o(prm):
 
 
 @njit(inline="always")
-def load_sp(prm):
-    """The constants of :func:`stochastic_params`."""
-    return (prm[31] != 0, as_float(prm[32]), prm[33], prm[34], prm[35])
+def load_sp(prm, use_magic):
+    """The constants of :func:`stochastic_params` (the flag given, as in :func:`load_p`)."""
+    return (use_magic, as_float(prm[32]), prm[33], prm[34], prm[35])
 
 
 def _in_bits(load: int, width: int) -> np.dtype:
@@ -439,14 +449,15 @@ def encode_kernel(
         types.intp,
     )
     version = source_version()
-    key = ("encode", load, strategy, width, lookup, out_dtype.str)
+    use_magic, neg_zero = bool(p[7]), bool(p[15])
+    key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic, neg_zero)
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
             if version == 0 or parallel is None:  # never true; see source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            p = load_p(prm)
+            p = load_p(prm, use_magic, neg_zero)
             if unsigned:
                 q = load_qu(prm)
             else:
@@ -598,8 +609,8 @@ def encode_mode_kernel(
     Philox key of stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has
     index ``offset + c * step + i`` in the flat (C-order) array (``offset``: where ``x``
     starts in a larger array, such as a Dask block; 0 otherwise).  Returns
-    ``(kernel, plan)``.  The format's constants and the deterministic modes are run-time
-    arguments; stochastic kernels are compiled per random-bit count's word split.
+    ``(kernel, plan)``.  The format's constants are a run-time argument; the mode, the
+    random bits and the format's two path flags are compiled in.
     """
     pl = plan(fmt, np.dtype(in_dtype))
     p, q = _params(fmt, pl.source, saturate)
@@ -632,7 +643,10 @@ def encode_mode_kernel(
     # LLVM unrolls the stream loop of the fused path up to 8 streams (16 did not unroll,
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     fused = streams <= 8
-    key = ("mode", load, unsigned, stochastic, fast, rbits, width, lookup, out_dtype.str)
+    use_magic, neg_zero = bool(p[7]), bool(p[15])
+    sp_magic = bool(sp[0]) if fast else False
+    key = ("mode", load, unsigned, mode, fast, rbits, width, lookup, out_dtype.str, use_magic,
+           neg_zero, sp_magic)  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
 
     def make(parallel):
@@ -645,14 +659,13 @@ def encode_mode_kernel(
             if version == 0 or parallel is None:  # see source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            p = load_p(prm)
+            p = load_p(prm, use_magic, neg_zero)
             if unsigned:
                 q = load_qu(prm)
             else:
                 q = load_q(prm)
             o = load_o(prm)
-            sp = load_sp(prm)
-            rmode = prm[_MODE]
+            sp = load_sp(prm, sp_magic)
             one = p[1]
             k0, k1 = key[0], key[1]
             n = x.size
@@ -664,9 +677,9 @@ def encode_mode_kernel(
                     for j in range(xs.size):
                         v = load_bits(xs, j, lut, load, one)
                         if unsigned:
-                            code = encode_unsigned_mode(v, q, rmode, k0, rbits)
+                            code = encode_unsigned_mode(v, q, mode, k0, rbits)
                         else:
-                            code = encode_deterministic(v, p, q, o, rmode)
+                            code = encode_mode(v, p, q, o, mode, k0, rbits)
                         store_code(os, j, table, code, lookup)
                 return
             # stochastic: chunks of whole blocks of 4 * K * split elements (see rounding.K
@@ -694,7 +707,10 @@ def encode_mode_kernel(
                         # block's 4 * split runs, in one vectorized loop; generating and
                         # using the words together overlaps Philox's arithmetic with the
                         # memory traffic (measured 10% faster than a pass through a buffer)
-                        xs, os = x[gb - offset : gb - offset + block], out[gb - offset : gb - offset + block]
+                        xs, os = (
+                            x[gb - offset : gb - offset + block],
+                            out[gb - offset : gb - offset + block],
+                        )
                         first = np.uint64(gb // block) * np.uint64(K)
                         for g in range(K):
                             ctr = first + np.uint64(g)
@@ -734,9 +750,7 @@ def encode_mode_kernel(
                                                 v, q, STOCHASTIC, rnd, rbits
                                             )
                                         elif fast:
-                                            code = encode_stochastic_fast(
-                                                v, p, sp, o, rnd, rbits
-                                            )
+                                            code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                                         else:
                                             code = encode_mode(v, p, q, o, STOCHASTIC, rnd, rbits)
                                         store_code(os, j, table, code, lookup)

@@ -27,7 +27,16 @@ from .bits import (
     stream_copy,
     x86_nan,
 )
-from .codec import Kernel, _params, source_version, with_globals
+from .codec import (
+    Kernel,
+    _params,
+    load_o,
+    load_p,
+    load_q,
+    pack_params,
+    source_version,
+    with_globals,
+)
 from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
@@ -60,6 +69,36 @@ def round_params(fmt: FloatFormat):
         u(min_normal), np.float32(2.0 ** (fmt.minexp - fmt.mantissa_bits + 23)), bool(use_magic),
         u(0x7F800000), u(max_bits), u(0x7FC00000), u(0x80000000), bool(fmt.has_negative_zero),
         u(0),
+    )  # fmt: skip
+
+
+_R8, _MX, _NFAKE = 37, 51, 52
+
+
+def fake_params(fmt: FloatFormat) -> np.ndarray:
+    """The run-time parameters of a FakeConvert kernel for ``fmt`` (uint32): the tuples of
+    the integer rounding path (see :func:`fp8kit._kernels.codec.pack_params`), then those of
+    :func:`round_params` and the format's max as float32 bits."""
+    pm, qm = _params(fmt, "float32", True)
+    base = pack_params(pm, qm, (pm[9], pm[9]))
+    r8 = round_params(fmt)
+    flat = list(r8[:3]) + list(r8[3]) + list(r8[4:])
+    words = [int(np.array(v).view(np.uint32)) if isinstance(v, np.float32) else int(v)
+             for v in flat]  # fmt: skip
+    prm = np.zeros(_NFAKE, np.uint32)
+    prm[: base.size] = base
+    prm[_R8 : _R8 + len(words)] = words
+    prm[_MX] = int(np.array(np.float32(fmt.max)).view(np.uint32))
+    prm.flags.writeable = False
+    return prm
+
+
+@njit(inline="always")
+def load_r(prm, use_magic, neg_zero):
+    """:func:`round_params` from a FakeConvert parameter array, flags given."""
+    return (
+        prm[37], prm[38], prm[39], (prm[40], prm[41]), prm[42], as_float(prm[43]), use_magic,
+        prm[45], prm[46], prm[47], prm[48], neg_zero, prm[50],
     )  # fmt: skip
 
 
@@ -129,7 +168,12 @@ def fake_convert_kernel(
     random_bits: int = 32,
     stream: bool = False,
 ) -> Kernel:
-    """Kernel ``(x, scale, shift, lut, table, key, shape, sstrides, out, nchunks)``.
+    """Kernel ``(x, scale, shift, lut, table, key, offset, shape, sstrides, out, nchunks)``.
+
+    ``offset``: the flat index of ``x``'s first element in a larger array (stochastic
+    rounding draws element ``i``'s random word from index ``offset + i``); 0 otherwise.
+    The format's constants are bound at run time (:func:`fake_params`): formats share one
+    compiled kernel where their code-path flags agree.
 
     x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
@@ -149,29 +193,35 @@ def fake_convert_kernel(
     openvino = int(openvino)
     # the type of OpenVINO's nodes: float16 models run on float32 nodes without AVX512-FP16
     node = F32 if (openvino == OV_F32 and kind == F16) else kind
-    r8 = round_params(fmt)
     r16 = round_params(get_format("float16"))
     q16 = _params(get_format("float16"), "float32", False)[0]
     # float32 result -> the data type (spec mode): one IEEE rounding, overflow to Inf
     q = q16 if kind != BF16 else _params(get_format("bfloat16"), "float32", False)[0]
-    mx = np.float32(fmt.max)
-    pm, qm = _params(fmt, "float32", True)
-    om = (pm[9], pm[9])  # no overflow: the value is clamped to +-max first
+    # the format's constants are a run-time argument (fake_params); only the flags that
+    # choose code paths are compiled in
+    pm, _ = _params(fmt, "float32", True)
+    r8_magic, r8_negzero = bool(round_params(fmt)[6]), bool(round_params(fmt)[11])
+    m_magic, m_negzero = bool(pm[7]), bool(pm[15])
     stochastic = mode == STOCHASTIC
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
-    consts = repr((fmt, kind, has_shift, inner_runs, openvino, mode, rbits, stream, version))
+    flags = (r8_magic, r8_negzero, m_magic, m_negzero)
+    consts = repr((kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version))
     sig = types.void(
-        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
-        _arr(np.uint32), _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False),
-        types.intp,
+        _arr(np.uint32), _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
+        _arr(np.uint32), _arr(np.uint32), types.int64, _arr(np.int64), _arr(np.int64),
+        _arr(bits_dt, readonly=False), types.intp,
     )  # fmt: skip
 
     def make(parallel):
-        def segment_py(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan):
-            """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``."""
+        def segment_py(
+            xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan, fp
+        ):  # fmt: skip
+            """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``;
+            ``fp``: the format's constants (r8, pm, qm, om, mx)."""
+            r8, pm, qm, om, mx = fp
             for jj in range(xr.size):
                 k = kb + jj
                 s = scale[k] if inner_runs else s0
@@ -222,10 +272,13 @@ def fake_convert_kernel(
                 else:
                     orow[jj] = encode_fast(as_bits(res), q)
 
-        def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
+        def kernel(prm, x, scale, shift, lut, table, key, offset, shape, sstr, out, nchunks):
             if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
+            pm = load_p(prm, m_magic, m_negzero)
+            fp = (load_r(prm, r8_magic, r8_negzero), pm, load_q(prm), load_o(prm),
+                  as_float(prm[_MX]))  # fmt: skip
             k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
@@ -266,13 +319,13 @@ def fake_convert_kernel(
                         else:
                             orow = out[i + p0 : i + p0 + m]
                         xr = x[i + p0 : i + p0 + m]
-                        kb, ib = base + j0 + p0, i + p0
+                        kb, ib = base + j0 + p0, offset + i + p0
                         if fix_nan:
                             segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
-                                    True)  # fmt: skip
+                                    True, fp)  # fmt: skip
                         else:
                             segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
-                                    False)  # fmt: skip
+                                    False, fp)  # fmt: skip
                         p0 += m
                         if stream and i + p0 == bend:
                             stream_copy(out, bstart, buf, bend - bstart)
@@ -295,4 +348,5 @@ def fake_convert_kernel(
         # consts, in the kernel's closure, is all it depends on beyond the kernel's own
         return with_globals(kernel, consts, segment=njit(inline="always")(segment_py))
 
-    return Kernel(make, sig)
+    key = ("fake", consts)
+    return Kernel(make, sig, key, fake_params(fmt))

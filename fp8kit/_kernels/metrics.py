@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, njit, types
+from numba import from_dtype, types
 
 from .bits import as_bits, as_float, chunk_range
 from .codec import Kernel, source_version
