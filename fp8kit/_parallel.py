@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads"]
 
-#: Below this many elements a call stays on one thread.  Measured on the 2-core development
-#: machine (float32 -> float8, Numba's OpenMP layer): 2 threads take 7.8 us against 13.1 us
-#: for 65,536 elements, and break even near 16K.  64K keeps a safety margin for slower
-#: threading layers (workqueue wakes threads in ~50 us).
-PARALLEL_THRESHOLD = 1 << 16
+#: Below this many elements a call stays on one thread.  Handing a chunk to a pool thread
+#: and waiting for it costs ~15 us (measured on the 2-core development machine, Python
+#: threads running the kernels' nogil builds), what one thread needs for ~50K elements of
+#: float32 -> float8; 128K elements keep a margin.
+PARALLEL_THRESHOLD = 1 << 17
 
 
 def _default_threads() -> int:
@@ -187,6 +187,9 @@ def launch(kernel, size: int, *args) -> None:
     argument."""
     nchunks = chunks_for(size)
     fn = kernel.build(False)
+    if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
+        fn(*args, nchunks)
+        return
     threads = min(nchunks, get_num_threads())
     if threads <= 1:
         fn(*args, nchunks)
