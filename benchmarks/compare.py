@@ -513,8 +513,8 @@ PUBLIC_COLD = {
     "round_to stochastic": (
         "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
         "fp8kit.round_to(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
-    "study.quantize": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block:32')",
-                       "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block:32')"),
+    "study.quantize": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block')",
+                       "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block')"),
     "study.error_metrics": ("fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
                             "fp8kit.study.error_metrics(big64, big64, fmt='float8_e4m3fn')"),
     "study.sweep 2x3": (

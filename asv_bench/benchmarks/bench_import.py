@@ -76,7 +76,7 @@ _PUBLIC_COLD = {
     "cast": "fp8kit.cast(big, 'FLOAT8E4M3FN')",
     "fake_convert": "fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
     "round_to_stochastic": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
-    "study_quantize": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn', 'block:32')",
+    "study_quantize": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn', 'block')",
     "study_error_metrics": "fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
     "study_sweep": "fp8kit.study.sweep({'w': big.reshape(1024, 1024)}, "
     "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])",
