@@ -48,6 +48,23 @@ def as_bits(typingctx, value):
 
 
 @intrinsic
+def half_to_single_bits(typingctx, bits):
+    """float16 bits (uint16) -> float32 bits (uint32), exact: one ``fpext``, which x86 CPUs
+    with F16C run as a vector conversion (vcvtph2ps) and others as a library call.  A NaN
+    stays a NaN of the same sign (its payload may be made quiet: kernels canonicalize NaN
+    anyway)."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        half = builder.bitcast(args[0], ir.HalfType())
+        single = builder.fpext(half, ir.FloatType())
+        return builder.bitcast(single, ir.IntType(32))
+
+    return types.uint32(bits), codegen
+
+
+@intrinsic
 def to_unsigned_truncated(typingctx, value, like):
     """A float32 (float64) truncated toward zero to uint32 (uint64), the type of ``like``:
     one signed conversion (cvttps2dq), so exact only for values in [0, 2**31) ([0, 2**63));
