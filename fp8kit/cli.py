@@ -191,7 +191,8 @@ def _study(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             threads = num_threads(args.threads) if args.threads else contextlib.nullcontext()
-            with threads, _compile_notice(sys.stderr):
+            notice = _compile_notice(sys.stderr) if bar.enabled else contextlib.nullcontext()
+            with threads, notice:
                 rows = study.sweep(
                     tensors, formats, specs, channel_axis=args.channel_axis,
                     block_axis=args.block_axis, margin=args.margin, pow2=args.pow2,
@@ -226,7 +227,8 @@ COMPILE_NOTICE = "compiling kernels (first run only)..."
 def _compile_notice(stream: TextIO):
     """Say once on ``stream`` that kernels are being compiled, when the first kernel of the
     block is not in Numba's disk cache (a cold cache: a first run compiles for seconds; a
-    kernel loaded from the cache triggers no compile event)."""
+    kernel loaded from the cache triggers no compile event).  Like the progress bar, only
+    where stderr is a terminal or ``--progress`` is given: logs and pipes stay clean."""
     from numba.core import event
 
     said = False

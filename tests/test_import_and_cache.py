@@ -132,7 +132,7 @@ def test_study_cli_says_once_that_it_compiles(tmp_path):
     """`fp8kit study` says on stderr that it compiles when the cache is cold, and only then."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "fp8kit", "study", "--formats", "float8_e4m3fn",
-           "--scaling", "tensor"]  # fmt: skip
+           "--scaling", "tensor", "--progress"]  # fmt: skip
     runs = [
         subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True)
         for _ in range(2)
