@@ -711,11 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         rows += more_rows(args.size, args.repeat)
     if "rounding" in sections:
         rows += rounding_rows(args.size, args.repeat)
-    print("## Throughput\n")
-    print(detail_table(rows))
-    print("\n## Ratios (other implementation's time / fp8kit time)\n")
-    print(summary_table(rows))
-    sys.stdout.flush()
+    if rows:
+        print("## Throughput\n")
+        print(detail_table(rows))
+        print("\n## Ratios (other implementation's time / fp8kit time)\n")
+        print(summary_table(rows))
+        sys.stdout.flush()
     lim_rows: list[Row] = []
     if "limit" in sections:
         lim_rows = limit_rows(args.size, args.repeat, args.threads)
