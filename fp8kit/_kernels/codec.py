@@ -380,8 +380,10 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
 @njit(inline="always")
 def load_p(prm, use_magic, neg_zero):
     """The tuple ``p`` of :func:`_params` from a parameter array (see :func:`pack_params`),
-    with its two flags given: they choose code paths, so kernels take them as compile-time
-    constants (a flag read at run time measured 1.3-1.9x slower; formats differ in few)."""
+    with its two flags given.  ``use_magic`` chooses a code path, so kernels pass a
+    compile-time constant (read at run time, with ``neg_zero``, it measured 1.3-1.9x
+    slower); kernels pass ``prm[15] != 0`` for ``neg_zero`` (-0 or not: one select, no
+    measurable cost), so the fnuz formats share the kernels of the others."""
     return (
         prm[0], prm[1], prm[2], prm[3], prm[4], as_float(prm[5]), prm[6], use_magic,
         prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14], neg_zero, prm[16],
@@ -454,9 +456,9 @@ def encode_kernel(
         types.intp,
     )
     version = source_version()
-    use_magic, neg_zero = bool(p[7]), bool(p[15])
+    use_magic = bool(p[7])
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
-    key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic, neg_zero,
+    key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic,
            fmt.bits <= 8)  # fmt: skip
 
     def make(parallel):
@@ -464,7 +466,7 @@ def encode_kernel(
             if version == 0 or parallel is None:  # never true; see source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            p = load_p(prm, use_magic, neg_zero)
+            p = load_p(prm, use_magic, prm[15] != 0)
             if unsigned:
                 q = load_qu(prm)
             else:
@@ -670,11 +672,11 @@ def encode_mode_kernel(
     # LLVM unrolls the stream loop of the fused path up to 8 streams (16 did not unroll,
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     fused = streams <= 8
-    use_magic, neg_zero = bool(p[7]), bool(p[15])
+    use_magic = bool(p[7])
     sp_magic = bool(sp[0]) if fast else False
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
     key = ("mode", load, unsigned, mode, fast, rbits, width, lookup, out_dtype.str, use_magic,
-           neg_zero, sp_magic, fmt.bits <= 8)  # fmt: skip
+           sp_magic, fmt.bits <= 8)  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
 
     def make(parallel):
@@ -687,7 +689,7 @@ def encode_mode_kernel(
             if version == 0 or parallel is None:  # see source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            p = load_p(prm, use_magic, neg_zero)
+            p = load_p(prm, use_magic, prm[15] != 0)
             if unsigned:
                 q = load_qu(prm)
             else:

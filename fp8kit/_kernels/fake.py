@@ -200,14 +200,14 @@ def fake_convert_kernel(
     # the format's constants are a run-time argument (fake_params); only the flags that
     # choose code paths are compiled in
     pm, _ = _params(fmt, "float32", True)
-    r8_magic, r8_negzero = bool(round_params(fmt)[6]), bool(round_params(fmt)[11])
-    m_magic, m_negzero = bool(pm[7]), bool(pm[15])
+    # (-0 or not is read at run time: fnuz formats share the kernels)
+    r8_magic, m_magic = bool(round_params(fmt)[6]), bool(pm[7])
     stochastic = mode == STOCHASTIC
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
-    flags = (r8_magic, r8_negzero, m_magic, m_negzero)
+    flags = (r8_magic, m_magic)
     consts = repr((kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version))
     sig = types.void(
         _arr(np.uint32), _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
@@ -276,8 +276,8 @@ def fake_convert_kernel(
             if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            pm = load_p(prm, m_magic, m_negzero)
-            fp = (load_r(prm, r8_magic, r8_negzero), pm, load_q(prm), load_o(prm),
+            pm = load_p(prm, m_magic, prm[15] != 0)
+            fp = (load_r(prm, r8_magic, prm[49] != 0), pm, load_q(prm), load_o(prm),
                   as_float(prm[_MX]))  # fmt: skip
             k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
