@@ -246,17 +246,127 @@ def codec_rows(size: int, repeat: int, threads: int) -> list[Row]:
         many = Impl(f"fp8kit, {threads} threads", _with_threads(b.run, threads), b.bits)
         rows += measure(case, [one, many], size, 5, repeat)
 
-    xs = x32[:SMALL_SIZE].copy()
-    for fmt in ("float8_e4m3fn", "bfloat16"):
-        nbytes = 4 + ml_dtype(fmt).itemsize
-        rows += measure(
-            f"small: encode float32 -> {fmt}", encoders(xs, fmt), SMALL_SIZE, nbytes, repeat
-        )
-        codes = fp8kit.encode(xs, fmt)
-        rows += measure(
-            f"small: decode {fmt} -> float32", decoders(codes, fmt), SMALL_SIZE, nbytes, repeat
-        )
+    for small in (1000, SMALL_SIZE):
+        xs = x32[:small].copy()
+        for fmt in ("float8_e4m3fn", "bfloat16"):
+            nbytes = 4 + ml_dtype(fmt).itemsize
+            rows += measure(
+                f"small ({small}): encode float32 -> {fmt}", encoders(xs, fmt), small, nbytes,
+                repeat,
+            )  # fmt: skip
+            codes = fp8kit.encode(xs, fmt)
+            rows += measure(
+                f"small ({small}): decode {fmt} -> float32", decoders(codes, fmt), small,
+                nbytes, repeat,
+            )  # fmt: skip
     return rows
+
+
+# ---------------------------------------------------------------- streaming limit
+
+
+def _limit_kernel(in_dt: np.dtype, out_dt: np.dtype):
+    """A trivial kernel with a conversion's memory traffic: read ``in_dt`` bits, write
+    ``out_dt`` bits (a shift of each), split and threaded like fp8kit's own kernels."""
+    from numba import types
+
+    from fp8kit._kernels.bits import chunk, chunk_range
+    from fp8kit._kernels.codec import Kernel, _array
+
+    in_dt, out_dt = np.dtype(in_dt), np.dtype(out_dt)
+    out_t = out_dt.type
+    shift = out_t(max(0, 8 * (out_dt.itemsize - in_dt.itemsize)))
+    down = in_dt.type(max(0, 8 * (in_dt.itemsize - out_dt.itemsize)))
+    sig = types.void(_array(in_dt, True), _array(np.uint32, True), _array(np.uint8, True),
+                     _array(out_dt), types.intp)  # fmt: skip
+
+    def make(parallel):
+        def kernel(x, lut, table, out, nchunks):
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            step = (x.size + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                for j in range(xc.size):
+                    oc[j] = out_t(xc[j] >> down) << shift
+
+        return kernel
+
+    return Kernel(make, sig)
+
+
+def _limit_impl(x: np.ndarray, out_dt, name: str) -> Impl:
+    from fp8kit import _parallel
+    from fp8kit._kernels.codec import dummy
+
+    xb = x.view(bits_dtype(x.itemsize))
+    out = np.empty(x.shape, bits_dtype(np.dtype(out_dt).itemsize))
+    k = _limit_kernel(xb.dtype, out.dtype)
+    lut, table = dummy(np.uint32), dummy(np.uint8)
+    return Impl(name, lambda: _parallel.launch(k, xb.size, xb, lut, table, out), lambda: out)
+
+
+LIMIT = "streaming limit"
+
+
+def limit_rows(size: int, repeat: int, threads: int) -> list[Row]:
+    """Each conversion against the streaming-limit kernel of the same traffic, measured
+    side by side, on 1 thread and on ``threads``."""
+    rng = np.random.default_rng(SEED)
+    x32 = rng.standard_normal(size, dtype=np.float32)
+    inputs = {
+        "float32": x32,
+        "float64": x32.astype(np.float64),
+        "bfloat16": x32.astype(ml_dtypes.bfloat16),
+        "float16": x32.astype(np.float16),
+    }
+    rows: list[Row] = []
+    for n in sorted({1, threads}):
+        tag = f"{n} thread{'s' if n > 1 else ''}"
+        cases = []
+        for src in ("float32", "float64", "bfloat16", "float16"):
+            x = inputs[src]
+            fmts = FORMATS if src == "float32" else ("float8_e4m3fn", "bfloat16")
+            for fmt in fmts:
+                if fmt == src:
+                    continue
+                cases.append((f"limit {tag}: encode {src} -> {fmt}", x, fmt, "encode"))
+        for fmt in FORMATS + MORE_8BIT + SUB_BYTE:
+            cases.append((f"limit {tag}: decode {fmt} -> float32", x32, fmt, "decode"))
+        for case, x, fmt, op in cases:
+            code_dt = fp8kit.get_format(fmt).code_dtype
+            if op == "encode":
+                out = np.empty(x.shape, code_dt)
+                run = _with_threads(lambda x=x, f=fmt, o=out: fp8kit.encode(x, f, out=o), n)
+                fp = Impl(FP8KIT, run, lambda o=out: o)
+                lim = _limit_impl(x, code_dt, LIMIT)
+                nbytes = x.itemsize + np.dtype(code_dt).itemsize
+            else:
+                codes = fp8kit.encode(x, fmt)
+                out = np.empty(x.shape, np.float32)
+                run = _with_threads(lambda c=codes, f=fmt, o=out: fp8kit.decode(c, f, out=o), n)
+                fp = Impl(FP8KIT, run, lambda o=out: o.view(np.uint32))
+                lim = _limit_impl(codes, np.float32, LIMIT)
+                nbytes = codes.itemsize + 4
+            lim = Impl(lim.name, _with_threads(lim.run, n), lim.bits)
+            got = measure(case, [fp, lim], size, nbytes, repeat)
+            got[1].same_bits = "n/a"
+            rows += got
+    return rows
+
+
+def limit_table(rows: list[Row]) -> str:
+    lines = [
+        "| conversion | fp8kit ms | limit ms | fraction of the limit (limit time / fp8kit time) |",
+        "|---|---:|---:|---:|",
+    ]
+    cases: dict[str, dict[str, Row]] = {}
+    for r in rows:
+        cases.setdefault(r.case, {})[r.impl] = r
+    for case, impls in cases.items():
+        if LIMIT in impls and FP8KIT in impls:
+            f, lim = impls[FP8KIT].seconds, impls[LIMIT].seconds
+            lines.append(f"| {case[6:]} | {_fmt_ms(f)} | {_fmt_ms(lim)} | {lim / f:.2f} |")
+    return "\n".join(lines)
 
 
 MORE_8BIT = ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu")
@@ -386,6 +496,83 @@ def first_call_times(repeat: int) -> dict[str, list[float]]:
     return out
 
 
+# Every public function that runs kernels, first called in a fresh process with an empty
+# Numba cache (1M float32 elements: the threaded path), then the same call with another
+# format (or input dtype) in that warm process.  (Kept in step with asv_bench's
+# bench_import.py.)
+PUBLIC_COLD = {
+    "encode": ("fp8kit.encode(big, 'float8_e4m3fn')", "fp8kit.encode(big, 'float8_e5m2')"),
+    "encode float64": ("fp8kit.encode(big64, 'float8_e4m3fn')",
+                       "fp8kit.encode(big64, 'float8_e5m2')"),
+    "decode": ("fp8kit.decode(codes, 'float8_e4m3fn')", "fp8kit.decode(codes, 'float8_e5m2')"),
+    "round_to": ("fp8kit.round_to(big, 'float8_e4m3fn')", "fp8kit.round_to(big, 'float8_e5m2')"),
+    "astype": ("fp8kit.astype(big, 'float8_e4m3fn')", "fp8kit.astype(big, 'float8_e5m2')"),
+    "cast": ("fp8kit.cast(big, 'FLOAT8E4M3FN')", "fp8kit.cast(big, 'FLOAT8E5M2')"),
+    "fake_convert": ("fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
+                     "fp8kit.fake_convert(big, 2.0, destination_type='f8e5m2')"),
+    "round_to stochastic": (
+        "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
+    "study.quantize": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block')",
+                       "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block')"),
+    "study.error_metrics": ("fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
+                            "fp8kit.study.error_metrics(big64, big64, fmt='float8_e4m3fn')"),
+    "study.sweep 2x3": (
+        "fp8kit.study.sweep({'w': big2d}, ['float8_e4m3fn', 'float8_e5m2'], "
+        "['tensor', 'channel', 'block:32'])",
+        "fp8kit.study.sweep({'w': big2d}, ['float8_e4m3fnuz', 'float8_e5m2fnuz'], "
+        "['tensor', 'channel', 'block:32'])"),
+}  # fmt: skip
+
+_COLD_CODE = """
+import json, time
+import ml_dtypes
+import numpy as np
+import fp8kit
+big = np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
+big64 = big.astype(np.float64)
+big2d = big.reshape(1024, 1024)
+codes = big.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+t0 = time.perf_counter()
+{first}
+t1 = time.perf_counter()
+{second}
+t2 = time.perf_counter()
+print(json.dumps([t1 - t0, t2 - t1]))
+"""
+
+
+def cold_times(repeat: int) -> dict[str, list[list[float]]]:
+    """Per public function: [first call with an empty cache, another format warm] samples."""
+    out: dict[str, list[list[float]]] = {}
+    for name, (first, second) in PUBLIC_COLD.items():
+        for _ in range(repeat):
+            cache_dir = tempfile.mkdtemp(prefix="fp8kit-compare-numba-")
+            try:
+                env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
+                code = _COLD_CODE.format(first=first, second=second)
+                out.setdefault(name, []).append(json.loads(_python(code, env)))
+            finally:
+                shutil.rmtree(cache_dir, ignore_errors=True)
+    return out
+
+
+def cold_table(cold: dict[str, list[list[float]]]) -> str:
+    lines = [
+        "| public function (1M float32) | 1st call, empty cache: median s | min s | "
+        "then another format/dtype: median s |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, samples in cold.items():
+        first = [a for a, _ in samples]
+        other = [b for _, b in samples]
+        lines.append(
+            f"| {name} | {statistics.median(first):.3f} | {min(first):.3f} | "
+            f"{statistics.median(other):.3f} |"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -467,13 +654,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write all results to FILE")
     parser.add_argument(
         "--sections",
-        default="codec,startup",
-        help="comma-separated: codec, more (issue 8's formats), rounding, startup "
-        "(default codec,startup)",
+        default="codec,limit,startup,cold",
+        help="comma-separated: codec, limit (each conversion against a streaming-limit "
+        "kernel), more (issue 8's formats), rounding, startup, cold (first call of every "
+        "public function, empty cache) (default codec,limit,startup,cold)",
     )
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
-    if not sections <= {"codec", "more", "rounding", "startup"}:
+    if not sections <= {"codec", "limit", "more", "rounding", "startup", "cold"}:
         parser.error(f"unknown section in --sections {args.sections!r}")
     if args.size < 1 or args.repeat < 1 or args.threads < 1 or args.process_repeat < 1:
         parser.error("--size, --repeat, --threads and --process-repeat must be positive")
@@ -523,11 +711,24 @@ def main(argv: list[str] | None = None) -> int:
         rows += more_rows(args.size, args.repeat)
     if "rounding" in sections:
         rows += rounding_rows(args.size, args.repeat)
-    print("## Throughput\n")
-    print(detail_table(rows))
-    print("\n## Ratios (other implementation's time / fp8kit time)\n")
-    print(summary_table(rows))
-    sys.stdout.flush()
+    if rows:
+        print("## Throughput\n")
+        print(detail_table(rows))
+        print("\n## Ratios (other implementation's time / fp8kit time)\n")
+        print(summary_table(rows))
+        sys.stdout.flush()
+    lim_rows: list[Row] = []
+    if "limit" in sections:
+        lim_rows = limit_rows(args.size, args.repeat, args.threads)
+        print("\n## Distance to the streaming limit\n")
+        print(
+            "The limit is a trivial kernel with the conversion's memory traffic (read the "
+            "input's bits, write the output's: one shift each), threaded like fp8kit's; "
+            "both measured side by side.\n"
+        )
+        print(limit_table(lim_rows))
+        sys.stdout.flush()
+        rows += lim_rows
 
     imports: dict[str, list[float]] = {}
     first: dict[str, list[float]] = {}
@@ -547,6 +748,12 @@ def main(argv: list[str] | None = None) -> int:
             f"cache = a second process with the same dir ({statistics.median(files):.0f} cache "
             f"files written by the first)."
         )
+    cold: dict[str, list[list[float]]] = {}
+    if "cold" in sections:
+        cold = cold_times(args.process_repeat)
+        print("\n## Cold start of every public function (fresh process, empty Numba cache)\n")
+        print(cold_table(cold))
+        sys.stdout.flush()
     print(
         f"\nTotal run time {time.perf_counter() - t_start:.0f} s; load average at end {_loadavg()}."
     )
@@ -559,6 +766,7 @@ def main(argv: list[str] | None = None) -> int:
             "rows": [dict(asdict(r), melem_s=r.melem_s, gb_s=r.gb_s) for r in rows],
             "imports_s": imports,
             "first_call_s": first,
+            "cold_s": cold,
         }
         with open(args.json, "w") as f:
             json.dump(payload, f, indent=2)

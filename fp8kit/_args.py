@@ -107,20 +107,20 @@ def seed_int(seed: Any, func: str) -> int:
 def rounding(rounding: Any, seed: Any, random_bits: Any, func: str):
     """(mode number, key, random bits) of the rounding arguments, validated.
 
-    ``key`` is a read-only uint32[4]: the Philox key (low, high word of the seed) and the
-    flat index of the first element (0; see :func:`with_offset`)."""
+    ``key`` is a read-only uint32[2]: the Philox key (low, high word of the seed); the
+    flat index of the first element is :func:`current_offset`."""
     mode = check_rounding(rounding, random_bits, func)
     if mode != STOCHASTIC:
         if seed is not None:
             raise ValueError(f"{func}: seed is only used with rounding='stochastic'")
         return mode, NO_KEY, int(random_bits)
     s = seed_int(seed, func)
-    key = np.array([s & 0xFFFFFFFF, s >> 32, 0, 0], np.uint32)
+    key = np.array([s & 0xFFFFFFFF, s >> 32], np.uint32)
     key.flags.writeable = False
     return mode, key, int(random_bits)
 
 
-NO_KEY = np.zeros(4, np.uint32)
+NO_KEY = np.zeros(2, np.uint32)
 NO_KEY.flags.writeable = False
 
 # ---------------------------------------------------------------------- index offset
@@ -146,13 +146,6 @@ def index_offset(offset: int) -> Iterator[None]:
 def current_offset() -> int:
     """The index offset set by :func:`index_offset` (0 outside one)."""
     return _index_offset.get()
-
-
-def with_offset(key: np.ndarray, offset: int) -> np.ndarray:
-    """``key`` with its flat-index words set to ``offset``."""
-    k = key.copy()
-    k[2], k[3] = offset & 0xFFFFFFFF, offset >> 32
-    return k
 
 
 # ---------------------------------------------------------------------- fake_convert

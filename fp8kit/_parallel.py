@@ -1,6 +1,6 @@
 """Thread count and the size at which a call starts using threads.
 
-Kernels run a Numba ``prange`` over contiguous chunks (see :mod:`fp8kit._kernels.codec`);
+Kernels loop over contiguous chunks (see :mod:`fp8kit._kernels.codec`);
 this module only decides how many chunks a call gets.
 """
 
@@ -11,14 +11,15 @@ import contextvars
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads"]
 
-#: Below this many elements a call stays on one thread.  Measured on the 2-core development
-#: machine (float32 -> float8, Numba's OpenMP layer): 2 threads take 7.8 us against 13.1 us
-#: for 65,536 elements, and break even near 16K.  64K keeps a safety margin for slower
-#: threading layers (workqueue wakes threads in ~50 us).
-PARALLEL_THRESHOLD = 1 << 16
+#: Below this many elements a call stays on one thread.  Handing a chunk to a pool thread
+#: and waiting for it costs ~15 us (measured on the 2-core development machine, Python
+#: threads running the kernels' nogil builds), what one thread needs for ~50K elements of
+#: float32 -> float8; 128K elements keep a margin.
+PARALLEL_THRESHOLD = 1 << 17
 
 
 def _default_threads() -> int:
@@ -134,21 +135,45 @@ def chunks_for(n: int) -> int:
     return max(1, min(get_num_threads(), n // (PARALLEL_THRESHOLD // 2)))
 
 
-# Only one threaded launch at a time: Numba's workqueue layer (used where OpenMP and TBB are
-# missing) aborts the process on concurrent launches.  A call that finds the lock taken runs
-# on its own thread instead, which on a small machine is as fast.
-_launch_lock = threading.Lock()
-_threads_started = False
-_threads_unusable = False
+#: Bits of each field of a kernel's packed chunk argument (see :func:`chunk_spec`).
+_FIELD = 20
+
+
+def chunk_spec(first: int, stop: int, nchunks: int) -> int:
+    """The last argument of a kernel: run chunks ``first .. stop - 1`` of ``nchunks``.
+
+    A plain ``n`` (``first = stop = 0``) means all ``n`` chunks, so ``kernel(..., 1)`` runs
+    the whole array on the calling thread.  Kernels unpack it with
+    :func:`fp8kit._kernels.bits.chunk_range`.
+    """
+    return nchunks | (first << _FIELD) | (stop << (2 * _FIELD))
+
+
+# Threads are Python threads running the kernels' serial builds on disjoint chunk ranges
+# (every kernel is compiled with nogil=True).  Numba's own threading (parallel=True) would
+# need a second build of every kernel, which doubled the compile time of a first call, and
+# its OpenMP pool hangs in a forked child; a plain thread pool starts again after a fork.
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _get_pool(workers: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < workers:
+            old = _pool
+            _pool_size = max(workers, os.cpu_count() or 1)
+            _pool = ThreadPoolExecutor(_pool_size, thread_name_prefix="fp8kit")
+            if old is not None:
+                old.shutdown(wait=False)
+        return _pool
 
 
 def _after_fork_in_child() -> None:
-    # GNU OpenMP's thread pool does not survive fork(): a parallel launch in the child of a
-    # process that already used it hangs.  Such children run every call serially.
-    global _threads_unusable, _launch_lock
-    _launch_lock = threading.Lock()
-    if _threads_started:
-        _threads_unusable = True
+    # A forked child has none of the parent's threads: start a new pool on demand.
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -156,18 +181,30 @@ if hasattr(os, "register_at_fork"):
 
 
 def launch(kernel, size: int, *args) -> None:
-    """Call a :class:`fp8kit._kernels.codec.Kernel` on ``size`` elements: its threaded build
-    with one chunk per thread if large, else its serial build; ``args`` precede nchunks."""
-    global _threads_started
+    """Call a :class:`fp8kit._kernels.codec.Kernel` on ``size`` elements, split into
+    :func:`chunks_for` chunks, on up to :func:`get_num_threads` threads (the calling one and
+    pool threads, each running a contiguous range of chunks); ``args`` precede the chunk
+    argument."""
     nchunks = chunks_for(size)
-    if nchunks > 1 and not _threads_unusable and _launch_lock.acquire(blocking=False):
-        try:
-            _threads_started = True
-            kernel.build(True)(*args, nchunks)
-        finally:
-            _launch_lock.release()
-    else:
-        kernel.build(False)(*args, 1)
+    fn = kernel.build(False)
+    if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
+        fn(*args, nchunks)
+        return
+    threads = min(nchunks, get_num_threads())
+    if threads <= 1:
+        fn(*args, nchunks)
+        return
+    bounds = [nchunks * t // threads for t in range(threads + 1)]
+    pool = _get_pool(threads - 1)
+    futures = [
+        pool.submit(fn, *args, chunk_spec(bounds[t], bounds[t + 1], nchunks))
+        for t in range(1, threads)
+    ]
+    try:
+        fn(*args, chunk_spec(bounds[0], bounds[1], nchunks))
+    finally:
+        for f in futures:
+            f.result()
 
 
 def run(kernel, x, lut, table, out) -> None:

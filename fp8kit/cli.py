@@ -7,6 +7,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
+from typing import TextIO
 
 from . import __version__
 from ._parallel import num_threads
@@ -205,7 +206,8 @@ def _study(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             threads = num_threads(args.threads) if args.threads else contextlib.nullcontext()
-            with threads:
+            notice = _compile_notice(sys.stderr) if bar.enabled else contextlib.nullcontext()
+            with threads, notice:
                 rows = study.sweep(
                     tensors, formats, specs, channel_axis=args.channel_axis,
                     block_axis=args.block_axis, margin=args.margin, pow2=args.pow2,
@@ -237,6 +239,33 @@ def _study(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
     return 0
+
+
+COMPILE_NOTICE = "compiling kernels (first run only)..."
+
+
+@contextlib.contextmanager
+def _compile_notice(stream: TextIO):
+    """Say once on ``stream`` that kernels are being compiled, when the first kernel of the
+    block is not in Numba's disk cache (a cold cache: a first run compiles for seconds; a
+    kernel loaded from the cache triggers no compile event).  Like the progress bar, only
+    where stderr is a terminal or ``--progress`` is given: logs and pipes stay clean."""
+    from numba.core import event
+
+    said = False
+
+    class Notice(event.Listener):
+        def on_start(self, ev):
+            nonlocal said
+            if not said:
+                said = True
+                print(f"{PROG}: {COMPILE_NOTICE}", file=stream, flush=True)
+
+        def on_end(self, ev):
+            pass
+
+    with event.install_listener("numba:compile", Notice()):
+        yield
 
 
 def _describe(source) -> str:

@@ -17,7 +17,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC, K, parts
+from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
 
@@ -144,23 +144,6 @@ def _apply(
     return out
 
 
-def _apply_at(offset: int, kernel, x, lut, table, out_bits, key, rbits: int) -> np.ndarray:
-    """Stochastic rounding of x as the elements from flat index ``offset`` on of a larger
-    array (a Dask block): the kernel starts at a whole block of its random stream, so the
-    data is placed after ``offset % block`` padding elements."""
-    block = 4 * K * parts(rbits)
-    pad = offset % block
-    flat = np.ascontiguousarray(x).reshape(-1)
-    if pad:
-        src = np.zeros(pad + flat.size, flat.dtype)
-        src[pad:] = flat
-    else:  # (chunks of a multiple of the block, e.g. 1M elements: no copy)
-        src = flat
-    dst = np.empty(src.size, out_bits)
-    _parallel.launch(kernel, src.size, src, lut, table, dst, _args.with_offset(key, offset - pad))
-    return dst[pad:].reshape(x.shape)
-
-
 def _result(value: np.ndarray, was_scalar: bool):
     return value[()] if was_scalar else value
 
@@ -258,16 +241,13 @@ def encode(
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits)
-        extra = (key,)
+        # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
+        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
     lut, table = _lut_for(pl.load), dummy(np.uint8)
-    offset = _args.current_offset() if mode == STOCHASTIC else 0
-    if offset:
-        res = _apply_at(offset, kernel, xb, lut, table, code_dtype, key, rbits)
-    else:
-        res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
+    res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
     return _result(res, was_scalar)
 
 
@@ -441,17 +421,11 @@ def round_to(
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, dt, sat, mode, rbits, table_dtype=table.dtype)
-        extra = (key,)
+        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)  # as in encode
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    offset = _args.current_offset() if mode == STOCHASTIC else 0
-    if offset:
-        res = _apply_at(offset, kernel, xb, _lut_for(pl.load), table, table.dtype, key, rbits)
-    else:
-        res = _apply(
-            kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC
-        )
+    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
     if out is None:
         res = res.view(dt)
     return _result(res, was_scalar)

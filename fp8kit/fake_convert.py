@@ -167,9 +167,8 @@ def fake_convert(
     sh_flat = np.zeros(1, np.float32) if sh32 is None else sh32.reshape(-1)
     ov = variant != SPEC
     rmode, key, rbits = _args.rounding(rounding, seed, random_bits, "fake_convert")
+    # the flat index of x[0]: non-zero for a Dask block (the random stream is keyed by it)
     offset = _args.current_offset() if rmode == STOCHASTIC else 0
-    if offset:  # (a Dask block: the random stream is keyed by the global index)
-        key = _args.with_offset(key, offset)
     if ov and rmode != NEAREST_EVEN:
         raise ValueError(
             f"fake_convert: mode={mode!r} rounds to nearest-even only; got rounding={rounding!r}"
@@ -185,7 +184,7 @@ def fake_convert(
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
     _parallel.launch(
         kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
-        key, shape4, sstr4, target.reshape(-1).view(bits),
+        key, offset, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
     if out is not None and target is not out:
         np.copyto(out, target)

@@ -100,3 +100,49 @@ def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
     assert first["compiled"] > 0
     assert second["compiled"] == 0
     assert first["sums"] == second["sums"]
+
+
+def test_formats_share_compiled_kernels():
+    """Compile budget: a format's constants are run-time arguments, so further formats with
+    the same code paths add no kernel (each used to compile its own, ~0.5 s apiece); and a
+    large array runs the same build as a small one (threads run the serial build)."""
+    import numpy as np
+
+    import fp8kit
+    from fp8kit._kernels.codec import compiled_count
+
+    x = np.linspace(-500, 500, 1001, dtype=np.float32)
+    fmts = ["float8_e4m3fn", "float8_e5m2", "float8_e4m3", "float8_e3m4", "float6_e2m3fn",
+            "float8_e4m3fnuz", "float8_e5m2fnuz"]  # fmt: skip
+    calls = [
+        lambda f: fp8kit.encode(x, f),
+        lambda f: fp8kit.round_to(x, f),
+        lambda f: fp8kit.encode(x, f, rounding="toward_zero"),
+    ]
+    for call in calls:
+        call(fmts[0])
+        before = compiled_count()
+        for f in fmts[1:]:
+            call(f)
+        assert compiled_count() == before, call
+    fp8kit.fake_convert(x, 2.0, destination_type="f8e4m3")
+    before = compiled_count()
+    fp8kit.fake_convert(x, 0.5, destination_type="f8e5m2")
+    fp8kit.encode(np.linspace(-1, 1, 300_000, dtype=np.float32), fmts[1])
+    assert compiled_count() == before
+
+
+def test_study_cli_says_once_that_it_compiles(tmp_path):
+    """`fp8kit study` says on stderr that it compiles when the cache is cold, and only then."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    cmd = [sys.executable, "-m", "fp8kit", "study", "--formats", "float8_e4m3fn",
+           "--scaling", "tensor", "--progress"]  # fmt: skip
+    runs = [
+        subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, check=True)
+        for _ in range(2)
+    ]
+    from fp8kit.cli import COMPILE_NOTICE
+
+    assert runs[0].stderr.count(COMPILE_NOTICE) == 1
+    assert COMPILE_NOTICE not in runs[1].stderr
+    assert runs[0].stdout == runs[1].stdout

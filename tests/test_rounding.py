@@ -326,8 +326,8 @@ def test_stochastic_constant_shift_path_gives_the_integer_paths_bits(
         x[: edge.size] = edge.astype(dtype).view(x.dtype)
     lut, table = np.zeros(1, np.uint32), np.zeros(1, np.uint8)
     got, want = (np.empty(x.size, fmt.code_dtype) for _ in range(2))
-    fast.build(False)(x, lut, table, got.view(np.uint8) if fmt.bits <= 8 else got, key, 1)
-    slow.build(False)(x, lut, table, want.view(np.uint8) if fmt.bits <= 8 else want, key, 1)
+    fast.build(False)(x, lut, table, got.view(np.uint8) if fmt.bits <= 8 else got, key, 0, 1)
+    slow.build(False)(x, lut, table, want.view(np.uint8) if fmt.bits <= 8 else want, key, 0, 1)
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, [(hex(x[i]), got[i], want[i]) for i in bad[:5]]
 

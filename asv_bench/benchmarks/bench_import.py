@@ -19,6 +19,7 @@ import numpy as np
 import fp8kit
 x = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
 codes = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+big = np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
 """
 
 # Fills the (fresh) cache from another process first, for the warm-cache variant.
@@ -63,3 +64,30 @@ def timeraw_first_call_cached(op):
 
 timeraw_first_call_cached.params = ["encode", "decode"]
 timeraw_first_call_cached.param_names = ["op"]
+
+
+# Every public function that runs kernels, on 1M float32 elements (threaded), cold: each
+# one in a fresh process with an empty cache.  (Kept in step with benchmarks/compare.py.)
+_PUBLIC_COLD = {
+    "encode": "fp8kit.encode(big, 'float8_e4m3fn')",
+    "decode": "fp8kit.decode(codes, 'float8_e4m3fn')",
+    "round_to": "fp8kit.round_to(big, 'float8_e4m3fn')",
+    "astype": "fp8kit.astype(big, 'float8_e4m3fn')",
+    "cast": "fp8kit.cast(big, 'FLOAT8E4M3FN')",
+    "fake_convert": "fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
+    "round_to_stochastic": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
+    "study_quantize": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn', 'block')",
+    "study_error_metrics": "fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
+    "study_sweep": "fp8kit.study.sweep({'w': big.reshape(1024, 1024)}, "
+    "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])",
+}
+
+
+def timeraw_public_cold(op):
+    """First call of each public function with an empty Numba cache (compiles)."""
+    return _PUBLIC_COLD[op], _FIRST_CALL_SETUP.format(warm="")
+
+
+timeraw_public_cold.params = list(_PUBLIC_COLD)
+timeraw_public_cold.param_names = ["op"]
+timeraw_public_cold.timeout = 300

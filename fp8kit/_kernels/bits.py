@@ -48,6 +48,23 @@ def as_bits(typingctx, value):
 
 
 @intrinsic
+def half_to_single_bits(typingctx, bits):
+    """float16 bits (uint16) -> float32 bits (uint32), exact: one ``fpext``, which x86 CPUs
+    with F16C run as a vector conversion (vcvtph2ps) and others as a library call.  A NaN
+    stays a NaN of the same sign (its payload may be made quiet: kernels canonicalize NaN
+    anyway)."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        half = builder.bitcast(args[0], ir.HalfType())
+        single = builder.fpext(half, ir.FloatType())
+        return builder.bitcast(single, ir.IntType(32))
+
+    return types.uint32(bits), codegen
+
+
+@intrinsic
 def to_unsigned_truncated(typingctx, value, like):
     """A float32 (float64) truncated toward zero to uint32 (uint64), the type of ``like``:
     one signed conversion (cvttps2dq), so exact only for values in [0, 2**31) ([0, 2**63));
@@ -76,6 +93,40 @@ def cast_like(typingctx, value, like):
         return builder.zext(args[0], dst)
 
     return like(value, like), codegen
+
+
+def _fit(builder, value, ty):
+    if value.type.width == ty.width:
+        return value
+    if value.type.width > ty.width:
+        return builder.trunc(value, ty)
+    return builder.zext(value, ty)
+
+
+def _shift(op):
+    def shift(typingctx, x, s, like):
+        if not all(isinstance(t, types.Integer) for t in (x, s, like)):
+            return None
+
+        def codegen(context, builder, signature, args):
+            ty = context.get_value_type(like)
+            return getattr(builder, op)(_fit(builder, args[0], ty), _fit(builder, args[1], ty))
+
+        return like(x, s, like), codegen
+
+    shift.__name__ = op
+    shift.__doc__ = (
+        f"``x {'>>' if op == 'lshr' else '<<'} s`` on unsigned integers of the type of "
+        "``like`` (both truncated or zero-extended to it first); ``s`` must be below its "
+        "width.  Numba widens ``>>`` and ``<<`` to 64 bits, and a shift by an amount known "
+        "only at run time (a format's parameter) cannot be narrowed by LLVM afterwards: "
+        "32-bit lanes keep twice as many elements per vector."
+    )
+    return intrinsic(shift)
+
+
+shr = _shift("lshr")
+shl = _shift("shl")
 
 
 @njit(inline="always")
@@ -111,12 +162,10 @@ def _finish_with(v, a, code, p, ovf):
     mag = nan_mag if a > src_inf else mag
     if neg_zero:
         # xor: formats without NaN give zero of the opposite sign for NaN (see _params)
-        return mag ^ cast_like((v & sign_bit) >> sign_shift, zero)
+        return mag ^ shr(v & sign_bit, sign_shift, zero)
     # fnuz: no -0, so a negative value that rounds to zero gives +0; the NaN code already
     # carries the sign bit.
-    return mag | (
-        cast_like(sign_bit >> sign_shift, zero) if (v > abs_mask and mag != zero) else zero
-    )
+    return mag | (shr(sign_bit, sign_shift, zero) if (v > abs_mask and mag != zero) else zero)
 
 
 @njit(inline="always")
@@ -150,7 +199,7 @@ def encode_fast(v, p):
     ) = p
     a = cast_like(v & abs_mask, one)
     # rb holds the rebias as a negative number modulo 2**width: wrap before shifting.
-    code = cast_like(a + cast_like(rb + ((a >> sh) & one), one), one) >> sh
+    code = shr(cast_like(a + cast_like(rb + (shr(a, sh, one) & one), one), one), sh, one)
     if use_magic:
         sub = cast_like(as_bits(as_float(a) + magic) - magic_bits, one)
         code = sub if a < min_normal else code
@@ -165,7 +214,7 @@ def encode_generic(v, p, q):
     abs_mask, one = p[0], p[1]
     src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = q
     a = v & abs_mask
-    e = a >> src_m
+    e = shr(a, src_m, one)
     m = (a & mant_mask) | (hidden if e != zero_of(one) else zero_of(one))
     ee = e if e > one else one
     extra = emin_field - ee if ee < emin_field else zero_of(one)
@@ -173,9 +222,9 @@ def encode_generic(v, p, q):
     # total keeps it below the lane width (a wider shift is undefined in LLVM)
     sh_full = base_sh + extra
     sh = sh_full if sh_full < cap else cap
-    r = (m + ((one << (sh - one)) - one) + ((m >> sh) & one)) >> sh
+    r = shr(m + (shl(one, sh - one, one) - one) + (shr(m, sh, one) & one), sh, one)
     k = ee - emin_field if ee > emin_field else zero_of(one)
-    code = (k << m_bits) + r
+    code = shl(k, m_bits, one) + r
     return _finish(v, a, code, p)
 
 
@@ -188,7 +237,7 @@ def encode_unsigned(v, q):
     abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
     zero = one - one
     a = v & abs_mask
-    e = cast_like((a + half) >> src_m, one)
+    e = shr(a + half, src_m, one)
     code = e - rebias if e > rebias else zero
     code = (one if a > c0 else zero) if a < c1 else code
     code = ovf if code > max_code else code
@@ -200,6 +249,17 @@ def encode_unsigned(v, q):
 @njit(inline="always")
 def zero_of(one):
     return one - one
+
+
+@njit(inline="always")
+def chunk_range(spec):
+    """``(nchunks, first, stop)`` from a kernel's packed chunk argument: the kernel runs
+    chunks ``first .. stop - 1`` of ``nchunks`` (see :func:`fp8kit._parallel.chunk_spec`;
+    a plain ``n`` means all ``n`` chunks)."""
+    n = spec & 0xFFFFF
+    first = (spec >> 20) & 0xFFFFF
+    stop = spec >> 40
+    return n, first, (stop if stop != 0 else n)
 
 
 @njit(inline="always")
@@ -220,7 +280,7 @@ def round_in_place(v, r):
     (abs_mask, one, half, keep, min_normal, magic, use_magic, src_inf, max_bits, nan_bits,
      sign_bit, neg_zero, zero) = r  # fmt: skip
     a = cast_like(v & abs_mask, one)
-    rounded = cast_like(cast_like(a + cast_like(half + ((a >> keep[1]) & one), one), one)
+    rounded = cast_like(cast_like(a + cast_like(half + (shr(a, keep[1], one) & one), one), one)
                         & keep[0], one)  # fmt: skip
     if use_magic:
         sub = as_bits((as_float(a) + magic) - magic)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, njit, prange, types
+from numba import from_dtype, njit, types
 
 from ..formats import FloatFormat, get_format
 from .bits import (
@@ -19,6 +19,7 @@ from .bits import (
     as_float,
     byte_address,
     cast_like,
+    chunk_range,
     encode_fast,
     prefer_512,
     round_in_place,
@@ -26,7 +27,16 @@ from .bits import (
     stream_copy,
     x86_nan,
 )
-from .codec import Kernel, _params, source_version, with_globals
+from .codec import (
+    Kernel,
+    _params,
+    load_o,
+    load_p,
+    load_q,
+    pack_params,
+    source_version,
+    with_globals,
+)
 from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
@@ -59,6 +69,36 @@ def round_params(fmt: FloatFormat):
         u(min_normal), np.float32(2.0 ** (fmt.minexp - fmt.mantissa_bits + 23)), bool(use_magic),
         u(0x7F800000), u(max_bits), u(0x7FC00000), u(0x80000000), bool(fmt.has_negative_zero),
         u(0),
+    )  # fmt: skip
+
+
+_R8, _MX, _NFAKE = 37, 51, 52
+
+
+def fake_params(fmt: FloatFormat) -> np.ndarray:
+    """The run-time parameters of a FakeConvert kernel for ``fmt`` (uint32): the tuples of
+    the integer rounding path (see :func:`fp8kit._kernels.codec.pack_params`), then those of
+    :func:`round_params` and the format's max as float32 bits."""
+    pm, qm = _params(fmt, "float32", True)
+    base = pack_params(pm, qm, (pm[9], pm[9]))
+    r8 = round_params(fmt)
+    flat = list(r8[:3]) + list(r8[3]) + list(r8[4:])
+    words = [int(np.array(v).view(np.uint32)) if isinstance(v, np.float32) else int(v)
+             for v in flat]  # fmt: skip
+    prm = np.zeros(_NFAKE, np.uint32)
+    prm[: base.size] = base
+    prm[_R8 : _R8 + len(words)] = words
+    prm[_MX] = int(np.array(np.float32(fmt.max)).view(np.uint32))
+    prm.flags.writeable = False
+    return prm
+
+
+@njit(inline="always")
+def load_r(prm, use_magic, neg_zero):
+    """:func:`round_params` from a FakeConvert parameter array, flags given."""
+    return (
+        prm[37], prm[38], prm[39], (prm[40], prm[41]), prm[42], as_float(prm[43]), use_magic,
+        prm[45], prm[46], prm[47], prm[48], neg_zero, prm[50],
     )  # fmt: skip
 
 
@@ -128,7 +168,12 @@ def fake_convert_kernel(
     random_bits: int = 32,
     stream: bool = False,
 ) -> Kernel:
-    """Kernel ``(x, scale, shift, lut, table, key, shape, sstrides, out, nchunks)``.
+    """Kernel ``(x, scale, shift, lut, table, key, offset, shape, sstrides, out, nchunks)``.
+
+    ``offset``: the flat index of ``x``'s first element in a larger array (stochastic
+    rounding draws element ``i``'s random word from index ``offset + i``); 0 otherwise.
+    The format's constants are bound at run time (:func:`fake_params`): formats share one
+    compiled kernel where their code-path flags agree.
 
     x/out: data bits (uint32 for float32, uint16 for float16/bfloat16), C-contiguous 1-D;
     scale/shift: float32; shape, sstrides: int64[4] (merged shape, scale strides in elements).
@@ -139,8 +184,8 @@ def fake_convert_kernel(
     ``lut`` is the float16 -> float32 table where float16 is loaded or stored.
     ``mode``: a rounding mode of :mod:`fp8kit._kernels.rounding` (spec mode only); modes
     other than nearest-even round through the integer path to a code and read its float32
-    value from ``table``; ``key[:2]`` is the Philox key of stochastic rounding, ``key[2:4]``
-    (low, high word) the flat index of ``x[0]`` (0 but for Dask blocks).
+    value from ``table``; ``key`` is the uint32[2] Philox key of stochastic rounding and
+    ``offset`` the flat index of ``x[0]`` in the whole array (0 but for Dask blocks).
     ``stream``: write ``out`` with non-temporal stores, for outputs much larger than the
     caches (a plain store first reads the line it writes: a third of the memory traffic).
     """
@@ -149,29 +194,35 @@ def fake_convert_kernel(
     openvino = int(openvino)
     # the type of OpenVINO's nodes: float16 models run on float32 nodes without AVX512-FP16
     node = F32 if (openvino == OV_F32 and kind == F16) else kind
-    r8 = round_params(fmt)
     r16 = round_params(get_format("float16"))
     q16 = _params(get_format("float16"), "float32", False)[0]
     # float32 result -> the data type (spec mode): one IEEE rounding, overflow to Inf
     q = q16 if kind != BF16 else _params(get_format("bfloat16"), "float32", False)[0]
-    mx = np.float32(fmt.max)
-    pm, qm = _params(fmt, "float32", True)
-    om = (pm[9], pm[9])  # no overflow: the value is clamped to +-max first
+    # the format's constants are a run-time argument (fake_params); only the flags that
+    # choose code paths are compiled in
+    pm, _ = _params(fmt, "float32", True)
+    # (-0 or not is read at run time: fnuz formats share the kernels)
+    r8_magic, m_magic = bool(round_params(fmt)[6]), bool(pm[7])
     stochastic = mode == STOCHASTIC
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
-    consts = repr((fmt, kind, has_shift, inner_runs, openvino, mode, rbits, stream, version))
+    flags = (r8_magic, m_magic)
+    consts = repr((kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version))
     sig = types.void(
-        _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32), _arr(np.uint32),
-        _arr(np.uint32), _arr(np.int64), _arr(np.int64), _arr(bits_dt, readonly=False),
-        types.intp,
+        _arr(np.uint32), _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
+        _arr(np.uint32), _arr(np.uint32), types.int64, _arr(np.int64), _arr(np.int64),
+        _arr(bits_dt, readonly=False), types.intp,
     )  # fmt: skip
 
     def make(parallel):
-        def segment_py(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0, fix_nan):
-            """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``."""
+        def segment_py(
+            xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan, fp
+        ):  # fmt: skip
+            """Elements ``xr`` -> ``orow``: scale index ``kb + jj``, flat index ``ib + jj``;
+            ``fp``: the format's constants (r8, pm, qm, om, mx)."""
+            r8, pm, qm, om, mx = fp
             for jj in range(xr.size):
                 k = kb + jj
                 s = scale[k] if inner_runs else s0
@@ -210,7 +261,7 @@ def fake_convert_kernel(
                     yc = mx if y > mx else (-mx if y < -mx else y)
                     rnd = k0
                     if stochastic:
-                        rnd = random_word(np.uint64(ib + jj) + off, k0, k1, split)
+                        rnd = random_word(np.uint64(ib + jj), k0, k1, split)
                     code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
                     fq = as_float(table[code])
                 if has_shift:
@@ -222,15 +273,18 @@ def fake_convert_kernel(
                 else:
                     orow[jj] = encode_fast(as_bits(res), q)
 
-        def kernel(x, scale, shift, lut, table, key, shape, sstr, out, nchunks):
+        def kernel(prm, x, scale, shift, lut, table, key, offset, shape, sstr, out, nchunks):
             if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            pm = load_p(prm, m_magic, prm[15] != 0)
+            fp = (load_r(prm, r8_magic, prm[49] != 0), pm, load_q(prm), load_o(prm),
+                  as_float(prm[_MX]))  # fmt: skip
             k0, k1 = key[0], key[1]
-            off = (np.uint64(key[3]) << np.uint64(32)) | np.uint64(key[2])  # index of x[0]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512
                 buf = np.empty(_BLOCK if stream else 1, bits_dt)
                 i = c * step
@@ -250,8 +304,11 @@ def fake_convert_kernel(
                     h0 = shift[base] if has_shift else s0
                     # Both operands of v * s or fq + h can be NaN only where s or h is: with a
                     # row-constant s and h that are numbers, the plain operations give x86's
-                    # bits already.  Two calls with a constant flag give two loops, one
-                    # without x86_nan (measured 20% of the per-channel time).
+                    # bits already.  The flag is loop-invariant: LLVM unswitches the loop into
+                    # one with and one without x86_nan (which measured 20% of the per-channel
+                    # time), from one inlined copy of segment (two copies, one per constant
+                    # flag, compiled 1.5 s against 1.2 s of CPU for the same speed: 4M
+                    # float32 with per-row scales, 1 thread, 1.8-2.4 ms either way).
                     fix_nan = inner_runs or s0 != s0 or h0 != h0
                     # (streaming: the output is staged in a cache-resident buffer that covers
                     # whole cache lines of out, rows after rows, and written with
@@ -266,13 +323,13 @@ def fake_convert_kernel(
                         else:
                             orow = out[i + p0 : i + p0 + m]
                         xr = x[i + p0 : i + p0 + m]
-                        kb, ib = base + j0 + p0, i + p0
-                        if fix_nan:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0,  # noqa: F821
-                                    True)  # fmt: skip
+                        kb, ib = base + j0 + p0, offset + i + p0
+                        if inner_runs:  # (fix_nan: a constant, so no second loop)
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
+                                    True, fp)  # fmt: skip
                         else:
-                            segment(xr, orow, scale, shift, lut, table, k0, k1, off, kb, ib, s0, h0,  # noqa: F821
-                                    False)  # fmt: skip
+                            segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
+                                    fix_nan, fp)  # fmt: skip
                         p0 += m
                         if stream and i + p0 == bend:
                             stream_copy(out, bstart, buf, bend - bstart)
@@ -295,4 +352,5 @@ def fake_convert_kernel(
         # consts, in the kernel's closure, is all it depends on beyond the kernel's own
         return with_globals(kernel, consts, segment=njit(inline="always")(segment_py))
 
-    return Kernel(make, sig)
+    key = ("fake", consts)
+    return Kernel(make, sig, key, fake_params(fmt))

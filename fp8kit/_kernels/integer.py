@@ -7,9 +7,9 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, prange, types
+from numba import from_dtype, types
 
-from .bits import as_bits, as_float, chunk
+from .bits import as_bits, as_float, chunk, chunk_range
 from .codec import Kernel, source_version
 
 
@@ -43,8 +43,9 @@ def saturating_kernel(in_dtype: np.dtype, out_dtype: np.dtype) -> Kernel:
         def kernel(x, lut, table, out, nchunks):
             if version == 0 or parallel is None:
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             step = (x.size + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 xc, oc = chunk(x, c, step), chunk(out, c, step)
                 for j in range(xc.size):
                     v = xc[j]
@@ -79,8 +80,9 @@ def int_to_odd_float64_kernel(in_dtype: np.dtype) -> Kernel:
         def kernel(x, lut, table, out, nchunks):
             if version == 0 or parallel is None:
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             step = (x.size + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 xc, oc = chunk(x, c, step), chunk(out, c, step)
                 for j in range(xc.size):
                     v = xc[j]
@@ -136,8 +138,9 @@ def x86_kernel(in_dtype: np.dtype, target: str) -> Kernel:
         def kernel(x, lut, table, out, nchunks):
             if version == 0 or parallel is None:
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             step = (x.size + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 xc, oc = chunk(x, c, step), chunk(out, c, step)
                 for j in range(xc.size):
                     v = np.float64(xc[j])

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import from_dtype, njit, prange, types
+from numba import from_dtype, types
 
-from .bits import as_bits, as_float
-from .codec import _JIT, Kernel, source_version
+from .bits import as_bits, as_float, chunk_range
+from .codec import Kernel, source_version
 
 #: Columns of the metrics kernel's partial-result rows.
 SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
@@ -34,18 +34,7 @@ class SumKernel(Kernel):
     from a sequential sum by rounding (relative 1e-16 per term), as they do between thread
     counts anyway."""
 
-    def build(self, parallel: bool):
-        if parallel not in self._builds:
-            func = self._make(parallel)
-            opts = dict(_JIT, fastmath={"reassoc"})
-            try:
-                built = njit(self._sig, parallel=parallel, **opts)(func)
-            except RuntimeError as exc:  # no writable cache location (read-only install)
-                if "cannot cache" not in str(exc):
-                    raise
-                built = njit(self._sig, parallel=parallel, **{**opts, "cache": False})(func)
-            self._builds[parallel] = built
-        return self._builds[parallel]
+    _options = {"fastmath": {"reassoc"}}
 
 
 @functools.cache
@@ -77,11 +66,12 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
         def kernel(x, q, scale, shape, sstr, limits, out, nchunks):
             if version == 0 or parallel is None:  # see codec.source_version
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 se = zero
                 ss = zero
                 mabs = bits0
@@ -195,11 +185,12 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
         def kernel(bits, dims, amax, bad, nchunks):
             if version == 0 or parallel is None:  # see codec.source_version
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             length, run = dims[0], dims[1]
             per_row = (length + run - 1) // run
             total = amax.size
             step = (total + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 for t in range(c * step, min((c + 1) * step, total)):
                     row, b = t // per_row, t % per_row
                     lo = row * length + b * run
@@ -242,10 +233,11 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
         def kernel(bits, dims, amax, bad, nchunks):
             if version == 0 or parallel is None:  # see codec.source_version
                 return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
             rows, cols, length, block = dims[0], dims[1], dims[2], dims[3]
             blocks = (length + block - 1) // block
             step = (rows + nchunks - 1) // nchunks
-            for c in prange(nchunks):
+            for c in range(c_first, c_stop):
                 am = amax[c]
                 bd = bad[c]
                 for r in range(c * step, min((c + 1) * step, rows)):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .bits import _finish_with, as_float, cast_like, to_unsigned_truncated, zero_of
+from .bits import _finish_with, as_float, cast_like, shl, shr, to_unsigned_truncated, zero_of
 
 NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE, STOCHASTIC = range(6)
 MODES = {
@@ -132,7 +132,7 @@ def _increment(mode, sh, one, kept_lsb, negative):
     Every step is truncated to the lane type (``cast_like``) so that LLVM keeps 32-bit
     lanes for float32 sources (Numba widens integer arithmetic to 64 bits)."""
     zero = zero_of(one)
-    ones = cast_like(cast_like(one << sh, one) - one, one)
+    ones = cast_like(shl(one, sh, one) - one, one)
     if mode == NEAREST_EVEN:
         return cast_like(cast_like(ones >> one, one) + kept_lsb, one)
     if mode == NEAREST_AWAY:
@@ -152,9 +152,9 @@ def _stochastic_up(low, sh_true, rnd, random_bits, one, limit, min_shift):
     d = cast_like(sh_true - rb, one)
     d = d if d < limit else limit
     if random_bits <= min_shift:  # (a compile-time constant) sh_true >= rb always
-        f_b = cast_like(low >> d, one)
+        f_b = shr(low, d, one)
     else:
-        f_b = cast_like(low >> d, one) if sh_true >= rb else cast_like(low << (rb - sh_true), one)
+        f_b = shr(low, d, one) if sh_true >= rb else shl(low, rb - sh_true, one)
     r = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
     max_b = cast_like((np.uint64(1) << np.uint64(random_bits)) - np.uint64(1), one)
     return one if r > cast_like(max_b - f_b, one) else zero_of(one)
@@ -172,7 +172,7 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
     zero = zero_of(one)
     a = cast_like(v & abs_mask, one)
     negative = v > abs_mask
-    e = cast_like(a >> src_m, one)
+    e = shr(a, src_m, one)
     m = cast_like(cast_like(a & mant_mask, one) | (hidden if e != zero else zero), one)
     ee = e if e > one else one
     extra = cast_like(emin_field - ee, one) if ee < emin_field else zero
@@ -186,22 +186,22 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
         # the R's precision: floor(floor(m / 2**a) / 2**b) == floor(m / 2**(a + b)).
         top = cast_like(31 if abs_mask == cast_like(0x7FFFFFFF, abs_mask) else 63, one)
         over = cast_like(sh_full - top, one) if sh_full > top else zero
-        m2 = cast_like(m >> (over if over < top else top), one)
+        m2 = shr(m, over if over < top else top, one)
         sh2 = sh_full if sh_full < top else top
         r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
-        inc = cast_like(r_b << cast_like(sh2 - cast_like(random_bits, one), one), one)
-        r = cast_like(cast_like(m2 + inc, one) >> sh2, one)
+        inc = shl(r_b, sh2 - cast_like(random_bits, one), one)
+        r = shr(m2 + inc, sh2, one)
     elif mode == STOCHASTIC:
-        low = cast_like(m & cast_like(cast_like(one << sh, one) - one, one), one)
+        low = cast_like(m & cast_like(shl(one, sh, one) - one, one), one)
         limit = cast_like(cap - one, one)  # low < 2**(cap - 1): that shift gives 0
         up = _stochastic_up(low, sh_full, rnd, random_bits, one, limit, base_sh)
-        r = cast_like(cast_like(m >> sh, one) + up, one)
+        r = cast_like(shr(m, sh, one) + up, one)
     else:
-        kept_lsb = cast_like(cast_like(m >> sh, one) & one, one)
+        kept_lsb = cast_like(shr(m, sh, one) & one, one)
         inc = _increment(mode, sh, one, kept_lsb, negative)
-        r = cast_like(cast_like(m + inc, one) >> sh, one)
+        r = shr(m + inc, sh, one)
     k = cast_like(ee - emin_field, one) if ee > emin_field else zero
-    code = cast_like(cast_like(k << m_bits, one) + r, one)
+    code = cast_like(shl(k, m_bits, one) + r, one)
     return _finish_with(v, a, code, p, o[1] if negative else o[0])
 
 
@@ -228,8 +228,8 @@ def encode_stochastic_fast(v, p, sp, o, rnd, random_bits):
         # (where a >= min_normal it may overflow, but that lane is not selected)
         t = to_unsigned_truncated(as_float(a) * scale, one) if a < min_normal else t
     r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
-    inc = cast_like(r_b << cast_like(sh - cast_like(random_bits, one), one), one)
-    code = cast_like(cast_like(t + inc, one) >> sh, one)
+    inc = shl(r_b, sh - cast_like(random_bits, one), one)
+    code = shr(t + inc, sh, one)
     return _finish_with(v, a, code, p, o[1] if v > abs_mask else o[0])
 
 
@@ -243,7 +243,7 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
     zero = zero_of(one)
     a = v & abs_mask
-    mant_mask = (one << src_m) - one
+    mant_mask = shl(one, src_m, one) - one
     if mode == NEAREST_EVEN or mode == NEAREST_AWAY:
         inc = half
     elif mode == TOWARD_POSITIVE:
@@ -252,11 +252,11 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
         inc = zero
     limit = src_m
     if mode == STOCHASTIC:
-        e = cast_like(a >> src_m, one) + _stochastic_up(
+        e = shr(a, src_m, one) + _stochastic_up(
             a & mant_mask, src_m, rnd, random_bits, one, limit, src_m
         )
     else:
-        e = cast_like((a + inc) >> src_m, one)
+        e = shr(a + inc, src_m, one)
     code = e - rebias if e > rebias else zero
     if rebias == zero:
         # 2**-bias is a source subnormal: below 2**(1 - bias) the position between codes 0
@@ -265,7 +265,7 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
         if mode == STOCHASTIC:
             low = _stochastic_up(frac, src_m, rnd, random_bits, one, limit, src_m)
         else:
-            low = cast_like((frac + inc) >> src_m, one)
+            low = shr(frac + inc, src_m, one)
         code = low if a < c1 else code
     if mode == NEAREST_EVEN or mode == NEAREST_AWAY:
         code = (one if a > c0 else zero) if a < c1 else code  # ml_dtypes' rule
