@@ -19,10 +19,29 @@ DATA_DTYPES = (
 _NAMES = "float16, bfloat16, float32 or float64"
 
 
-def float_data(x: Any, func: str, argname: str = "x") -> np.ndarray:
-    """x as a native-order float array of a supported dtype, or a TypeError naming it."""
+def array_kind(x: Any) -> tuple[str, Any]:
+    """``(kind, array)``: ``"dask"`` for a dask array (an xarray DataArray is unwrapped to
+    its data first), ``"masked"`` for a numpy masked array, else ``"numpy"`` (anything
+    ``np.asarray`` takes).  Neither dask nor xarray is imported."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("xarray.") and hasattr(x, "dims") and hasattr(x, "data"):
+        x = x.data
+        mod = type(x).__module__ or ""
+    if mod.startswith("dask.") and hasattr(x, "__dask_graph__") and hasattr(x, "chunks"):
+        return "dask", x
+    if isinstance(x, np.ma.MaskedArray):
+        return "masked", x
+    return "numpy", x
+
+
+def float_data(x: Any, func: str, argname: str = "x", keep_mask: bool = False) -> np.ndarray:
+    """x as a native-order float array of a supported dtype, or a TypeError naming it.
+    An xarray DataArray gives its data; with ``keep_mask`` a masked array stays masked."""
+    kind, x = array_kind(x)
+    if kind == "dask":
+        raise TypeError(f"{func}: {argname} is a dask array here; expected a numpy array")
     try:
-        arr = np.asarray(x)
+        arr = np.ma.asarray(x) if keep_mask and kind == "masked" else np.asarray(x)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{func}: {argname} must be an array of floats") from exc
     dt = arr.dtype

@@ -223,6 +223,15 @@ def metrics_of(
 ) -> ErrorMetrics:
     """Metrics of C-contiguous working arrays (both float32 or both float64) of one shape,
     with a float64 ``scale`` that broadcasts to it; no validation."""
+    return ErrorMetrics.from_totals(x.size, metric_totals(x, q, scale, fmt), fmt is not None)
+
+
+def metric_totals(
+    x: np.ndarray, q: np.ndarray, scale: np.ndarray, fmt: FloatFormat | None
+) -> np.ndarray:
+    """The combined kernel columns (:data:`fp8kit._kernels.metrics`) of one array or chunk,
+    as :func:`metrics_of` takes them; chunks combine with :func:`fp8kit._kernels.metrics.
+    combine` (sums add, maxima take the max)."""
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     inner = bool(sstr4[3] == 1)
     kernel = km.metrics_kernel(x.dtype, inner)
@@ -237,7 +246,7 @@ def metrics_of(
     _parallel.launch(
         kernel, x.size, x.reshape(-1), q.reshape(-1), sc, shape4, sstr4, limits, partials
     )
-    return ErrorMetrics.from_totals(x.size, km.combine(partials), fmt is not None)
+    return km.combine(partials)
 
 
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -11,15 +12,25 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FloatFormat, get_format
-from ._arrays import check_axis, float_data, working
-from .metrics import ErrorMetrics, metrics_of
+from ._arrays import array_kind, check_axis, float_data, work_dtype
+from ._chunks import (
+    DEFAULT_CHUNK_BYTES,
+    Grouping,
+    add_totals,
+    box_slices,
+    bytes_per_element,
+    chunk_amax,
+    chunk_totals,
+    empty_amax,
+    local_scale,
+    merge_amax,
+    plan_chunks,
+)
+from .metrics import ErrorMetrics
 from .scaling import (
     DelayedScaling,
     amax_scale,
-    apply_scale,
-    broadcast_view,
     clamp_scale,
-    group_amax,
     mx_exponents,
     mx_scale_from_codes,
 )
@@ -235,6 +246,7 @@ def sweep(
     margin: float = 0.0,
     pow2: bool = False,
     progress: Progress | None = None,
+    chunk_bytes: int | None = None,
 ) -> list[SweepRow]:
     """Quantize every tensor through every format with every scaling and measure the error.
 
@@ -244,10 +256,21 @@ def sweep(
     are computed once per tensor and scaling and shared by the formats.  16-bit data is
     quantized in float32 and rounded once to its dtype; the error is measured on that.
 
+    Tensors are worked on in chunks of at most ``chunk_bytes`` of working memory (two
+    passes over each tensor: every amax, then every quantize-and-measure job, each chunk
+    widened once for all of them), so a memory-mapped tensor of any size is studied in
+    bounded memory; per-channel and MX-block amaxes are exact across chunks.  Dask arrays
+    (and xarray DataArrays holding them) run the same passes over their blocks as Dask
+    tasks, under the current Dask scheduler (``dask.distributed`` included).  Masked
+    elements (numpy or Dask masked arrays) are quantized as zeros and left out of every
+    amax, count and figure.
+
     Parameters
     ----------
-    data : ndarray or mapping of str to ndarray
-        One tensor (named ``"x"``) or named tensors (float16, bfloat16, float32, float64).
+    data : array or mapping of str to array
+        One tensor (named ``"x"``) or named tensors (float16, bfloat16, float32, float64):
+        numpy arrays (memory-mapped ones included), masked arrays, dask arrays or xarray
+        DataArrays.
     formats : iterable of str or FloatFormat
         Default ``float8_e4m3fn`` and ``float8_e5m2``.
     scalings : iterable of str
@@ -262,6 +285,9 @@ def sweep(
         ``tensor``, ``channel`` and ``delayed``: round scales down to powers of two.
     progress : callable, optional
         Called as ``progress(done, total, label)`` after each combination.
+    chunk_bytes : int, optional
+        Working-memory budget of one chunk of a numpy tensor, in bytes (default 256 MiB);
+        results do not depend on it beyond the rounding of float sums (1e-15 relative).
 
     Returns
     -------
@@ -271,7 +297,8 @@ def sweep(
     Raises
     ------
     TypeError, ValueError
-        Non-float tensors, unknown formats or scaling specs, axes out of range.
+        Non-float tensors, unknown formats or scaling specs, axes out of range, a
+        ``chunk_bytes`` below 1.
 
     Examples
     --------
@@ -281,28 +308,39 @@ def sweep(
     >>> rows = study.sweep(x, ["float8_e4m3fn"], ["tensor", "block:32"])
     >>> [(r.scaling, round(r.metrics.sqnr_db)) for r in rows]
     [('tensor', 31), ('block:32', 30)]
+    >>> small = study.sweep(x, ["float8_e4m3fn"], ["tensor", "block:32"], chunk_bytes=4096)
+    >>> [round(r.metrics.sqnr_db, 9) for r in small] == [round(r.metrics.sqnr_db, 9)
+    ...                                                   for r in rows]
+    True
     """
     tensors = _named(data)
     fmts = [get_format(f, argname="format") for f in formats]
     specs = [parse_scaling(s) for s in scalings]
     if not fmts or not specs:
         raise ValueError("sweep: formats and scalings must not be empty")
+    budget = check_chunk_bytes(chunk_bytes, "sweep")
     total = len(tensors) * len(fmts) * len(specs)
     rows: list[SweepRow] = []
     for name, arr in tensors.items():
-        arr = float_data(arr, "sweep", f"tensor {name!r}")
-        shape = arr.shape
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        for ax_name, ax in (("channel_axis", channel_axis), ("block_axis", block_axis)):
-            check_axis(ax, arr.ndim, "sweep", f"{ax_name} (tensor {name!r})")
-        study = _TensorStudy(name, arr, shape, float(margin), bool(pow2))
-        for spec in specs:
-            for fmt, row in study.run(spec, fmts, channel_axis, block_axis):
-                rows.append(row)
-                if progress is not None:
-                    progress(len(rows), total, f"{name} {fmt.name} {spec.label}")
+        for row in study_tensor(
+            name, arr, fmts, specs, channel_axis=channel_axis, block_axis=block_axis,
+            margin=float(margin), pow2=bool(pow2), chunk_bytes=budget,
+        ):  # fmt: skip
+            rows.append(row)
+            if progress is not None:
+                progress(len(rows), total, f"{name} {row.format} {row.scaling}")
     return rows
+
+
+def check_chunk_bytes(chunk_bytes: Any, func: str) -> int:
+    """The chunk budget in bytes (default :data:`DEFAULT_CHUNK_BYTES`), or an error."""
+    if chunk_bytes is None:
+        return DEFAULT_CHUNK_BYTES
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, (int, np.integer)):
+        raise TypeError(f"{func}: chunk_bytes must be a positive int; got {chunk_bytes!r}")
+    if chunk_bytes < 1:
+        raise ValueError(f"{func}: chunk_bytes must be a positive int; got {chunk_bytes}")
+    return int(chunk_bytes)
 
 
 def _named(data: Any) -> dict[str, Any]:
@@ -313,89 +351,151 @@ def _named(data: Any) -> dict[str, Any]:
     return {"x": data}
 
 
-class _TensorStudy:
-    """The working copy of one tensor and the buffers its combinations share."""
+@dataclasses.dataclass
+class _Plan:
+    """How one tensor is studied: per scaling spec its effective kind, grouping and notes."""
 
-    def __init__(self, name: str, arr: np.ndarray, shape, margin: float, pow2: bool) -> None:
-        self.name, self.arr, self.shape, self.margin, self.pow2 = name, arr, shape, margin, pow2
-        self.xw = working(arr)
-        self.qbuf = np.empty_like(self.xw)
-        self.narrow = arr.dtype != self.xw.dtype  # float16/bfloat16, worked on in float32
+    name: str
+    shape: tuple[int, ...]  # the tensor's shape as given (0-d stays 0-d)
+    work_shape: tuple[int, ...]  # at least 1-D
+    dtype: np.dtype
+    specs: list  # (Scaling, kind, Grouping | None, notes)
+    groupings: list[Grouping]
 
-    def run(self, spec: Scaling, fmts: list[FloatFormat], channel_axis: int, block_axis: int):
-        xw, kind = self.xw, spec.kind
-        notes: list[str] = []
-        axis, block = 0, 1
-        if kind == "channel" and xw.ndim < 2:
+
+def _plan(name, shape, dtype, specs, channel_axis, block_axis) -> _Plan:
+    work_shape = shape or (1,)
+    ndim = len(work_shape)
+    for ax_name, ax in (("channel_axis", channel_axis), ("block_axis", block_axis)):
+        check_axis(ax, ndim, "sweep", f"{ax_name} (tensor {name!r})")
+    out, groupings = [], []
+    for spec in specs:
+        kind, notes, g = spec.kind, [], None
+        if kind == "channel" and ndim < 2:
             kind = "tensor"
             notes.append("1-D tensor: one channel")
-        if kind == "delayed" and xw.ndim < 2:
+        if kind == "delayed" and ndim < 2:
             notes.append("1-D tensor: one step")
         if kind == "channel":
-            axis = channel_axis % xw.ndim
+            g = Grouping("channel", channel_axis % ndim)
         elif kind == "block":
-            axis, block = block_axis % xw.ndim, spec.block_size
-            if xw.shape[axis] % block:
+            axis, block = block_axis % ndim, spec.block_size
+            g = Grouping("block", axis, block)
+            if work_shape[axis] % block:
                 notes.append(
-                    f"axis length {xw.shape[axis]} is not a multiple of {block}: "
-                    f"last block of {xw.shape[axis] % block}"
+                    f"axis length {work_shape[axis]} is not a multiple of {block}: "
+                    f"last block of {work_shape[axis] % block}"
                 )
-        elif kind == "delayed" and xw.ndim >= 2:
-            kind, axis = "steps", 0
+        elif kind == "delayed" and ndim >= 2:
+            kind, g = "steps", Grouping("channel", 0)
+        elif kind in ("tensor", "delayed"):
+            g = Grouping("tensor")
+        if g is not None and g not in groupings:
+            groupings.append(g)
+        out.append((spec, kind, g, notes))
+    return _Plan(name, tuple(shape), work_shape, np.dtype(dtype), out, groupings)
 
-        if kind == "none":
-            amax = bad = None
-        else:
-            grouping = {"steps": "channel", "delayed": "tensor"}.get(kind, kind)
-            amax, bad = group_amax(xw, grouping, axis, block)
+
+def _aligns(plan: _Plan) -> dict[int, int]:
+    aligns: dict[int, int] = {}
+    for g in plan.groupings:
+        if g.kind == "block":
+            aligns[g.axis] = math.lcm(aligns.get(g.axis, 1), g.block)
+    return aligns
+
+
+def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool):
+    """Per (spec, format): (grouping, compact scale) and the spec's notes."""
+    dt = work_dtype(plan.dtype)
+    jobs, spec_notes = [], []
+    for spec, kind, g, notes in plan.specs:
+        notes = list(notes)
+        if g is not None:
+            amax, bad = amaxes[plan.groupings.index(g)]
             zeros = int(np.count_nonzero(amax == 0))
             if kind in ("tensor", "channel") and zeros:
                 where = "zero amax" if amax.size == 1 else f"{zeros} of {amax.size} channels"
                 notes.append(f"{where}: scale 1")
             if kind == "block" and bad.any():
                 notes.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
-
+        spec_notes.append(notes)
         for fmt in fmts:
-            scale = self._scale(kind, spec, fmt, amax, bad)
-            yield fmt, self._measure(fmt, spec.label, scale, kind, axis, block, notes)
+            if kind == "none":
+                scale = np.ones((), dt)
+            elif kind == "block":
+                scale = mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
+            elif kind in ("tensor", "channel"):
+                scale = amax_scale(amax, fmt, margin, pow2, dt)
+            else:
+                ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=margin, pow2=pow2)
+                # one step per index of the leading axis (one step for fewer than 2 dims)
+                used = np.array([ds.step(a) for a in amax.reshape(-1)])
+                scale = clamp_scale(used, dt).astype(dt).reshape(amax.shape)
+            jobs.append((fmt, g, scale))
+    return jobs, spec_notes
 
-    def _scale(self, kind, spec, fmt, amax, bad):
-        dt = self.xw.dtype
-        if kind == "none":
-            return np.ones((), dt)
-        if kind == "block":
-            return mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
-        if kind in ("tensor", "channel"):
-            return amax_scale(amax, fmt, self.margin, self.pow2, dt)
-        ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=self.margin, pow2=self.pow2)
-        # one step per index of the leading axis (a single step for fewer than 2 dims)
-        used = np.array([ds.step(a) for a in amax.reshape(-1)])
-        return clamp_scale(used, dt).astype(dt).reshape(amax.shape)
 
-    def _measure(self, fmt, label, scale, kind, axis, block, notes):
-        xv, sv = broadcast_view(self.xw, scale, kind, axis, block)
-        qv = apply_scale(xv, fmt, sv, out=self.qbuf.reshape(xv.shape))
-        if self.narrow:  # the result stored in the data's dtype, as FakeConvert does
-            qv = qv.astype(self.arr.dtype).astype(np.float32)
-        m = metrics_of(xv, qv, sv.astype(np.float64), fmt)
-        row_notes = list(notes)
+def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray):
+    rows = []
+    for j, (fmt, _g, scale) in enumerate(jobs):
+        spec = plan.specs[j // len(fmts)][0]
+        m = ErrorMetrics.from_totals(count, totals[j], True)
+        notes = list(spec_notes[j // len(fmts)])
         if m.nan_inputs or m.inf_inputs:
-            row_notes.append(f"{m.nan_inputs} NaN, {m.inf_inputs} Inf inputs not compared")
+            notes.append(f"{m.nan_inputs} NaN, {m.inf_inputs} Inf inputs not compared")
         if m.lost:
-            row_notes.append(f"{m.lost} values lost to NaN scales")
+            notes.append(f"{m.lost} values lost to NaN scales")
         finite = scale[np.isfinite(scale)]
         lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (np.nan, np.nan)
-        return SweepRow(
-            tensor=self.name,
-            shape=tuple(self.shape),
-            dtype=_dtype_name(self.arr.dtype),
-            format=fmt.name,
-            scaling=label,
-            metrics=m,
-            scale_min=lo,
-            scale_max=hi,
-            notes=tuple(row_notes),
+        rows.append(
+            SweepRow(
+                tensor=plan.name, shape=plan.shape, dtype=_dtype_name(plan.dtype),
+                format=fmt.name, scaling=spec.label, metrics=m, scale_min=lo, scale_max=hi,
+                notes=tuple(notes),
+            )  # fmt: skip
         )
+    return rows
+
+
+def study_tensor(
+    name: str,
+    arr: Any,
+    fmts: list[FloatFormat],
+    specs: list[Scaling],
+    *,
+    channel_axis: int = 0,
+    block_axis: int = -1,
+    margin: float = 0.0,
+    pow2: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> list[SweepRow]:
+    """The rows of one tensor (numpy, masked, dask or xarray), in order scaling, format."""
+    kind, arr = array_kind(arr)
+    if kind == "dask":
+        from . import _dask
+
+        return _dask.study_dask(
+            name, arr, fmts, specs, channel_axis, block_axis, margin, pow2
+        )  # fmt: skip
+    arr = float_data(arr, "sweep", f"tensor {name!r}", keep_mask=True)
+    plan = _plan(name, arr.shape, arr.dtype, specs, channel_axis, block_axis)
+    x = arr.reshape(plan.work_shape)
+    masked = isinstance(x, np.ma.MaskedArray)
+    per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
+    boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
+    amaxes = empty_amax(plan.work_shape, plan.groupings)
+    if plan.groupings:
+        for box in boxes:
+            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, plan.groupings)
+            merge_amax(amaxes, parts, box, plan.work_shape, plan.groupings)
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2)
+    count, totals = 0, None
+    for box in boxes:
+        local = [(f, g, local_scale(s, g, box, plan.work_shape)) for f, g, s in jobs]
+        n, t = chunk_totals(x[box_slices(box)], box, plan.work_shape, local)
+        count += n
+        totals = t if totals is None else add_totals(totals, t)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals)
 
 
 def _dtype_name(dt: np.dtype) -> str:
