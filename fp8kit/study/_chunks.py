@@ -190,3 +190,25 @@ def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
     for col in km._MAX_COLUMNS:
         total[:, col] = np.maximum(acc[:, col], part[:, col])
     return total
+
+
+def pair_totals(
+    x: Any, q: Any, scale: np.ndarray, fmt: FloatFormat | None
+) -> tuple[int, np.ndarray]:
+    """``(count, totals)`` of data ``x`` against its quantized values ``q`` (same shape;
+    numpy or masked; worked on in float64 when either is float64, else float32) with a
+    scale that broadcasts to them.  Elements masked in either are left out."""
+    xa, mx = _unmask(x)
+    qa, mq = _unmask(q)
+    mask = mx if mq is None else (mq if mx is None else mx | mq)
+    wide = np.float64 in (xa.dtype, qa.dtype)
+    dt = np.dtype(np.float64 if wide else np.float32)
+    xw = np.ascontiguousarray(xa, dtype=dt)
+    qw = np.ascontiguousarray(qa, dtype=dt)
+    nmasked = 0
+    if mask is not None:
+        xw = np.where(mask, dt.type(np.nan), xw)
+        nmasked = int(np.count_nonzero(mask))
+    totals = metric_totals(xw, qw, np.asarray(scale, np.float64), fmt)
+    totals[km.NAN_IN] -= nmasked
+    return xw.size - nmasked, totals

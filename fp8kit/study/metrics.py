@@ -11,7 +11,7 @@ import numpy as np
 from .. import _parallel
 from .._kernels import metrics as km
 from ..formats import FloatFormat, get_format
-from ._arrays import float_data, scale_layout
+from ._arrays import array_kind, float_data, scale_layout
 
 __all__ = ["ErrorMetrics", "error_metrics"]
 
@@ -286,24 +286,41 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     >>> m.compared, m.nan_inputs, m.max_abs_error, m.flushed_to_zero, m.saturated
     (4, 1, 552.0, 0.25, 0.25)
     """
-    xa = float_data(x, "error_metrics", "x")
-    qa = float_data(q, "error_metrics", "q")
+    kx, x = array_kind(x)
+    kq, q = array_kind(q)
+    f = None if fmt is None else get_format(fmt, argname="fmt")
+    if "dask" in (kx, kq):
+        from . import _dask
+
+        return _dask.error_metrics_dask(x, q, f, scale)
+    xa = float_data(x, "error_metrics", "x", keep_mask=True)
+    qa = float_data(q, "error_metrics", "q", keep_mask=True)
     if xa.shape != qa.shape:
         raise ValueError(f"error_metrics: x has shape {xa.shape} but q has {qa.shape}")
+    sc = check_scale(scale, xa.shape)
+    if isinstance(xa, np.ma.MaskedArray) or isinstance(qa, np.ma.MaskedArray):
+        from ._chunks import pair_totals
+
+        count, totals = pair_totals(xa, qa, sc, f)
+        return ErrorMetrics.from_totals(count, totals, f is not None)
     wide = np.float64 in (xa.dtype, qa.dtype)
     dt = np.dtype(np.float64 if wide else np.float32)
     xw = np.ascontiguousarray(xa, dtype=dt)
     qw = np.ascontiguousarray(qa, dtype=dt)
-    f = None if fmt is None else get_format(fmt, argname="fmt")
+    return metrics_of(xw, qw, sc, f)
+
+
+def check_scale(scale: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """error_metrics' scale as float64 (default 1), or an error if it does not broadcast."""
     sc = np.asarray(1.0 if scale is None else scale)
     if sc.dtype.kind != "f" and sc.dtype.kind not in "iu":
         raise TypeError(f"error_metrics: scale must be a number or float array; got {sc.dtype}")
     try:
-        ok = np.broadcast_shapes(sc.shape, xw.shape) == xw.shape
+        ok = np.broadcast_shapes(sc.shape, shape) == shape
     except ValueError:
         ok = False
     if not ok:
         raise ValueError(
-            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {xw.shape}"
+            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {shape}"
         )
-    return metrics_of(xw, qw, sc.astype(np.float64), f)
+    return sc.astype(np.float64)

@@ -18,7 +18,7 @@ from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
 from ..fake_convert import fake_convert
 from ..formats import FloatFormat, get_format
-from ._arrays import check_axis, float_data, work_dtype, working
+from ._arrays import array_kind, check_axis, float_data, work_dtype, working
 
 __all__ = ["DelayedScaling", "group_amax", "mx_scales", "quantize", "scale_for"]
 
@@ -282,9 +282,15 @@ def scale_for(
     >>> float(study.scale_for(w, "float8_e4m3fn", margin=1, pow2=True))
     64.0
     """
-    arr = float_data(x, "scale_for")
     f = get_format(fmt, argname="fmt")
     kind = _kind(scaling, "scale_for")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        from ._dask import scale_for_dask
+
+        ax, block = _axis_block(x, kind, axis, block_size, "scale_for")
+        return scale_for_dask(x, f, kind, ax, block, float(margin), bool(pow2))
+    arr = unmasked(float_data(x, "scale_for", keep_mask=True))
     ax, block = _axis_block(arr, kind, axis, block_size, "scale_for")
     xw = working(arr).reshape(arr.shape or (1,))
     s = compact_scale(xw, f, kind, ax, block, float(margin), bool(pow2))[0]
@@ -345,12 +351,31 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     """
     import ml_dtypes
 
-    arr = float_data(x, "mx_scales")
     f = get_format(fmt, argname="fmt")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        from ._dask import scale_for_dask
+
+        ax, block = _axis_block(x, "block", axis, block_size, "mx_scales")
+        codes = scale_for_dask(x, f, "block", ax, block, 0.0, False, codes=True)
+        return codes.map_blocks(_as_e8m0, dtype=ml_dtypes.float8_e8m0fnu)
+    arr = unmasked(float_data(x, "mx_scales", keep_mask=True))
     ax, block = _axis_block(arr, "block", axis, block_size, "mx_scales")
     amax, bad = group_amax(working(arr).reshape(arr.shape or (1,)), "block", ax, block)
     codes = mx_exponents(amax, bad, f).reshape(amax.shape if arr.ndim else ())
     return codes.view(ml_dtypes.float8_e8m0fnu)
+
+
+def _as_e8m0(codes: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return codes.view(ml_dtypes.float8_e8m0fnu)
+
+
+def unmasked(arr: np.ndarray) -> np.ndarray:
+    """A masked array's data with its masked elements set to 0 (they never raise an amax);
+    other arrays as they are."""
+    return arr.filled(0) if isinstance(arr, np.ma.MaskedArray) else arr
 
 
 def quantize(
@@ -407,8 +432,27 @@ def quantize(
     >>> study.quantize(x, "float8_e4m3fn", "block", block_size=2).tolist()  # X = 2**-11, 2
     [0.1015625, 0.203125, 896.0, -7.0]
     """
-    arr = float_data(x, "quantize")
     f = get_format(fmt, argname="fmt")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        from ._dask import quantize_dask, tensor_amax
+
+        if scale is not None:
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=scale)
+        if isinstance(scaling, DelayedScaling):
+            if scaling.fmt != f:
+                raise ValueError(
+                    f"quantize: the DelayedScaling is for {scaling.fmt.name}, not {f.name}"
+                )
+            used = scaling.step(tensor_amax(x))
+            sc = work_dtype(x.dtype).type(clamp_scale(used, work_dtype(x.dtype)))
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=sc)
+        kind = _kind(scaling, "quantize")
+        ax, block = _axis_block(x, kind, axis, block_size, "quantize")
+        return quantize_dask(x, f, kind, ax, block, float(margin), bool(pow2))
+    arr = float_data(x, "quantize", keep_mask=True)
+    mask = np.ma.getmaskarray(arr) if isinstance(arr, np.ma.MaskedArray) else None
+    arr = unmasked(arr)
     xw = working(arr)
     if scale is not None:
         sc = np.asarray(scale, dtype=xw.dtype)
@@ -432,7 +476,8 @@ def quantize(
         sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
         xv, sv = broadcast_view(x1, sc, kind, ax, block)
         q = apply_scale(xv, f, sv).reshape(xw.shape)
-    return q if q.dtype == arr.dtype else q.astype(arr.dtype)
+    q = q if q.dtype == arr.dtype else q.astype(arr.dtype)
+    return q if mask is None else np.ma.masked_array(q, mask)
 
 
 class DelayedScaling:
@@ -598,7 +643,13 @@ class DelayedScaling:
         >>> ds.scale(np.float32([1.0, -4.0])), ds.scale(np.float32([2.0]))
         (np.float32(1.0), np.float32(14336.0))
         """
-        arr = float_data(x, "DelayedScaling.scale")
+        akind, x = array_kind(x)
+        if akind == "dask":
+            from ._dask import tensor_amax
+
+            used = self.step(tensor_amax(x))
+            return work_dtype(x.dtype).type(clamp_scale(used, work_dtype(x.dtype)))
+        arr = unmasked(float_data(x, "DelayedScaling.scale", keep_mask=True))
         xw = working(arr)
         amax = group_amax(xw, "tensor")[0]
         used = self.step(float(amax))
