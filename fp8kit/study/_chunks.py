@@ -28,7 +28,14 @@ from .._kernels import metrics as km
 from ..formats import FloatFormat
 from ._arrays import work_dtype, working
 from .metrics import metric_totals
-from .scaling import apply_scale, broadcast_view, compact_shape, group_amax
+from .scaling import (
+    apply_scale,
+    broadcast_view,
+    compact_shape,
+    group_amax,
+    mx_exponents,
+    mx_scale_from_codes,
+)
 
 #: Default working-memory budget of one chunk (bytes).
 DEFAULT_CHUNK_BYTES = 256 * 2**20
@@ -127,7 +134,7 @@ def chunk_amax(y: Any, box: Box, shape: tuple[int, ...], groupings: list[Groupin
 
 def merge_amax(glob: list, parts: list, box: Box, shape, groupings: list[Grouping]) -> None:
     """Combine one chunk's :func:`chunk_amax` into the tensor's compact arrays (in place)."""
-    for (am, bad), (pa, pb), g in zip(glob, parts, groupings):
+    for (am, bad), (pa, pb), g in zip(glob, parts, groupings, strict=True):
         _, idx = local_grouping(g, box, shape)
         shape_here = np.shape(am[idx])
         am[idx] = np.maximum(am[idx], pa.reshape(shape_here))
@@ -152,14 +159,43 @@ def local_scale(scale: np.ndarray, g: Grouping | None, box: Box, shape) -> np.nd
     return np.ascontiguousarray(scale[idx]).reshape(compact_shape(sub, lg.kind, lg.axis, lg.block))
 
 
+def blocks_whole(boxes: list[Box], shape: tuple[int, ...], g: Grouping) -> bool:
+    """Whether no box cuts an MX block of ``g``: its scales are then the chunk's own."""
+    n = shape[g.axis]
+    return all(
+        s % g.block == 0 and (e % g.block == 0 or e == n) for s, e in (b[g.axis] for b in boxes)
+    )
+
+
+#: Columns of :func:`chunk_totals`' scale statistics: smallest and largest finite scale,
+#: blocks holding NaN/Inf (for MX scales computed in the chunk).
+SCALE_MIN, SCALE_MAX, BAD_BLOCKS = 0, 1, 2
+
+
+def empty_stats(njobs: int) -> np.ndarray:
+    stats = np.zeros((njobs, 3))
+    stats[:, SCALE_MIN], stats[:, SCALE_MAX] = np.inf, -np.inf
+    return stats
+
+
+def add_stats(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = a + b
+    out[:, SCALE_MIN] = np.minimum(a[:, SCALE_MIN], b[:, SCALE_MIN])
+    out[:, SCALE_MAX] = np.maximum(a[:, SCALE_MAX], b[:, SCALE_MAX])
+    return out
+
+
 def chunk_totals(
     y: Any,
     box: Box,
     shape: tuple[int, ...],
-    jobs: list[tuple[FloatFormat, Grouping | None, np.ndarray]],
-) -> tuple[int, np.ndarray]:
-    """``(count, totals)`` of one chunk: its unmasked elements and, per job ``(format,
-    grouping, local scale)``, the metric kernel's combined columns (``(jobs, N_METRICS)``).
+    jobs: list[tuple[FloatFormat, Grouping | None, np.ndarray | None]],
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """``(count, totals, stats)`` of one chunk: its unmasked elements and, per job
+    ``(format, grouping, local scale)``, the metric kernel's combined columns
+    (``(jobs, N_METRICS)``).  A job whose scale is None has MX block scales that the chunk
+    holds whole: they are computed here (one amax per grouping, shared by the formats), and
+    ``stats`` (``(jobs, 3)``, see :data:`SCALE_MIN`) gives their range and NaN blocks.
 
     The chunk is widened once; each job quantizes it into one shared buffer.  Masked
     elements are quantized as zeros and left out of every figure."""
@@ -171,8 +207,19 @@ def chunk_totals(
     nmasked = 0 if mask is None else int(np.count_nonzero(mask))
     qbuf = np.empty_like(xw)
     out = np.zeros((len(jobs), km.N_METRICS))
+    stats = empty_stats(len(jobs))
+    amaxes: dict[Grouping, tuple] = {}
     for j, (fmt, g, sc) in enumerate(jobs):
         lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
+        if sc is None:  # MX blocks held whole by the chunk
+            if lg not in amaxes:
+                amaxes[lg] = group_amax(xq, lg.kind, lg.axis, lg.block)
+            am, bad = amaxes[lg]
+            sc = mx_scale_from_codes(mx_exponents(am, bad, fmt), xw.dtype)
+            finite = sc[np.isfinite(sc)]
+            if finite.size:
+                stats[j, SCALE_MIN], stats[j, SCALE_MAX] = finite.min(), finite.max()
+            stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
         qv = apply_scale(xv, fmt, sv, out=qbuf.reshape(xv.shape))
         if narrow != xw.dtype:  # the result stored in the data's dtype, as FakeConvert does
@@ -181,7 +228,7 @@ def chunk_totals(
         out[j] = metric_totals(mv, qv, sv.astype(np.float64), fmt)
     if nmasked:
         out[:, km.NAN_IN] -= nmasked
-    return xw.size - nmasked, out
+    return xw.size - nmasked, out, stats
 
 
 def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:

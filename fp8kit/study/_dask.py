@@ -18,9 +18,10 @@ import numpy as np
 
 from .._kernels import metrics as km
 from ..formats import FloatFormat
-from ._arrays import DATA_DTYPES, _NAMES, work_dtype, working
+from ._arrays import _NAMES, DATA_DTYPES, work_dtype, working
 from ._chunks import (
     Grouping,
+    add_stats,
     add_totals,
     chunk_amax,
     chunk_totals,
@@ -73,11 +74,9 @@ def blocks_and_boxes(x):
 def _amaxes(x, shape, groupings):
     """Compact ``(amax, nonfinite)`` per grouping of a dask array (computed)."""
     pieces = blocks_and_boxes(x)
-    parts = dask.compute(
-        *[dask.delayed(chunk_amax)(b, box, shape, groupings) for b, box in pieces]
-    )
+    parts = dask.compute(*[dask.delayed(chunk_amax)(b, box, shape, groupings) for b, box in pieces])
     glob = empty_amax(shape, groupings)
-    for (_, box), p in zip(pieces, parts):
+    for (_, box), p in zip(pieces, parts, strict=True):
         merge_amax(glob, p, box, shape, groupings)
     return glob
 
@@ -85,24 +84,29 @@ def _amaxes(x, shape, groupings):
 def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     """:func:`fp8kit.study.sweep`'s rows of one dask tensor: two computes (amaxes, then
     the quantize-and-measure totals), one task per block in each."""
-    from .sweep import _aligns, _plan, _rows, _scales
+    from .sweep import _aligns, _local_jobs, _plan, _rows, _scales, _split_local
 
     check_dtype(x, "sweep", f"tensor {name!r}")
     plan = _plan(name, tuple(x.shape), np.dtype(x.dtype), specs, channel_axis, block_axis)
     x = aligned(x.reshape(plan.work_shape), _aligns(plan))
     shape = plan.work_shape
-    amaxes = _amaxes(x, shape, plan.groupings) if plan.groupings else []
-    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2)
     pieces = blocks_and_boxes(x)
-    tasks = []
-    for b, box in pieces:
-        local = [(f, g, local_scale(s, g, box, shape)) for f, g, s in jobs]
-        tasks.append(dask.delayed(chunk_totals)(b, box, shape, local))
-    count, totals = 0, None
-    for n, t in dask.compute(*tasks):
+    local, groupings = _split_local(plan, [box for _, box in pieces])
+    amaxes = empty_amax(shape, plan.groupings)
+    if groupings:
+        for g, pair in zip(groupings, _amaxes(x, shape, groupings), strict=True):
+            amaxes[plan.groupings.index(g)] = pair
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    tasks = [
+        dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))
+        for b, box in pieces
+    ]
+    count, totals, stats = 0, None, None
+    for n, t, st in dask.compute(*tasks):
         count += n
         totals = t if totals is None else add_totals(totals, t)
-    return _rows(plan, fmts, jobs, spec_notes, count, totals)
+        stats = st if stats is None else add_stats(stats, st)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
 
 
 def _grouping(kind: str, axis: int, block: int) -> Grouping | None:
@@ -115,7 +119,7 @@ def _grouping(kind: str, axis: int, block: int) -> Grouping | None:
 
 def _scale_from_parts(parts, boxes, shape, g, fmt, kind, margin, pow2, dtype, codes=False):
     glob = empty_amax(shape, [g])
-    for p, box in zip(parts, boxes):
+    for p, box in zip(parts, boxes, strict=True):
         merge_amax(glob, p, box, shape, [g])
     amax, bad = glob[0]
     if kind == "block":
@@ -177,13 +181,17 @@ def _explicit_block(block, scale, fmt, block_info=None):
     box = block_info[0]["array-location"]
     sc = np.asarray(scale)
     sc = sc.reshape((1,) * (len(box) - sc.ndim) + sc.shape)
-    sel = tuple(slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box))
+    sel = tuple(
+        slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
+    )
     data = np.asarray(block.data if isinstance(block, np.ma.MaskedArray) else block)
     xw = working(data)
     q = apply_scale(xw, fmt, np.ascontiguousarray(sc[sel], xw.dtype)).astype(data.dtype)
-    return np.ma.masked_array(q, np.ma.getmaskarray(block)) if isinstance(
-        block, np.ma.MaskedArray
-    ) else q
+    return (
+        np.ma.masked_array(q, np.ma.getmaskarray(block))
+        if isinstance(block, np.ma.MaskedArray)
+        else q
+    )
 
 
 def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None):
@@ -202,9 +210,7 @@ def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None):
         return out.reshape(x.shape)
     x1, sc = lazy_scale(x, fmt, kind, axis, block, margin, pow2)
     g = _grouping(kind, axis, block)
-    out = x1.map_blocks(
-        _quantize_block, sc, g, tuple(x1.shape), fmt, dtype=x.dtype, meta=x1._meta
-    )
+    out = x1.map_blocks(_quantize_block, sc, g, tuple(x1.shape), fmt, dtype=x.dtype, meta=x1._meta)
     return out.reshape(x.shape)
 
 
@@ -236,8 +242,10 @@ def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
     q = da.asarray(q).reshape(shape).rechunk(x.chunks)
     qblocks = q.to_delayed()
     tasks = []
-    for index, (xb, box) in zip(np.ndindex(*x.numblocks), blocks_and_boxes(x)):
-        sel = tuple(slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box))
+    for index, (xb, box) in zip(np.ndindex(*x.numblocks), blocks_and_boxes(x), strict=True):
+        sel = tuple(
+            slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
+        )
         tasks.append(dask.delayed(pair_totals)(xb, qblocks[index], sc[sel], fmt))
     count, totals = 0, np.zeros((1, km.N_METRICS))
     for n, t in dask.compute(*tasks):

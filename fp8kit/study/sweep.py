@@ -16,7 +16,9 @@ from ._arrays import array_kind, check_axis, float_data, work_dtype
 from ._chunks import (
     DEFAULT_CHUNK_BYTES,
     Grouping,
+    add_stats,
     add_totals,
+    blocks_whole,
     box_slices,
     bytes_per_element,
     chunk_amax,
@@ -404,12 +406,17 @@ def _aligns(plan: _Plan) -> dict[int, int]:
     return aligns
 
 
-def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool):
-    """Per (spec, format): (grouping, compact scale) and the spec's notes."""
+def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=()):
+    """Per (spec, format): (grouping, compact scale) and the spec's notes.  MX groupings in
+    ``local`` get the scale None: each chunk computes its own."""
     dt = work_dtype(plan.dtype)
     jobs, spec_notes = [], []
     for spec, kind, g, notes in plan.specs:
         notes = list(notes)
+        if g in local:
+            spec_notes.append(notes)
+            jobs += [(fmt, g, None) for fmt in fmts]
+            continue
         if g is not None:
             amax, bad = amaxes[plan.groupings.index(g)]
             zeros = int(np.count_nonzero(amax == 0))
@@ -435,22 +442,35 @@ def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool):
     return jobs, spec_notes
 
 
-def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray):
+def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, stats):
     rows = []
     for j, (fmt, _g, scale) in enumerate(jobs):
         spec = plan.specs[j // len(fmts)][0]
         m = ErrorMetrics.from_totals(count, totals[j], True)
         notes = list(spec_notes[j // len(fmts)])
+        if scale is None:  # MX scales computed chunk by chunk
+            lo, hi, nbad = (float(v) for v in stats[j])
+            if nbad:
+                notes.append(f"{int(nbad)} blocks hold NaN/Inf: scale NaN")
+            lo, hi = (lo, hi) if lo <= hi else (np.nan, np.nan)
+        else:
+            finite = scale[np.isfinite(scale)]
+            lo, hi = (finite.min(), finite.max()) if finite.size else (np.nan, np.nan)
+            lo, hi = float(lo), float(hi)
         if m.nan_inputs or m.inf_inputs:
             notes.append(f"{m.nan_inputs} NaN, {m.inf_inputs} Inf inputs not compared")
         if m.lost:
             notes.append(f"{m.lost} values lost to NaN scales")
-        finite = scale[np.isfinite(scale)]
-        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (np.nan, np.nan)
         rows.append(
             SweepRow(
-                tensor=plan.name, shape=plan.shape, dtype=_dtype_name(plan.dtype),
-                format=fmt.name, scaling=spec.label, metrics=m, scale_min=lo, scale_max=hi,
+                tensor=plan.name,
+                shape=plan.shape,
+                dtype=_dtype_name(plan.dtype),
+                format=fmt.name,
+                scaling=spec.label,
+                metrics=m,
+                scale_min=lo,
+                scale_max=hi,
                 notes=tuple(notes),
             )  # fmt: skip
         )
@@ -483,19 +503,37 @@ def study_tensor(
     masked = isinstance(x, np.ma.MaskedArray)
     per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
     boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
+    local, groupings = _split_local(plan, boxes)
     amaxes = empty_amax(plan.work_shape, plan.groupings)
-    if plan.groupings:
+    if groupings:
+        glob = [amaxes[plan.groupings.index(g)] for g in groupings]
         for box in boxes:
-            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, plan.groupings)
-            merge_amax(amaxes, parts, box, plan.work_shape, plan.groupings)
-    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2)
-    count, totals = 0, None
+            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, groupings)
+            merge_amax(glob, parts, box, plan.work_shape, groupings)
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    count, totals, stats = 0, None, None
     for box in boxes:
-        local = [(f, g, local_scale(s, g, box, plan.work_shape)) for f, g, s in jobs]
-        n, t = chunk_totals(x[box_slices(box)], box, plan.work_shape, local)
+        n, t, st = chunk_totals(
+            x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape)
+        )
         count += n
         totals = t if totals is None else add_totals(totals, t)
-    return _rows(plan, fmts, jobs, spec_notes, count, totals)
+        stats = st if stats is None else add_stats(stats, st)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _split_local(plan: _Plan, boxes):
+    """``(local, pass1)``: MX groupings whose blocks no chunk cuts (scales computed per
+    chunk, in the second pass) and the groupings that need the amax pass."""
+    local = [
+        g for g in plan.groupings
+        if g.kind == "block" and blocks_whole(boxes, plan.work_shape, g)
+    ]  # fmt: skip
+    return local, [g for g in plan.groupings if g not in local]
+
+
+def _local_jobs(jobs, box, shape):
+    return [(f, g, None if s is None else local_scale(s, g, box, shape)) for f, g, s in jobs]
 
 
 def _dtype_name(dt: np.dtype) -> str:
