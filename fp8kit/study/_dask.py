@@ -92,10 +92,8 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     shape = plan.work_shape
     pieces = blocks_and_boxes(x)
     local, groupings = _split_local(plan, [box for _, box in pieces])
-    amaxes = empty_amax(shape, plan.groupings)
-    if groupings:
-        for g, pair in zip(groupings, _amaxes(x, shape, groupings), strict=True):
-            amaxes[plan.groupings.index(g)] = pair
+    glob = _amaxes(x, shape, groupings) if groupings else []
+    amaxes = [glob[groupings.index(g)] if g in groupings else None for g in plan.groupings]
     jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
     tasks = [
         dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))

@@ -504,12 +504,12 @@ def study_tensor(
     per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
     boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
     local, groupings = _split_local(plan, boxes)
-    amaxes = empty_amax(plan.work_shape, plan.groupings)
+    glob = empty_amax(plan.work_shape, groupings)
     if groupings:
-        glob = [amaxes[plan.groupings.index(g)] for g in groupings]
         for box in boxes:
             parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, groupings)
             merge_amax(glob, parts, box, plan.work_shape, groupings)
+    amaxes = [glob[groupings.index(g)] if g in groupings else None for g in plan.groupings]
     jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
     count, totals, stats = 0, None, None
     for box in boxes:
