@@ -8,13 +8,14 @@ Metrics (:func:`error_metrics`), scaling recipes (:func:`scale_for`, :func:`mx_s
 
 from .metrics import ErrorMetrics, error_metrics
 from .scaling import DelayedScaling, mx_scales, quantize, scale_for
-from .sweep import Scaling, SweepRow, demo_tensors, parse_scaling, sweep
+from .sweep import Scaling, SweepRow, TensorFile, demo_tensors, parse_scaling, sweep
 
 __all__ = [
     "DelayedScaling",
     "ErrorMetrics",
     "Scaling",
     "SweepRow",
+    "TensorFile",
     "demo_tensors",
     "error_metrics",
     "mx_scales",

@@ -22,12 +22,13 @@ import dataclasses
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .._kernels import metrics as km
 from ..formats import FloatFormat
 from ._arrays import work_dtype, working
-from .metrics import metric_totals
+from .metrics import fused_totals, metric_totals
 from .scaling import (
     apply_scale,
     broadcast_view,
@@ -205,7 +206,10 @@ def chunk_totals(
     xq = xw if mask is None else np.where(mask, xw.dtype.type(0), xw)
     xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
     nmasked = 0 if mask is None else int(np.count_nonzero(mask))
-    qbuf = np.empty_like(xw)
+    qbuf = None
+    narrow_name = {np.dtype(np.float16): "float16"}.get(narrow, narrow.name)
+    if narrow == np.dtype(ml_dtypes.bfloat16):
+        narrow_name = "bfloat16"
     out = np.zeros((len(jobs), km.N_METRICS))
     stats = empty_stats(len(jobs))
     amaxes: dict[Grouping, tuple] = {}
@@ -221,6 +225,12 @@ def chunk_totals(
                 stats[j, SCALE_MIN], stats[j, SCALE_MAX] = finite.min(), finite.max()
             stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
+        if xw.dtype == np.float32 and fmt.bits == 8 and xm is xq:
+            # one pass: quantize and measure, the quantized values never stored
+            out[j] = fused_totals(xv, sv, fmt, narrow_name)
+            continue
+        if qbuf is None:
+            qbuf = np.empty_like(xw)
         qv = apply_scale(xv, fmt, sv, out=qbuf.reshape(xv.shape))
         if narrow != xw.dtype:  # the result stored in the data's dtype, as FakeConvert does
             np.copyto(qv, qv.astype(narrow))

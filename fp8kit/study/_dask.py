@@ -18,7 +18,7 @@ import numpy as np
 
 from .._kernels import metrics as km
 from ..formats import FloatFormat
-from ._arrays import _NAMES, DATA_DTYPES, work_dtype, working
+from ._arrays import _NAMES, DATA_DTYPES, array_kind, work_dtype, working
 from ._chunks import (
     Grouping,
     add_stats,
@@ -250,3 +250,78 @@ def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
         count += n
         totals = add_totals(totals, t.reshape(1, -1))
     return ErrorMetrics.from_totals(count, totals[0], fmt is not None)
+
+
+def _sweep_one(name, arr, fmts, specs, options):
+    from .sweep import study_tensor
+
+    return study_tensor(name, arr, fmts, specs, **options)
+
+
+def _threads_of() -> int:
+    import os
+
+    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+
+
+def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
+    """sweep's rows with one Dask task per tensor under ``scheduler`` (a local scheduler's
+    name, a distributed scheduler's address or a Client); rows in the tensors' order.
+    Dask tensors are studied here, their blocks being tasks already."""
+    local = scheduler in ("threads", "processes", "sync", "synchronous", "single-threaded")
+    if not local and not isinstance(scheduler, str) and not hasattr(scheduler, "compute"):
+        raise ValueError(
+            f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
+            f"dask.distributed scheduler or a Client; got {scheduler!r}"
+        )
+    if scheduler == "threads":  # the threads share the working-memory budget
+        options = dict(options, chunk_bytes=max(1, options["chunk_bytes"] // _threads_of()))
+    names = list(tensors)
+    results: dict[str, list] = {}
+    eager = {n for n in names if array_kind(tensors[n])[0] == "dask"}
+    total = len(names) * len(fmts) * len(specs)
+    done = [0]
+
+    def report(rows):
+        done[0] += len(rows)
+        if progress is not None and rows:
+            r = rows[-1]
+            progress(done[0], total, f"{r.tensor} {r.format} {r.scaling}")
+
+    lazy = [n for n in names if n not in eager]
+    if local:
+        from dask.callbacks import Callback
+
+        keys = {}
+        tasks = []
+        for n in lazy:
+            t = dask.delayed(_sweep_one, pure=False)(n, tensors[n], fmts, specs, options)
+            keys[t.key] = n
+            tasks.append(t)
+
+        def posttask(key, result, dsk, state, worker_id):
+            if key in keys:
+                report(result)
+
+        with Callback(posttask=posttask):
+            out = dask.compute(*tasks, scheduler=scheduler) if tasks else ()
+        results.update(zip(lazy, out, strict=True))
+    elif lazy:
+        from distributed import Client, as_completed
+
+        client = scheduler if hasattr(scheduler, "compute") else Client(scheduler)
+        try:
+            futures = {
+                client.submit(_sweep_one, n, tensors[n], fmts, specs, options, pure=False): n
+                for n in lazy
+            }
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                report(results[futures[fut]])
+        finally:
+            if client is not scheduler:
+                client.close()
+    for n in eager:
+        results[n] = _sweep_one(n, tensors[n], fmts, specs, options)
+        report(results[n])
+    return [row for n in names for row in results[n]]

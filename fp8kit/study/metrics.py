@@ -249,6 +249,26 @@ def metric_totals(
     return km.combine(partials)
 
 
+def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str) -> np.ndarray:
+    """:func:`metric_totals` of ``x`` against ``round(x * scale) / scale`` (FakeConvert's
+    quantization of float32 data to an 8-bit format, then, for ``narrow`` ``"float16"`` or
+    ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
+    quantized values.  x: C-contiguous float32; scale: float32, broadcasting to x."""
+    from .._kernels.codec import dummy, f16_lut
+
+    shape4, sstr4, sc = scale_layout(x.shape, scale)
+    kernel = km.quantize_metrics_kernel(fmt, narrow, bool(sstr4[3] == 1))
+    ovf, tie_up = km.overflow_threshold(fmt)
+    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
+    partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
+    _parallel.launch(
+        kernel, x.size, x.reshape(-1), sc.astype(np.float32, copy=False), shape4, sstr4,
+        limits, lut, partials,
+    )  # fmt: skip
+    return km.combine(partials)
+
+
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:
     """Error of quantized values ``q`` against data ``x``, in float64, in one compiled pass.
 

@@ -37,7 +37,7 @@ from .scaling import (
     mx_scale_from_codes,
 )
 
-__all__ = ["Scaling", "SweepRow", "demo_tensors", "parse_scaling", "sweep"]
+__all__ = ["Scaling", "SweepRow", "TensorFile", "demo_tensors", "parse_scaling", "sweep"]
 
 DEFAULT_FORMATS = ("float8_e4m3fn", "float8_e5m2")
 DEFAULT_SCALINGS = ("tensor", "channel", "block:32")
@@ -238,6 +238,62 @@ def demo_tensors(seed: int = 0, shape: tuple[int, int] = (256, 1024)) -> dict[st
 Progress = Callable[[int, int, str], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorFile:
+    """A tensor of a file, by reference: :func:`sweep` reads it where it studies it (in a
+    Dask worker with ``scheduler=``), so only the path and the name travel.
+
+    Parameters
+    ----------
+    path : str
+        A ``.npy``, ``.npz`` or ``.safetensors`` file, as :mod:`fp8kit.study.io` reads it
+        (memory-mapped where the format allows); workers must see the same path.
+    name : str
+        The tensor's name in the file (a ``.npy`` file's stem).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from fp8kit import study
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.npy")
+    >>> np.save(path, np.float32([[1.0, -2.0], [0.5, 4.0]]))
+    >>> study.TensorFile(path, "w").load().shape
+    (2, 2)
+    """
+
+    path: str
+    name: str
+
+    def load(self) -> np.ndarray:
+        """The tensor (a read-only memory map where the file format allows).
+
+        Returns
+        -------
+        ndarray
+            The tensor.
+
+        Raises
+        ------
+        fp8kit.study.io.StudyInputError
+            If the file cannot be read or has no such floating-point tensor.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, os
+        >>> from fp8kit import study
+        >>> path = os.path.join(tempfile.mkdtemp(), "t.npz")
+        >>> np.savez(path, a=np.float32([1.0]), b=np.float64([2.0, 3.0]))
+        >>> study.TensorFile(path, "b").load().tolist()
+        [2.0, 3.0]
+        """
+        from .io import StudyInputError, load_tensors
+
+        tensors, _ = load_tensors(self.path)
+        if self.name not in tensors:
+            raise StudyInputError(f"{self.path}: no floating-point tensor {self.name!r}")
+        return tensors[self.name]
+
+
 def sweep(
     data: Any,
     formats: Iterable[Any] = DEFAULT_FORMATS,
@@ -249,6 +305,7 @@ def sweep(
     pow2: bool = False,
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
+    scheduler: Any = None,
 ) -> list[SweepRow]:
     """Quantize every tensor through every format with every scaling and measure the error.
 
@@ -290,6 +347,13 @@ def sweep(
     chunk_bytes : int, optional
         Working-memory budget of one chunk of a numpy tensor, in bytes (default 256 MiB);
         results do not depend on it beyond the rounding of float sums (1e-15 relative).
+    scheduler : str or dask.distributed.Client, optional
+        Study the tensors as Dask tasks, one per tensor: ``"threads"`` (each thread with
+        its share of ``chunk_bytes``), ``"processes"``, ``"sync"``, the address of a
+        ``dask.distributed`` scheduler (``"tcp://host:8786"``) or a ``Client``.  Give
+        file tensors as :class:`TensorFile` so that each worker reads its own.  Default:
+        in this process, one tensor after the other (dask arrays use the current Dask
+        scheduler either way).  Needs ``pip install 'fp8kit[dask]'``.
 
     Returns
     -------
@@ -323,6 +387,16 @@ def sweep(
     budget = check_chunk_bytes(chunk_bytes, "sweep")
     total = len(tensors) * len(fmts) * len(specs)
     rows: list[SweepRow] = []
+    if scheduler is not None:
+        from ._dask import sweep_tasks
+
+        check_axis(channel_axis, 64, "sweep", "channel_axis")
+        check_axis(block_axis, 64, "sweep", "block_axis")
+        options = dict(
+            channel_axis=channel_axis, block_axis=block_axis, margin=float(margin),
+            pow2=bool(pow2), chunk_bytes=budget,
+        )  # fmt: skip
+        return sweep_tasks(tensors, fmts, specs, options, scheduler, progress)
     for name, arr in tensors.items():
         for row in study_tensor(
             name, arr, fmts, specs, channel_axis=channel_axis, block_axis=block_axis,
@@ -489,7 +563,10 @@ def study_tensor(
     pow2: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
 ) -> list[SweepRow]:
-    """The rows of one tensor (numpy, masked, dask or xarray), in order scaling, format."""
+    """The rows of one tensor (numpy, masked, dask, xarray or a :class:`TensorFile`), in
+    order scaling, format."""
+    if isinstance(arr, TensorFile):
+        arr = arr.load()
     kind, arr = array_kind(arr)
     if kind == "dask":
         from . import _dask
