@@ -18,7 +18,6 @@ Dask can pickle it to worker processes.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -27,31 +26,20 @@ import numpy as np
 
 from .._kernels import metrics as km
 from ..formats import FloatFormat
-from ._arrays import work_dtype, working
+from ._arrays import Box, _unmask, work_dtype, working
 from .metrics import fused_totals, metric_totals
 from .scaling import (
+    Grouping,
     apply_scale,
     broadcast_view,
-    compact_shape,
     group_amax,
+    local_grouping,
     mx_exponents,
     mx_scale_from_codes,
 )
 
 #: Default working-memory budget of one chunk (bytes).
 DEFAULT_CHUNK_BYTES = 256 * 2**20
-
-Box = tuple[tuple[int, int], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Grouping:
-    """The groups one amax is taken over: ``kind`` tensor, channel or block, along ``axis``
-    (channel, block), of ``block`` elements (block)."""
-
-    kind: str
-    axis: int = 0
-    block: int = 1
 
 
 def bytes_per_element(dtype: np.dtype, masked: bool = False) -> int:
@@ -85,79 +73,6 @@ def plan_chunks(shape: tuple[int, ...], max_elements: int, aligns: dict[int, int
         for s in range(0, shape[k], step):
             boxes.append(head + ((s, min(s + step, shape[k])),) + tail)
     return boxes
-
-
-def box_slices(box: Box) -> tuple[slice, ...]:
-    return tuple(slice(s, e) for s, e in box)
-
-
-def local_grouping(g: Grouping, box: Box, shape: tuple[int, ...]):
-    """``(local Grouping, index)``: the grouping as it applies to the chunk ``box`` and the
-    index of the chunk's groups in the tensor's compact arrays (:func:`compact_shape`)."""
-    if g.kind == "tensor":
-        return g, ()
-    s, e = box[g.axis]
-    if g.kind == "channel":
-        idx = tuple(slice(s, e) if d == g.axis else slice(0, 1) for d in range(len(shape)))
-        return g, idx
-    b = g.block
-    if s % b == 0 and (e % b == 0 or e == shape[g.axis]):
-        local, sel = b, slice(s // b, -(-e // b))
-    elif s // b == (e - 1) // b:  # the chunk lies inside one block along the axis
-        local, sel = e - s, slice(s // b, s // b + 1)
-    else:
-        raise ValueError(f"chunk {box} cuts MX blocks of {b} along axis {g.axis}")
-    idx = tuple(sel if d == g.axis else slice(bs, be) for d, (bs, be) in enumerate(box))
-    return Grouping("block", g.axis, local), idx
-
-
-def _unmask(y: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """A chunk's data and its mask (None when nothing is masked)."""
-    if isinstance(y, np.ma.MaskedArray):
-        mask = np.ma.getmaskarray(y)
-        return np.asarray(y.data), (mask if mask.any() else None)
-    return np.asarray(y), None
-
-
-def chunk_amax(y: Any, box: Box, shape: tuple[int, ...], groupings: list[Grouping]) -> list:
-    """Per grouping, ``(amax, nonfinite)`` of one chunk (masked elements left out), in the
-    chunk's own compact shape."""
-    data, mask = _unmask(y)
-    xw = working(data)
-    if mask is not None:
-        xw = np.where(mask, xw.dtype.type(0), xw)
-    out = []
-    for g in groupings:
-        lg, _ = local_grouping(g, box, shape)
-        out.append(group_amax(xw, lg.kind, lg.axis, lg.block))
-    return out
-
-
-def merge_amax(glob: list, parts: list, box: Box, shape, groupings: list[Grouping]) -> None:
-    """Combine one chunk's :func:`chunk_amax` into the tensor's compact arrays (in place)."""
-    for (am, bad), (pa, pb), g in zip(glob, parts, groupings, strict=True):
-        _, idx = local_grouping(g, box, shape)
-        shape_here = np.shape(am[idx])
-        am[idx] = np.maximum(am[idx], pa.reshape(shape_here))
-        bad[idx] = np.logical_or(bad[idx], pb.reshape(shape_here))
-
-
-def empty_amax(shape: tuple[int, ...], groupings: list[Grouping]) -> list:
-    """Zeroed compact ``(amax, nonfinite)`` arrays of a tensor, one pair per grouping."""
-    out = []
-    for g in groupings:
-        cs = compact_shape(shape, g.kind, g.axis, g.block)
-        out.append((np.zeros(cs), np.zeros(cs, bool)))
-    return out
-
-
-def local_scale(scale: np.ndarray, g: Grouping | None, box: Box, shape) -> np.ndarray:
-    """The part of a tensor's compact scale array that a chunk uses, in its compact shape."""
-    if g is None or g.kind == "tensor":
-        return np.asarray(scale).reshape(())
-    lg, idx = local_grouping(g, box, shape)
-    sub = tuple(e - s for s, e in box)
-    return np.ascontiguousarray(scale[idx]).reshape(compact_shape(sub, lg.kind, lg.axis, lg.block))
 
 
 def blocks_whole(boxes: list[Box], shape: tuple[int, ...], g: Grouping) -> bool:
@@ -239,33 +154,3 @@ def chunk_totals(
     if nmasked:
         out[:, km.NAN_IN] -= nmasked
     return xw.size - nmasked, out, stats
-
-
-def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
-    """Totals of two sets of chunks: sums add, maxima take the max (row-wise)."""
-    total = acc + part
-    for col in km._MAX_COLUMNS:
-        total[:, col] = np.maximum(acc[:, col], part[:, col])
-    return total
-
-
-def pair_totals(
-    x: Any, q: Any, scale: np.ndarray, fmt: FloatFormat | None
-) -> tuple[int, np.ndarray]:
-    """``(count, totals)`` of data ``x`` against its quantized values ``q`` (same shape;
-    numpy or masked; worked on in float64 when either is float64, else float32) with a
-    scale that broadcasts to them.  Elements masked in either are left out."""
-    xa, mx = _unmask(x)
-    qa, mq = _unmask(q)
-    mask = mx if mq is None else (mq if mx is None else mx | mq)
-    wide = np.float64 in (xa.dtype, qa.dtype)
-    dt = np.dtype(np.float64 if wide else np.float32)
-    xw = np.ascontiguousarray(xa, dtype=dt)
-    qw = np.ascontiguousarray(qa, dtype=dt)
-    nmasked = 0
-    if mask is not None:
-        xw = np.where(mask, dt.type(np.nan), xw)
-        nmasked = int(np.count_nonzero(mask))
-    totals = metric_totals(xw, qw, np.asarray(scale, np.float64), fmt)
-    totals[km.NAN_IN] -= nmasked
-    return xw.size - nmasked, totals

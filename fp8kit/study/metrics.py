@@ -11,7 +11,7 @@ import numpy as np
 from .. import _parallel
 from .._kernels import metrics as km
 from ..formats import FloatFormat, get_format
-from ._arrays import array_kind, float_data, scale_layout
+from ._arrays import _unmask, array_kind, blocks_and_boxes, check_dtype, float_data, scale_layout
 
 __all__ = ["ErrorMetrics", "error_metrics"]
 
@@ -310,17 +310,13 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     kq, q = array_kind(q)
     f = None if fmt is None else get_format(fmt, argname="fmt")
     if "dask" in (kx, kq):
-        from . import _dask
-
-        return _dask.error_metrics_dask(x, q, f, scale)
+        return error_metrics_dask(x, q, f, scale)
     xa = float_data(x, "error_metrics", "x", keep_mask=True)
     qa = float_data(q, "error_metrics", "q", keep_mask=True)
     if xa.shape != qa.shape:
         raise ValueError(f"error_metrics: x has shape {xa.shape} but q has {qa.shape}")
     sc = check_scale(scale, xa.shape)
     if isinstance(xa, np.ma.MaskedArray) or isinstance(qa, np.ma.MaskedArray):
-        from ._chunks import pair_totals
-
         count, totals = pair_totals(xa, qa, sc, f)
         return ErrorMetrics.from_totals(count, totals, f is not None)
     wide = np.float64 in (xa.dtype, qa.dtype)
@@ -344,3 +340,69 @@ def check_scale(scale: Any, shape: tuple[int, ...]) -> np.ndarray:
             f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {shape}"
         )
     return sc.astype(np.float64)
+
+
+def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """Totals of two sets of chunks: sums add, maxima take the max (row-wise)."""
+    total = acc + part
+    for col in km._MAX_COLUMNS:
+        total[:, col] = np.maximum(acc[:, col], part[:, col])
+    return total
+
+
+def pair_totals(
+    x: Any, q: Any, scale: np.ndarray, fmt: FloatFormat | None
+) -> tuple[int, np.ndarray]:
+    """``(count, totals)`` of data ``x`` against its quantized values ``q`` (same shape;
+    numpy or masked; worked on in float64 when either is float64, else float32) with a
+    scale that broadcasts to them.  Elements masked in either are left out."""
+    xa, mx = _unmask(x)
+    qa, mq = _unmask(q)
+    mask = mx if mq is None else (mq if mx is None else mx | mq)
+    wide = np.float64 in (xa.dtype, qa.dtype)
+    dt = np.dtype(np.float64 if wide else np.float32)
+    xw = np.ascontiguousarray(xa, dtype=dt)
+    qw = np.ascontiguousarray(qa, dtype=dt)
+    nmasked = 0
+    if mask is not None:
+        xw = np.where(mask, dt.type(np.nan), xw)
+        nmasked = int(np.count_nonzero(mask))
+    totals = metric_totals(xw, qw, np.asarray(scale, np.float64), fmt)
+    totals[km.NAN_IN] -= nmasked
+    return xw.size - nmasked, totals
+
+
+def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
+    """error_metrics with x or q (or both) dask arrays: a sum over the blocks (computed).
+    A dask ``scale`` is computed first (scales are small)."""
+    import dask
+    import dask.array as da
+
+    x = x if hasattr(x, "__dask_graph__") else da.asarray(x)
+    check_dtype(x, "error_metrics", "x")
+    if hasattr(q, "__dask_graph__"):
+        check_dtype(q, "error_metrics", "q")
+    else:
+        q = np.asarray(q) if not isinstance(q, np.ma.MaskedArray) else q
+        check_dtype(q, "error_metrics", "q")
+    if tuple(x.shape) != tuple(q.shape):
+        raise ValueError(f"error_metrics: x has shape {tuple(x.shape)} but q has {q.shape}")
+    if scale is not None and hasattr(scale, "__dask_graph__"):
+        scale = scale.compute()
+    shape = tuple(x.shape) or (1,)
+    sc = check_scale(scale, tuple(x.shape))
+    sc = sc.reshape((1,) * (len(shape) - sc.ndim) + sc.shape)
+    x = x.reshape(shape)
+    q = da.asarray(q).reshape(shape).rechunk(x.chunks)
+    qblocks = q.to_delayed()
+    tasks = []
+    for index, (xb, box) in zip(np.ndindex(*x.numblocks), blocks_and_boxes(x), strict=True):
+        sel = tuple(
+            slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
+        )
+        tasks.append(dask.delayed(pair_totals)(xb, qblocks[index], sc[sel], fmt))
+    count, totals = 0, np.zeros((1, km.N_METRICS))
+    for n, t in dask.compute(*tasks):
+        count += n
+        totals = add_totals(totals, t.reshape(1, -1))
+    return ErrorMetrics.from_totals(count, totals[0], fmt is not None)

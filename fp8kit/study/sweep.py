@@ -12,27 +12,35 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FloatFormat, get_format
-from ._arrays import array_kind, check_axis, float_data, work_dtype
+from ._arrays import (
+    aligned,
+    array_kind,
+    blocks_and_boxes,
+    box_slices,
+    check_axis,
+    check_dtype,
+    float_data,
+    work_dtype,
+)
 from ._chunks import (
     DEFAULT_CHUNK_BYTES,
-    Grouping,
     add_stats,
-    add_totals,
     blocks_whole,
-    box_slices,
     bytes_per_element,
-    chunk_amax,
     chunk_totals,
+    plan_chunks,
+)
+from .metrics import ErrorMetrics, add_totals
+from .scaling import (
+    DelayedScaling,
+    Grouping,
+    _amaxes,
+    amax_scale,
+    chunk_amax,
+    clamp_scale,
     empty_amax,
     local_scale,
     merge_amax,
-    plan_chunks,
-)
-from .metrics import ErrorMetrics
-from .scaling import (
-    DelayedScaling,
-    amax_scale,
-    clamp_scale,
     mx_exponents,
     mx_scale_from_codes,
 )
@@ -388,8 +396,6 @@ def sweep(
     total = len(tensors) * len(fmts) * len(specs)
     rows: list[SweepRow] = []
     if scheduler is not None:
-        from ._dask import sweep_tasks
-
         check_axis(channel_axis, 64, "sweep", "channel_axis")
         check_axis(block_axis, 64, "sweep", "block_axis")
         options = dict(
@@ -569,9 +575,7 @@ def study_tensor(
         arr = arr.load()
     kind, arr = array_kind(arr)
     if kind == "dask":
-        from . import _dask
-
-        return _dask.study_dask(
+        return study_dask(
             name, arr, fmts, specs, channel_axis, block_axis, margin, pow2
         )  # fmt: skip
     arr = float_data(arr, "sweep", f"tensor {name!r}", keep_mask=True)
@@ -615,3 +619,108 @@ def _local_jobs(jobs, box, shape):
 
 def _dtype_name(dt: np.dtype) -> str:
     return "bfloat16" if dt == ml_dtypes.bfloat16 else dt.name
+
+
+def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
+    """:func:`fp8kit.study.sweep`'s rows of one dask tensor: two computes (amaxes, then
+    the quantize-and-measure totals), one task per block in each."""
+    import dask
+
+    check_dtype(x, "sweep", f"tensor {name!r}")
+    plan = _plan(name, tuple(x.shape), np.dtype(x.dtype), specs, channel_axis, block_axis)
+    x = aligned(x.reshape(plan.work_shape), _aligns(plan))
+    shape = plan.work_shape
+    pieces = blocks_and_boxes(x)
+    local, groupings = _split_local(plan, [box for _, box in pieces])
+    glob = _amaxes(x, shape, groupings) if groupings else []
+    amaxes = [glob[groupings.index(g)] if g in groupings else None for g in plan.groupings]
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    tasks = [
+        dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))
+        for b, box in pieces
+    ]
+    count, totals, stats = 0, None, None
+    for n, t, st in dask.compute(*tasks):
+        count += n
+        totals = t if totals is None else add_totals(totals, t)
+        stats = st if stats is None else add_stats(stats, st)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _sweep_one(name, arr, fmts, specs, options):
+    from .sweep import study_tensor
+
+    return study_tensor(name, arr, fmts, specs, **options)
+
+
+def _threads_of() -> int:
+    import os
+
+    import dask
+
+    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+
+
+def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
+    """sweep's rows with one Dask task per tensor under ``scheduler`` (a local scheduler's
+    name, a distributed scheduler's address or a Client); rows in the tensors' order.
+    Dask tensors are studied here, their blocks being tasks already."""
+    import dask
+
+    local = scheduler in ("threads", "processes", "sync", "synchronous", "single-threaded")
+    if not local and not isinstance(scheduler, str) and not hasattr(scheduler, "compute"):
+        raise ValueError(
+            f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
+            f"dask.distributed scheduler or a Client; got {scheduler!r}"
+        )
+    if scheduler == "threads":  # the threads share the working-memory budget
+        options = dict(options, chunk_bytes=max(1, options["chunk_bytes"] // _threads_of()))
+    names = list(tensors)
+    results: dict[str, list] = {}
+    eager = {n for n in names if array_kind(tensors[n])[0] == "dask"}
+    total = len(names) * len(fmts) * len(specs)
+    done = [0]
+
+    def report(rows):
+        done[0] += len(rows)
+        if progress is not None and rows:
+            r = rows[-1]
+            progress(done[0], total, f"{r.tensor} {r.format} {r.scaling}")
+
+    lazy = [n for n in names if n not in eager]
+    if local:
+        from dask.callbacks import Callback
+
+        keys = {}
+        tasks = []
+        for n in lazy:
+            t = dask.delayed(_sweep_one, pure=False)(n, tensors[n], fmts, specs, options)
+            keys[t.key] = n
+            tasks.append(t)
+
+        def posttask(key, result, dsk, state, worker_id):
+            if key in keys:
+                report(result)
+
+        with Callback(posttask=posttask):
+            out = dask.compute(*tasks, scheduler=scheduler) if tasks else ()
+        results.update(zip(lazy, out, strict=True))
+    elif lazy:
+        from distributed import Client, as_completed
+
+        client = scheduler if hasattr(scheduler, "compute") else Client(scheduler)
+        try:
+            futures = {
+                client.submit(_sweep_one, n, tensors[n], fmts, specs, options, pure=False): n
+                for n in lazy
+            }
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                report(results[futures[fut]])
+        finally:
+            if client is not scheduler:
+                client.close()
+    for n in eager:
+        results[n] = _sweep_one(n, tensors[n], fmts, specs, options)
+        report(results[n])
+    return [row for n in names for row in results[n]]
