@@ -585,12 +585,14 @@ def study_tensor(
     per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
     boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
     local, groupings = _split_local(plan, boxes)
-    glob = empty_amax(plan.work_shape, groupings)
-    if groupings:
+    derived = _derived_tensor(groupings)
+    passes = [g for g in groupings if g != derived]
+    glob = empty_amax(plan.work_shape, passes)
+    if passes:
         for box in boxes:
-            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, groupings)
-            merge_amax(glob, parts, box, plan.work_shape, groupings)
-    amaxes = [glob[groupings.index(g)] if g in groupings else None for g in plan.groupings]
+            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, passes)
+            merge_amax(glob, parts, box, plan.work_shape, passes)
+    amaxes = _with_tensor(plan, passes, glob, derived)
     jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
     count, totals, stats = 0, None, None
     for box in boxes:
@@ -601,6 +603,23 @@ def study_tensor(
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
     return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _derived_tensor(groupings):
+    """The per-tensor grouping when a per-channel one is also computed: its amax is then
+    the channels' largest (one pass fewer)."""
+    t = Grouping("tensor")
+    return t if t in groupings and any(g.kind == "channel" for g in groupings) else None
+
+
+def _with_tensor(plan: _Plan, passes, glob, derived):
+    """Compact amaxes in the order of ``plan.groupings`` (None for MX groupings computed per
+    chunk), the derived per-tensor one from a per-channel one."""
+    out = [glob[passes.index(g)] if g in passes else None for g in plan.groupings]
+    if derived is not None:
+        am, bad = next(glob[k] for k, g in enumerate(passes) if g.kind == "channel")
+        out[plan.groupings.index(derived)] = (am.max().reshape(()), bad.any().reshape(()))
+    return out
 
 
 def _split_local(plan: _Plan, boxes):
@@ -632,8 +651,10 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     shape = plan.work_shape
     pieces = blocks_and_boxes(x)
     local, groupings = _split_local(plan, [box for _, box in pieces])
-    glob = _amaxes(x, shape, groupings) if groupings else []
-    amaxes = [glob[groupings.index(g)] if g in groupings else None for g in plan.groupings]
+    derived = _derived_tensor(groupings)
+    passes = [g for g in groupings if g != derived]
+    glob = _amaxes(x, shape, passes) if passes else []
+    amaxes = _with_tensor(plan, passes, glob, derived)
     jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
     tasks = [
         dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))
