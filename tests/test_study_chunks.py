@@ -130,3 +130,23 @@ def test_dataarray_accepted():
 def test_chunk_bytes_checked(bad):
     with pytest.raises((TypeError, ValueError), match="chunk_bytes"):
         study.sweep(np.ones(4, np.float32), FORMATS, chunk_bytes=bad)
+
+
+def test_cli_chunk_budget(tmp_path, capsys):
+    import json
+
+    from fp8kit.cli import main
+
+    path = tmp_path / "w.npy"
+    np.save(path, np.random.default_rng(4).standard_normal((64, 256)).astype(np.float32))
+    docs = []
+    for extra in ([], ["--chunk-budget", "8K"]):
+        out = tmp_path / f"r{len(extra)}.json"
+        assert main(["study", str(path), "--json", str(out), "--no-progress", *extra]) == 0
+        docs.append([(r["tensor"], r["scaling"], r["compared"], round(r["sqnr_db"], 9))
+                     for r in json.loads(out.read_text())["rows"]])  # fmt: skip
+    assert docs[0] == docs[1]
+    with pytest.raises(SystemExit) as exc:
+        main(["study", str(path), "--chunk-budget", "12X"])
+    assert exc.value.code == 2
+    assert "--chunk-budget" in capsys.readouterr().err
