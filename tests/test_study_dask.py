@@ -134,8 +134,9 @@ def test_dask_errors():
         study.scale_for(da.ones((2, 4), dtype=np.float32), "float8_e4m3fn", "channel", axis=2)
     with pytest.raises(ValueError, match="shape"):
         study.error_metrics(da.ones(4, dtype=np.float32), np.ones(5, np.float32))
-    with pytest.raises(ValueError, match="scheduler"):
-        study.sweep(np.ones(4, np.float32), scheduler=3)
+    for bad in (3, "bogus"):
+        with pytest.raises(ValueError, match="scheduler"):
+            study.sweep(np.ones(4, np.float32), scheduler=bad)
 
 
 def write_safetensors(path, tensors):

@@ -689,7 +689,8 @@ def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
     import dask
 
     local = scheduler in ("threads", "processes", "sync", "synchronous", "single-threaded")
-    if not local and not isinstance(scheduler, str) and not hasattr(scheduler, "compute"):
+    address = isinstance(scheduler, str) and (":" in scheduler)
+    if not (local or address or (not isinstance(scheduler, str) and hasattr(scheduler, "compute"))):
         raise ValueError(
             f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
             f"dask.distributed scheduler or a Client; got {scheduler!r}"
