@@ -275,7 +275,10 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     Parameters
     ----------
     x : array_like
-        The data: float16, bfloat16, float32 or float64.
+        The data: float16, bfloat16, float32 or float64; numpy, masked or dask arrays or
+        xarray DataArrays.  Elements masked in ``x`` or ``q`` are left out of every figure;
+        with dask arrays the sums are a reduction over the blocks (computed by the call,
+        under the current Dask scheduler; a dask ``scale`` is computed first).
     q : array_like
         Its quantized (dequantized) values, same shape, any of those dtypes.
     fmt : str or FloatFormat, optional

@@ -253,7 +253,8 @@ def scale_for(
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         The format the data will be rounded to.
     scaling : {"tensor", "channel", "block", "none"}
@@ -270,10 +271,11 @@ def scale_for(
 
     Returns
     -------
-    ndarray
-        float32 (float64 for float64 data): 0-d per tensor; ``x``'s shape with size 1
-        except along ``axis`` per channel; ``axis`` shortened to the number of blocks per
-        block.
+    ndarray or dask.array.Array
+        A lazy dask array for dask data (one amax task per block, combined; nothing is
+        computed by the call).  float32 (float64 for float64 data): 0-d per tensor;
+        ``x``'s shape with size 1 except along ``axis`` per channel; ``axis`` shortened to
+        the number of blocks per block.
 
     Raises
     ------
@@ -329,7 +331,8 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         The element format.
     block_size : int, default 32
@@ -340,7 +343,7 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     Returns
     -------
     ndarray of ml_dtypes.float8_e8m0fnu
-        x's shape with ``axis`` shortened to the number of blocks;
+        (a lazy dask array for dask data) x's shape with ``axis`` shortened to the number of blocks;
         ``.view(np.uint8)`` gives the E8M0 codes (biased exponents).
 
     Raises
@@ -408,7 +411,8 @@ def quantize(
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         Any fp8kit format.
     scaling : {"tensor", "channel", "block", "none"} or DelayedScaling
@@ -422,7 +426,9 @@ def quantize(
     Returns
     -------
     ndarray
-        x's dtype and shape.
+        x's dtype and shape; masked where x is (masked elements are quantized as zeros);
+        for dask data a lazy dask array of x's chunks (MX blocks along an axis whose chunks
+        are not multiples of the block size are rechunked first).
 
     Raises
     ------
