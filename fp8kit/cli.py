@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
+
+import numpy as np
 
 from . import __version__
 from ._parallel import num_threads
@@ -141,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     p.add_argument("--threads", type=_positive_int, metavar="N",
                    help="threads for large tensors (default: all)")  # fmt: skip
+    # streaming and Dask (issue 17, parts 2 and 4)
+    p.add_argument("--chunk-budget", type=_byte_size, default=None, metavar="SIZE",
+                   help="working memory of one chunk of a tensor: bytes or 64K, 16M, 1G "
+                   "(default 256M); results do not depend on it")  # fmt: skip
+    p.add_argument("--scheduler", metavar="NAME|ADDRESS", default=None,
+                   help="study the tensors as Dask tasks: threads, processes, or the address "
+                   "of a dask.distributed scheduler (tcp://host:8786); each worker reads its "
+                   "own tensors (default: threads for inputs over 1 GiB when Dask is "
+                   "installed, else in this process)")  # fmt: skip
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show the progress bar on stderr (default: when stderr is "
@@ -206,12 +218,13 @@ def _study(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         try:
             threads = num_threads(args.threads) if args.threads else contextlib.nullcontext()
+            data, scheduler = _scheduled(args, tensors, inputs)
             notice = _compile_notice(sys.stderr) if bar.enabled else contextlib.nullcontext()
             with threads, notice:
                 rows = study.sweep(
-                    tensors, formats, specs, channel_axis=args.channel_axis,
+                    data, formats, specs, channel_axis=args.channel_axis,
                     block_axis=args.block_axis, margin=args.margin, pow2=args.pow2,
-                    progress=bar,
+                    progress=bar, chunk_bytes=args.chunk_budget, scheduler=scheduler,
                 )  # fmt: skip
         finally:
             bar.close()
@@ -266,6 +279,64 @@ def _compile_notice(stream: TextIO):
 
     with event.install_listener("numba:compile", Notice()):
         yield
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+#: Inputs larger than this run on Dask's threaded scheduler by default (when Dask is there).
+THREADS_FROM_BYTES = 2**30
+
+
+def _byte_size(text: str) -> int:
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in _UNITS else ""
+    try:
+        n = float(t[: len(t) - len(unit)])
+    except ValueError:
+        n = -1.0
+    if not n >= 1 or n * _UNITS[unit] != int(n * _UNITS[unit]):
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 1048576, 64K, 256M or 1G; got {text!r}"
+        )
+    return int(n * _UNITS[unit])
+
+
+def _scheduled(args: argparse.Namespace, tensors: dict, inputs):
+    """``(data, scheduler)`` for study.sweep: with a Dask scheduler, the memory-mapped file
+    tensors as :class:`fp8kit.study.TensorFile` references, so that each worker reads its
+    own (float8 tensors with their scales, and ``.npz`` arrays, which are not memory-mapped,
+    travel as they are)."""
+    from .study import TensorFile
+
+    scheduler = args.scheduler
+    if scheduler is None and inputs is not None and len(tensors) > 1:
+        size = sum(math.prod(t.shape) * t.dtype.itemsize for t in tensors.values())
+        if size > THREADS_FROM_BYTES and _has_dask():
+            scheduler = "threads"
+    if scheduler is None or inputs is None:
+        return tensors, scheduler
+    if not _has_dask():
+        raise ValueError(f"--scheduler {scheduler}: needs Dask: pip install 'fp8kit[dask]'")
+    from .study.io import load_tensors
+
+    keys: dict[str, set] = {}  # file -> the names load_tensors gives its tensors
+    data = {}
+    for name, arr in tensors.items():
+        f = inputs.files.get(name, "")
+        data[name] = arr
+        if not isinstance(arr, np.ndarray) or Path(f).suffix.lower() == ".npz":
+            continue
+        if f not in keys:
+            keys[f] = set(load_tensors(f)[0])  # headers only (memory maps)
+        key = name.removeprefix(f"{f}:")
+        if key in keys[f]:
+            data[name] = TensorFile(str(Path(f).resolve()), key)
+    return data, scheduler
+
+
+def _has_dask() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("dask") is not None
 
 
 def _describe(source) -> str:

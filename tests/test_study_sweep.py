@@ -212,8 +212,10 @@ def test_json_round_trip(rows):
 
 
 def test_csv_round_trip(rows):
-    got = list(csv.DictReader(io.StringIO(report.to_csv(rows))))
-    assert len(got) == len(rows)
+    lines = list(csv.DictReader(io.StringIO(report.to_csv(rows))))
+    got = [r for r in lines if r["kind"] == "tensor"]  # the summary lines follow
+    assert len(got) == len(rows) and lines[: len(rows)] == got
+    assert {r["kind"] for r in lines[len(rows) :]} == {"summary"}
     assert got[0]["shape"] == "2x4" and float(got[0]["rmse"]) == rows[0].metrics.rmse
     assert got[-1]["sqnr_db"] == "inf"
 

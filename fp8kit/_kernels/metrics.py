@@ -12,8 +12,10 @@ import functools
 import numpy as np
 from numba import from_dtype, types
 
-from .bits import as_bits, as_float, chunk_range
-from .codec import Kernel, source_version
+from ..formats import get_format
+from .bits import as_bits, as_float, chunk_range, encode_fast, prefer_512, round_in_place
+from .codec import Kernel, _params, source_version
+from .fake import _KIND, F32, _from16, round_params
 
 #: Columns of the metrics kernel's partial-result rows.
 SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
@@ -72,6 +74,7 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
+                prefer_512()  # measured 7% faster than LLVM's 256-bit default here
                 se = zero
                 ss = zero
                 mabs = bits0
@@ -263,3 +266,114 @@ def overflow_threshold(fmt) -> tuple[float, bool]:
     changes values beyond it; those between max and it round to max anyway."""
     step = 2.0 ** (fmt.maxexp - 1 - fmt.mantissa_bits)
     return fmt.max + step / 2, bool(fmt.max_code & 1)
+
+
+@functools.cache
+def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
+    """Kernel ``(x, scale, shape, sstr, limits, lut, out, nchunks)``: FakeConvert's
+    quantization (nearest-even, saturating) of float32 data and the metrics of the result
+    in one pass, the quantized values never stored.
+
+    Per element: ``q = round(x * s) / s`` in float32 exactly as :mod:`fp8kit._kernels.fake`
+    computes it for float32 data, then (``narrow`` ``"float16"`` or ``"bfloat16"``) rounded
+    once to the data's dtype and back, as the study stores 16-bit results; then the figures
+    of :func:`metrics_kernel`.  x: float32, C-contiguous 1-D; scale: float32 read through
+    ``shape``/``sstr`` as there; lut: the float16 -> float32 table (float16 data).
+    """
+    kind = _KIND[narrow]
+    r8 = round_params(fmt)
+    q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r8
+    version = source_version()
+    sig = types.void(
+        _arr(np.float32), _arr(np.float32), _arr(np.int64), _arr(np.int64), _arr(np.float64),
+        _arr(np.uint32), _arr(np.float64, 2, readonly=False), types.intp,
+    )  # fmt: skip
+    inf = np.float64(np.inf)
+    zero = np.float64(0.0)
+    bits0 = np.uint64(0)
+
+    def make(parallel):
+        def kernel(x, scale, shape, sstr, limits, lut, out, nchunks):
+            if version == 0 or parallel is None:  # see codec.source_version
+                return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
+            n1, n2, n3 = shape[1], shape[2], shape[3]
+            total = shape[0] * n1 * n2 * n3
+            step = (total + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                prefer_512()  # measured 7% faster than LLVM's 256-bit default here
+                se = zero
+                ss = zero
+                mabs = bits0
+                mrel = bits0
+                nan_in = 0
+                inf_in = 0
+                lost = 0
+                flushed = 0
+                sat = 0
+                sub = 0
+                i = c * step
+                hi = min(i + step, total)
+                r, j0 = i // n3, i % n3
+                a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
+                while i < hi:
+                    j1 = min(n3, j0 + hi - i)
+                    base = a * sstr[0] + b * sstr[1] + d * sstr[2]
+                    xr = x[i : i + j1 - j0]
+                    sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
+                    s0 = scale[base]
+                    for jj in range(xr.size):
+                        s32 = sr[jj] if inner_runs else s0
+                        v = xr[jj]
+                        fq = as_float(round_in_place(as_bits(v * s32), r8))
+                        res = fq / s32
+                        if kind != F32:
+                            res = _from16(encode_fast(as_bits(res), q), kind, lut)
+                        s = np.float64(s32)
+                        xv = np.float64(v)
+                        qv = np.float64(res)
+                        ax = abs(xv)
+                        aq = abs(qv)
+                        finite_x = ax < inf
+                        ok = finite_x & (aq < inf)
+                        e = qv - xv if ok else zero
+                        xs = xv if ok else zero
+                        se += e * e
+                        ss += xs * xs
+                        ae = abs(e)
+                        mabs = max(mabs, as_bits(ae))
+                        nz = ok & (ax != zero)
+                        rel = ae / ax if nz else zero
+                        mrel = max(mrel, as_bits(rel))
+                        flushed += nz & (qv == zero)
+                        y = ax * s
+                        sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
+                        sub += ok & (qv != zero) & (aq * s < tiny)
+                        nan_in += xv != xv
+                        inf_in += ax == inf
+                        lost += finite_x & (not aq < inf)
+                    i += j1 - j0
+                    j0 = 0
+                    d += 1
+                    if d == n2:
+                        d = 0
+                        b += 1
+                        if b == n1:
+                            b = 0
+                            a += 1
+                row = out[c]
+                row[0] = se
+                row[1] = ss
+                row[2] = as_float(mabs)
+                row[3] = as_float(mrel)
+                row[4] = nan_in
+                row[5] = inf_in
+                row[6] = lost
+                row[7] = flushed
+                row[8] = sat
+                row[9] = sub
+
+        return kernel
+
+    return SumKernel(make, sig)

@@ -10,7 +10,7 @@ its rows as records (:func:`records`) or a pandas DataFrame (:func:`to_dataframe
 from .metrics import ErrorMetrics, error_metrics
 from .report import SummaryRow, records, summarize, to_dataframe
 from .scaling import DelayedScaling, mx_scales, quantize, scale_for
-from .sweep import Scaling, SweepRow, demo_tensors, parse_scaling, sweep
+from .sweep import Scaling, SweepRow, TensorFile, demo_tensors, parse_scaling, sweep
 
 __all__ = [
     "DelayedScaling",
@@ -18,6 +18,7 @@ __all__ = [
     "Scaling",
     "SummaryRow",
     "SweepRow",
+    "TensorFile",
     "demo_tensors",
     "error_metrics",
     "mx_scales",

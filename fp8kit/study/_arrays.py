@@ -9,6 +9,9 @@ import numpy as np
 
 from ..fake_convert import _element_strides, _merge
 
+#: A chunk of a tensor: one ``(start, stop)`` range per dimension.
+Box = tuple[tuple[int, int], ...]
+
 #: Data dtypes the studies accept; 16-bit data is worked on in float32 (an exact widening).
 DATA_DTYPES = (
     np.dtype(np.float16),
@@ -19,10 +22,29 @@ DATA_DTYPES = (
 _NAMES = "float16, bfloat16, float32 or float64"
 
 
-def float_data(x: Any, func: str, argname: str = "x") -> np.ndarray:
-    """x as a native-order float array of a supported dtype, or a TypeError naming it."""
+def array_kind(x: Any) -> tuple[str, Any]:
+    """``(kind, array)``: ``"dask"`` for a dask array (an xarray DataArray is unwrapped to
+    its data first), ``"masked"`` for a numpy masked array, else ``"numpy"`` (anything
+    ``np.asarray`` takes).  Neither dask nor xarray is imported."""
+    mod = type(x).__module__ or ""
+    if mod.startswith("xarray.") and hasattr(x, "dims") and hasattr(x, "data"):
+        x = x.data
+        mod = type(x).__module__ or ""
+    if mod.startswith("dask.") and hasattr(x, "__dask_graph__") and hasattr(x, "chunks"):
+        return "dask", x
+    if isinstance(x, np.ma.MaskedArray):
+        return "masked", x
+    return "numpy", x
+
+
+def float_data(x: Any, func: str, argname: str = "x", keep_mask: bool = False) -> np.ndarray:
+    """x as a native-order float array of a supported dtype, or a TypeError naming it.
+    An xarray DataArray gives its data; with ``keep_mask`` a masked array stays masked."""
+    kind, x = array_kind(x)
+    if kind == "dask":
+        raise TypeError(f"{func}: {argname} is a dask array here; expected a numpy array")
     try:
-        arr = np.asarray(x)
+        arr = np.ma.asarray(x) if keep_mask and kind == "masked" else np.asarray(x)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{func}: {argname} must be an array of floats") from exc
     dt = arr.dtype
@@ -65,3 +87,44 @@ def check_axis(axis: Any, ndim: int, func: str, argname: str = "axis") -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"{func}: {argname}={axis} is out of range for an array of {ndim} dims")
     return int(axis) % ndim
+
+
+def _unmask(y: Any) -> tuple[np.ndarray, np.ndarray | None]:
+    """A chunk's data and its mask (None when nothing is masked)."""
+    if isinstance(y, np.ma.MaskedArray):
+        mask = np.ma.getmaskarray(y)
+        return np.asarray(y.data), (mask if mask.any() else None)
+    return np.asarray(y), None
+
+
+def box_slices(box: Box) -> tuple[slice, ...]:
+    return tuple(slice(s, e) for s, e in box)
+
+
+def check_dtype(x: Any, func: str, argname: str = "x") -> None:
+    dt = np.dtype(x.dtype)
+    if dt.newbyteorder("=") not in DATA_DTYPES:
+        raise TypeError(f"{func}: {argname} must have dtype {_NAMES}; got {dt}")
+
+
+def aligned(x, aligns: dict[int, int]):
+    """x rechunked so that along each axis in ``aligns`` every chunk but the last is a
+    multiple of the alignment (MX blocks never straddle two chunks)."""
+    for axis, a in aligns.items():
+        chunks = x.chunks[axis]
+        if all(c % a == 0 for c in chunks[:-1]):
+            continue
+        size = max(a, round(float(np.median(chunks)) / a) * a)
+        x = x.rechunk({axis: size})
+    return x
+
+
+def blocks_and_boxes(x):
+    """The blocks of x (Delayed, in C order of block index) and their boxes."""
+    starts = [np.concatenate([[0], np.cumsum(c)]).astype(int).tolist() for c in x.chunks]
+    blocks = x.to_delayed()
+    out = []
+    for index in np.ndindex(*x.numblocks):
+        box = tuple((starts[d][i], starts[d][i + 1]) for d, i in enumerate(index))
+        out.append((blocks[index], box))
+    return out

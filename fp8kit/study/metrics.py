@@ -11,7 +11,7 @@ import numpy as np
 from .. import _parallel
 from .._kernels import metrics as km
 from ..formats import FloatFormat, get_format
-from ._arrays import float_data, scale_layout
+from ._arrays import _unmask, array_kind, blocks_and_boxes, check_dtype, float_data, scale_layout
 
 __all__ = ["ErrorMetrics", "error_metrics"]
 
@@ -223,6 +223,15 @@ def metrics_of(
 ) -> ErrorMetrics:
     """Metrics of C-contiguous working arrays (both float32 or both float64) of one shape,
     with a float64 ``scale`` that broadcasts to it; no validation."""
+    return ErrorMetrics.from_totals(x.size, metric_totals(x, q, scale, fmt), fmt is not None)
+
+
+def metric_totals(
+    x: np.ndarray, q: np.ndarray, scale: np.ndarray, fmt: FloatFormat | None
+) -> np.ndarray:
+    """The combined kernel columns (:data:`fp8kit._kernels.metrics`) of one array or chunk,
+    as :func:`metrics_of` takes them; chunks combine with :func:`fp8kit._kernels.metrics.
+    combine` (sums add, maxima take the max)."""
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     inner = bool(sstr4[3] == 1)
     kernel = km.metrics_kernel(x.dtype, inner)
@@ -237,7 +246,27 @@ def metrics_of(
     _parallel.launch(
         kernel, x.size, x.reshape(-1), q.reshape(-1), sc, shape4, sstr4, limits, partials
     )
-    return ErrorMetrics.from_totals(x.size, km.combine(partials), fmt is not None)
+    return km.combine(partials)
+
+
+def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str) -> np.ndarray:
+    """:func:`metric_totals` of ``x`` against ``round(x * scale) / scale`` (FakeConvert's
+    quantization of float32 data to an 8-bit format, then, for ``narrow`` ``"float16"`` or
+    ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
+    quantized values.  x: C-contiguous float32; scale: float32, broadcasting to x."""
+    from .._kernels.codec import dummy, f16_lut
+
+    shape4, sstr4, sc = scale_layout(x.shape, scale)
+    kernel = km.quantize_metrics_kernel(fmt, narrow, bool(sstr4[3] == 1))
+    ovf, tie_up = km.overflow_threshold(fmt)
+    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
+    partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
+    _parallel.launch(
+        kernel, x.size, x.reshape(-1), sc.astype(np.float32, copy=False), shape4, sstr4,
+        limits, lut, partials,
+    )  # fmt: skip
+    return km.combine(partials)
 
 
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:
@@ -246,7 +275,10 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     Parameters
     ----------
     x : array_like
-        The data: float16, bfloat16, float32 or float64.
+        The data: float16, bfloat16, float32 or float64; numpy, masked or dask arrays or
+        xarray DataArrays.  Elements masked in ``x`` or ``q`` are left out of every figure;
+        with dask arrays the sums are a reduction over the blocks (computed by the call,
+        under the current Dask scheduler; a dask ``scale`` is computed first).
     q : array_like
         Its quantized (dequantized) values, same shape, any of those dtypes.
     fmt : str or FloatFormat, optional
@@ -277,24 +309,103 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     >>> m.compared, m.nan_inputs, m.max_abs_error, m.flushed_to_zero, m.saturated
     (4, 1, 552.0, 0.25, 0.25)
     """
-    xa = float_data(x, "error_metrics", "x")
-    qa = float_data(q, "error_metrics", "q")
+    kx, x = array_kind(x)
+    kq, q = array_kind(q)
+    f = None if fmt is None else get_format(fmt, argname="fmt")
+    if "dask" in (kx, kq):
+        return error_metrics_dask(x, q, f, scale)
+    xa = float_data(x, "error_metrics", "x", keep_mask=True)
+    qa = float_data(q, "error_metrics", "q", keep_mask=True)
     if xa.shape != qa.shape:
         raise ValueError(f"error_metrics: x has shape {xa.shape} but q has {qa.shape}")
+    sc = check_scale(scale, xa.shape)
+    if isinstance(xa, np.ma.MaskedArray) or isinstance(qa, np.ma.MaskedArray):
+        count, totals = pair_totals(xa, qa, sc, f)
+        return ErrorMetrics.from_totals(count, totals, f is not None)
     wide = np.float64 in (xa.dtype, qa.dtype)
     dt = np.dtype(np.float64 if wide else np.float32)
     xw = np.ascontiguousarray(xa, dtype=dt)
     qw = np.ascontiguousarray(qa, dtype=dt)
-    f = None if fmt is None else get_format(fmt, argname="fmt")
+    return metrics_of(xw, qw, sc, f)
+
+
+def check_scale(scale: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """error_metrics' scale as float64 (default 1), or an error if it does not broadcast."""
     sc = np.asarray(1.0 if scale is None else scale)
     if sc.dtype.kind != "f" and sc.dtype.kind not in "iu":
         raise TypeError(f"error_metrics: scale must be a number or float array; got {sc.dtype}")
     try:
-        ok = np.broadcast_shapes(sc.shape, xw.shape) == xw.shape
+        ok = np.broadcast_shapes(sc.shape, shape) == shape
     except ValueError:
         ok = False
     if not ok:
         raise ValueError(
-            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {xw.shape}"
+            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {shape}"
         )
-    return metrics_of(xw, qw, sc.astype(np.float64), f)
+    return sc.astype(np.float64)
+
+
+def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """Totals of two sets of chunks: sums add, maxima take the max (row-wise)."""
+    total = acc + part
+    for col in km._MAX_COLUMNS:
+        total[:, col] = np.maximum(acc[:, col], part[:, col])
+    return total
+
+
+def pair_totals(
+    x: Any, q: Any, scale: np.ndarray, fmt: FloatFormat | None
+) -> tuple[int, np.ndarray]:
+    """``(count, totals)`` of data ``x`` against its quantized values ``q`` (same shape;
+    numpy or masked; worked on in float64 when either is float64, else float32) with a
+    scale that broadcasts to them.  Elements masked in either are left out."""
+    xa, mx = _unmask(x)
+    qa, mq = _unmask(q)
+    mask = mx if mq is None else (mq if mx is None else mx | mq)
+    wide = np.float64 in (xa.dtype, qa.dtype)
+    dt = np.dtype(np.float64 if wide else np.float32)
+    xw = np.ascontiguousarray(xa, dtype=dt)
+    qw = np.ascontiguousarray(qa, dtype=dt)
+    nmasked = 0
+    if mask is not None:
+        xw = np.where(mask, dt.type(np.nan), xw)
+        nmasked = int(np.count_nonzero(mask))
+    totals = metric_totals(xw, qw, np.asarray(scale, np.float64), fmt)
+    totals[km.NAN_IN] -= nmasked
+    return xw.size - nmasked, totals
+
+
+def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
+    """error_metrics with x or q (or both) dask arrays: a sum over the blocks (computed).
+    A dask ``scale`` is computed first (scales are small)."""
+    import dask
+    import dask.array as da
+
+    x = x if hasattr(x, "__dask_graph__") else da.asarray(x)
+    check_dtype(x, "error_metrics", "x")
+    if hasattr(q, "__dask_graph__"):
+        check_dtype(q, "error_metrics", "q")
+    else:
+        q = np.asarray(q) if not isinstance(q, np.ma.MaskedArray) else q
+        check_dtype(q, "error_metrics", "q")
+    if tuple(x.shape) != tuple(q.shape):
+        raise ValueError(f"error_metrics: x has shape {tuple(x.shape)} but q has {q.shape}")
+    if scale is not None and hasattr(scale, "__dask_graph__"):
+        scale = scale.compute()
+    shape = tuple(x.shape) or (1,)
+    sc = check_scale(scale, tuple(x.shape))
+    sc = sc.reshape((1,) * (len(shape) - sc.ndim) + sc.shape)
+    x = x.reshape(shape)
+    q = da.asarray(q).reshape(shape).rechunk(x.chunks)
+    qblocks = q.to_delayed()
+    tasks = []
+    for index, (xb, box) in zip(np.ndindex(*x.numblocks), blocks_and_boxes(x), strict=True):
+        sel = tuple(
+            slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
+        )
+        tasks.append(dask.delayed(pair_totals)(xb, qblocks[index], sc[sel], fmt))
+    count, totals = 0, np.zeros((1, km.N_METRICS))
+    for n, t in dask.compute(*tasks):
+        count += n
+        totals = add_totals(totals, t.reshape(1, -1))
+    return ErrorMetrics.from_totals(count, totals[0], fmt is not None)

@@ -7,6 +7,7 @@ the elements are multiplied by when decoding) is therefore ``1 / scale``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from typing import Any
@@ -18,7 +19,18 @@ from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
 from ..fake_convert import fake_convert
 from ..formats import FloatFormat, get_format
-from ._arrays import check_axis, float_data, work_dtype, working
+from ._arrays import (
+    Box,
+    _unmask,
+    aligned,
+    array_kind,
+    blocks_and_boxes,
+    check_axis,
+    check_dtype,
+    float_data,
+    work_dtype,
+    working,
+)
 
 __all__ = ["DelayedScaling", "group_amax", "mx_scales", "quantize", "scale_for"]
 
@@ -241,7 +253,8 @@ def scale_for(
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         The format the data will be rounded to.
     scaling : {"tensor", "channel", "block", "none"}
@@ -258,10 +271,11 @@ def scale_for(
 
     Returns
     -------
-    ndarray
-        float32 (float64 for float64 data): 0-d per tensor; ``x``'s shape with size 1
-        except along ``axis`` per channel; ``axis`` shortened to the number of blocks per
-        block.
+    ndarray or dask.array.Array
+        A lazy dask array for dask data (one amax task per block, combined; nothing is
+        computed by the call).  float32 (float64 for float64 data): 0-d per tensor;
+        ``x``'s shape with size 1 except along ``axis`` per channel; ``axis`` shortened to
+        the number of blocks per block.
 
     Raises
     ------
@@ -282,9 +296,13 @@ def scale_for(
     >>> float(study.scale_for(w, "float8_e4m3fn", margin=1, pow2=True))
     64.0
     """
-    arr = float_data(x, "scale_for")
     f = get_format(fmt, argname="fmt")
     kind = _kind(scaling, "scale_for")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        ax, block = _axis_block(x, kind, axis, block_size, "scale_for")
+        return scale_for_dask(x, f, kind, ax, block, float(margin), bool(pow2))
+    arr = unmasked(float_data(x, "scale_for", keep_mask=True))
     ax, block = _axis_block(arr, kind, axis, block_size, "scale_for")
     xw = working(arr).reshape(arr.shape or (1,))
     s = compact_scale(xw, f, kind, ax, block, float(margin), bool(pow2))[0]
@@ -313,7 +331,8 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         The element format.
     block_size : int, default 32
@@ -324,7 +343,7 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     Returns
     -------
     ndarray of ml_dtypes.float8_e8m0fnu
-        x's shape with ``axis`` shortened to the number of blocks;
+        (a lazy dask array for dask data) x's shape with ``axis`` shortened to the number of blocks;
         ``.view(np.uint8)`` gives the E8M0 codes (biased exponents).
 
     Raises
@@ -345,12 +364,29 @@ def mx_scales(x: Any, fmt: Any, *, block_size: int = 32, axis: int = -1) -> np.n
     """
     import ml_dtypes
 
-    arr = float_data(x, "mx_scales")
     f = get_format(fmt, argname="fmt")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        ax, block = _axis_block(x, "block", axis, block_size, "mx_scales")
+        codes = scale_for_dask(x, f, "block", ax, block, 0.0, False, codes=True)
+        return codes.map_blocks(_as_e8m0, dtype=ml_dtypes.float8_e8m0fnu)
+    arr = unmasked(float_data(x, "mx_scales", keep_mask=True))
     ax, block = _axis_block(arr, "block", axis, block_size, "mx_scales")
     amax, bad = group_amax(working(arr).reshape(arr.shape or (1,)), "block", ax, block)
     codes = mx_exponents(amax, bad, f).reshape(amax.shape if arr.ndim else ())
     return codes.view(ml_dtypes.float8_e8m0fnu)
+
+
+def _as_e8m0(codes: np.ndarray) -> np.ndarray:
+    import ml_dtypes
+
+    return codes.view(ml_dtypes.float8_e8m0fnu)
+
+
+def unmasked(arr: np.ndarray) -> np.ndarray:
+    """A masked array's data with its masked elements set to 0 (they never raise an amax);
+    other arrays as they are."""
+    return arr.filled(0) if isinstance(arr, np.ma.MaskedArray) else arr
 
 
 def quantize(
@@ -375,7 +411,8 @@ def quantize(
     Parameters
     ----------
     x : array_like
-        float16, bfloat16, float32 or float64 data.
+        float16, bfloat16, float32 or float64 data: a numpy, masked or dask array or an
+        xarray DataArray (its data).  Masked elements never raise an amax.
     fmt : str or FloatFormat
         Any fp8kit format.
     scaling : {"tensor", "channel", "block", "none"} or DelayedScaling
@@ -389,7 +426,9 @@ def quantize(
     Returns
     -------
     ndarray
-        x's dtype and shape.
+        x's dtype and shape; masked where x is (masked elements are quantized as zeros);
+        for dask data a lazy dask array of x's chunks (MX blocks along an axis whose chunks
+        are not multiples of the block size are rechunked first).
 
     Raises
     ------
@@ -407,8 +446,25 @@ def quantize(
     >>> study.quantize(x, "float8_e4m3fn", "block", block_size=2).tolist()  # X = 2**-11, 2
     [0.1015625, 0.203125, 896.0, -7.0]
     """
-    arr = float_data(x, "quantize")
     f = get_format(fmt, argname="fmt")
+    akind, x = array_kind(x)
+    if akind == "dask":
+        if scale is not None:
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=scale)
+        if isinstance(scaling, DelayedScaling):
+            if scaling.fmt != f:
+                raise ValueError(
+                    f"quantize: the DelayedScaling is for {scaling.fmt.name}, not {f.name}"
+                )
+            used = scaling.step(tensor_amax(x))
+            sc = work_dtype(x.dtype).type(clamp_scale(used, work_dtype(x.dtype)))
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=sc)
+        kind = _kind(scaling, "quantize")
+        ax, block = _axis_block(x, kind, axis, block_size, "quantize")
+        return quantize_dask(x, f, kind, ax, block, float(margin), bool(pow2))
+    arr = float_data(x, "quantize", keep_mask=True)
+    mask = np.ma.getmaskarray(arr) if isinstance(arr, np.ma.MaskedArray) else None
+    arr = unmasked(arr)
     xw = working(arr)
     if scale is not None:
         sc = np.asarray(scale, dtype=xw.dtype)
@@ -432,7 +488,8 @@ def quantize(
         sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
         xv, sv = broadcast_view(x1, sc, kind, ax, block)
         q = apply_scale(xv, f, sv).reshape(xw.shape)
-    return q if q.dtype == arr.dtype else q.astype(arr.dtype)
+    q = q if q.dtype == arr.dtype else q.astype(arr.dtype)
+    return q if mask is None else np.ma.masked_array(q, mask)
 
 
 class DelayedScaling:
@@ -598,7 +655,11 @@ class DelayedScaling:
         >>> ds.scale(np.float32([1.0, -4.0])), ds.scale(np.float32([2.0]))
         (np.float32(1.0), np.float32(14336.0))
         """
-        arr = float_data(x, "DelayedScaling.scale")
+        akind, x = array_kind(x)
+        if akind == "dask":
+            used = self.step(tensor_amax(x))
+            return work_dtype(x.dtype).type(clamp_scale(used, work_dtype(x.dtype)))
+        arr = unmasked(float_data(x, "DelayedScaling.scale", keep_mask=True))
         xw = working(arr)
         amax = group_amax(xw, "tensor")[0]
         used = self.step(float(amax))
@@ -633,3 +694,205 @@ class DelayedScaling:
         [0.2857142984867096, 2.0]
         """
         return quantize(x, self.fmt, self)
+
+
+# Chunks and dask arrays: amaxes that combine across chunks (blocks), lazily for dask.
+
+
+@dataclasses.dataclass(frozen=True)
+class Grouping:
+    """The groups one amax is taken over: ``kind`` tensor, channel or block, along ``axis``
+    (channel, block), of ``block`` elements (block)."""
+
+    kind: str
+    axis: int = 0
+    block: int = 1
+
+
+def local_grouping(g: Grouping, box: Box, shape: tuple[int, ...]):
+    """``(local Grouping, index)``: the grouping as it applies to the chunk ``box`` and the
+    index of the chunk's groups in the tensor's compact arrays (:func:`compact_shape`)."""
+    if g.kind == "tensor":
+        return g, ()
+    s, e = box[g.axis]
+    if g.kind == "channel":
+        idx = tuple(slice(s, e) if d == g.axis else slice(0, 1) for d in range(len(shape)))
+        return g, idx
+    b = g.block
+    if s % b == 0 and (e % b == 0 or e == shape[g.axis]):
+        local, sel = b, slice(s // b, -(-e // b))
+    elif s // b == (e - 1) // b:  # the chunk lies inside one block along the axis
+        local, sel = e - s, slice(s // b, s // b + 1)
+    else:
+        raise ValueError(f"chunk {box} cuts MX blocks of {b} along axis {g.axis}")
+    idx = tuple(sel if d == g.axis else slice(bs, be) for d, (bs, be) in enumerate(box))
+    return Grouping("block", g.axis, local), idx
+
+
+def chunk_amax(y: Any, box: Box, shape: tuple[int, ...], groupings: list[Grouping]) -> list:
+    """Per grouping, ``(amax, nonfinite)`` of one chunk (masked elements left out), in the
+    chunk's own compact shape."""
+    data, mask = _unmask(y)
+    xw = working(data)
+    if mask is not None:
+        xw = np.where(mask, xw.dtype.type(0), xw)
+    out = []
+    for g in groupings:
+        lg, _ = local_grouping(g, box, shape)
+        out.append(group_amax(xw, lg.kind, lg.axis, lg.block))
+    return out
+
+
+def merge_amax(glob: list, parts: list, box: Box, shape, groupings: list[Grouping]) -> None:
+    """Combine one chunk's :func:`chunk_amax` into the tensor's compact arrays (in place)."""
+    for (am, bad), (pa, pb), g in zip(glob, parts, groupings, strict=True):
+        _, idx = local_grouping(g, box, shape)
+        shape_here = np.shape(am[idx])
+        am[idx] = np.maximum(am[idx], pa.reshape(shape_here))
+        bad[idx] = np.logical_or(bad[idx], pb.reshape(shape_here))
+
+
+def empty_amax(shape: tuple[int, ...], groupings: list[Grouping]) -> list:
+    """Zeroed compact ``(amax, nonfinite)`` arrays of a tensor, one pair per grouping."""
+    out = []
+    for g in groupings:
+        cs = compact_shape(shape, g.kind, g.axis, g.block)
+        out.append((np.zeros(cs), np.zeros(cs, bool)))
+    return out
+
+
+def local_scale(scale: np.ndarray, g: Grouping | None, box: Box, shape) -> np.ndarray:
+    """The part of a tensor's compact scale array that a chunk uses, in its compact shape."""
+    if g is None or g.kind == "tensor":
+        return np.asarray(scale).reshape(())
+    lg, idx = local_grouping(g, box, shape)
+    sub = tuple(e - s for s, e in box)
+    return np.ascontiguousarray(scale[idx]).reshape(compact_shape(sub, lg.kind, lg.axis, lg.block))
+
+
+def _amaxes(x, shape, groupings):
+    """Compact ``(amax, nonfinite)`` per grouping of a dask array (computed)."""
+    import dask
+
+    pieces = blocks_and_boxes(x)
+    parts = dask.compute(*[dask.delayed(chunk_amax)(b, box, shape, groupings) for b, box in pieces])
+    glob = empty_amax(shape, groupings)
+    for (_, box), p in zip(pieces, parts, strict=True):
+        merge_amax(glob, p, box, shape, groupings)
+    return glob
+
+
+def _grouping(kind: str, axis: int, block: int) -> Grouping | None:
+    if kind == "none":
+        return None
+    if kind == "tensor":
+        return Grouping("tensor")
+    return Grouping(kind, axis, block if kind == "block" else 1)
+
+
+def _scale_from_parts(parts, boxes, shape, g, fmt, kind, margin, pow2, dtype, codes=False):
+    glob = empty_amax(shape, [g])
+    for p, box in zip(parts, boxes, strict=True):
+        merge_amax(glob, p, box, shape, [g])
+    amax, bad = glob[0]
+    if kind == "block":
+        c = mx_exponents(amax, bad, fmt)
+        return c if codes else mx_scale_from_codes(c, dtype)
+    return amax_scale(amax, fmt, margin, pow2, dtype)
+
+
+def lazy_scale(x, fmt: FloatFormat, kind: str, axis: int, block: int, margin, pow2,
+               codes: bool = False):  # fmt: skip
+    """``(x1, scale)``: x as at least 1-D, aligned for MX blocks, and its compact scale as a
+    Delayed (nothing computed)."""
+    import dask
+
+    shape = tuple(x.shape) or (1,)
+    x1 = x.reshape(shape)
+    dt = work_dtype(x.dtype)
+    g = _grouping(kind, axis, block)
+    if g is None:
+        return x1, dask.delayed(np.ones((), dt))
+    x1 = aligned(x1, {axis: block} if kind == "block" else {})
+    pieces = blocks_and_boxes(x1)
+    parts = [dask.delayed(chunk_amax)(b, box, shape, [g]) for b, box in pieces]
+    boxes = [box for _, box in pieces]
+    scale = dask.delayed(_scale_from_parts)(
+        parts, boxes, shape, g, fmt, kind, float(margin), bool(pow2), dt, codes,
+    )  # fmt: skip
+    return x1, scale
+
+
+def scale_for_dask(x, fmt, kind, axis, block, margin, pow2, codes=False):
+    """scale_for (or mx_scales' codes) of a dask array, as a lazy dask array."""
+    import dask.array as da
+
+    check_dtype(x, "mx_scales" if codes else "scale_for")
+    x1, scale = lazy_scale(x, fmt, kind, axis, block, margin, pow2, codes)
+    shape = compact_shape(tuple(x1.shape), kind, axis, block)
+    if kind == "none":
+        shape = ()
+    dt = np.dtype(np.uint8) if codes else work_dtype(x.dtype)
+    out = da.from_delayed(scale, shape=shape, dtype=dt)
+    return out.reshape(()) if x.ndim == 0 and shape != () else out
+
+
+def _quantize_block(block, scale, g, shape, fmt, block_info=None):
+    box = tuple(block_info[0]["array-location"])
+    data, mask = (
+        (np.asarray(block.data), np.ma.getmaskarray(block))
+        if isinstance(block, np.ma.MaskedArray)
+        else (np.asarray(block), None)
+    )
+    xw = working(data)
+    if mask is not None:
+        xw = np.where(mask, xw.dtype.type(0), xw)
+    sc = local_scale(scale, g, box, shape).astype(xw.dtype)
+    lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
+    xv, sv = broadcast_view(xw, sc, lg.kind, lg.axis, lg.block)
+    q = apply_scale(xv, fmt, sv).reshape(xw.shape).astype(data.dtype)
+    return q if mask is None else np.ma.masked_array(q, mask)
+
+
+def _explicit_block(block, scale, fmt, block_info=None):
+    box = block_info[0]["array-location"]
+    sc = np.asarray(scale)
+    sc = sc.reshape((1,) * (len(box) - sc.ndim) + sc.shape)
+    sel = tuple(
+        slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
+    )
+    data = np.asarray(block.data if isinstance(block, np.ma.MaskedArray) else block)
+    xw = working(data)
+    q = apply_scale(xw, fmt, np.ascontiguousarray(sc[sel], xw.dtype)).astype(data.dtype)
+    return (
+        np.ma.masked_array(q, np.ma.getmaskarray(block))
+        if isinstance(block, np.ma.MaskedArray)
+        else q
+    )
+
+
+def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None):
+    """quantize of a dask array: a lazy dask array of x's dtype, shape and chunks."""
+    check_dtype(x, "quantize")
+    if scale is not None:
+        sc = np.asarray(scale.compute() if hasattr(scale, "__dask_graph__") else scale)
+        try:
+            ok = np.broadcast_shapes(sc.shape, x.shape) == x.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"quantize: scale of shape {sc.shape} does not broadcast to x's")
+        x1 = x.reshape(tuple(x.shape) or (1,))
+        out = x1.map_blocks(_explicit_block, sc, fmt, dtype=x.dtype, meta=x1._meta)
+        return out.reshape(x.shape)
+    x1, sc = lazy_scale(x, fmt, kind, axis, block, margin, pow2)
+    g = _grouping(kind, axis, block)
+    out = x1.map_blocks(_quantize_block, sc, g, tuple(x1.shape), fmt, dtype=x.dtype, meta=x1._meta)
+    return out.reshape(x.shape)
+
+
+def tensor_amax(x) -> float:
+    """The largest finite |x| of a dask array (computed)."""
+    check_dtype(x, "DelayedScaling.scale")
+    shape = tuple(x.shape) or (1,)
+    return float(_amaxes(x.reshape(shape), shape, [Grouping("tensor")])[0][0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -11,20 +12,40 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FloatFormat, get_format
-from ._arrays import check_axis, float_data, working
-from .metrics import ErrorMetrics, metrics_of
+from ._arrays import (
+    aligned,
+    array_kind,
+    blocks_and_boxes,
+    box_slices,
+    check_axis,
+    check_dtype,
+    float_data,
+    work_dtype,
+)
+from ._chunks import (
+    DEFAULT_CHUNK_BYTES,
+    add_stats,
+    blocks_whole,
+    bytes_per_element,
+    chunk_totals,
+    plan_chunks,
+)
+from .metrics import ErrorMetrics, add_totals
 from .scaling import (
     DelayedScaling,
+    Grouping,
+    _amaxes,
     amax_scale,
-    apply_scale,
-    broadcast_view,
+    chunk_amax,
     clamp_scale,
-    group_amax,
+    empty_amax,
+    local_scale,
+    merge_amax,
     mx_exponents,
     mx_scale_from_codes,
 )
 
-__all__ = ["Scaling", "SweepRow", "demo_tensors", "parse_scaling", "sweep"]
+__all__ = ["Scaling", "SweepRow", "TensorFile", "demo_tensors", "parse_scaling", "sweep"]
 
 DEFAULT_FORMATS = ("float8_e4m3fn", "float8_e5m2")
 DEFAULT_SCALINGS = ("tensor", "channel", "block:32")
@@ -225,6 +246,62 @@ def demo_tensors(seed: int = 0, shape: tuple[int, int] = (256, 1024)) -> dict[st
 Progress = Callable[[int, int, str], None]
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorFile:
+    """A tensor of a file, by reference: :func:`sweep` reads it where it studies it (in a
+    Dask worker with ``scheduler=``), so only the path and the name travel.
+
+    Parameters
+    ----------
+    path : str
+        A ``.npy``, ``.npz`` or ``.safetensors`` file, as :mod:`fp8kit.study.io` reads it
+        (memory-mapped where the format allows); workers must see the same path.
+    name : str
+        The tensor's name in the file (a ``.npy`` file's stem).
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, os
+    >>> from fp8kit import study
+    >>> path = os.path.join(tempfile.mkdtemp(), "w.npy")
+    >>> np.save(path, np.float32([[1.0, -2.0], [0.5, 4.0]]))
+    >>> study.TensorFile(path, "w").load().shape
+    (2, 2)
+    """
+
+    path: str
+    name: str
+
+    def load(self) -> np.ndarray:
+        """The tensor (a read-only memory map where the file format allows).
+
+        Returns
+        -------
+        ndarray
+            The tensor.
+
+        Raises
+        ------
+        fp8kit.study.io.StudyInputError
+            If the file cannot be read or has no such floating-point tensor.
+
+        Examples
+        --------
+        >>> import numpy as np, tempfile, os
+        >>> from fp8kit import study
+        >>> path = os.path.join(tempfile.mkdtemp(), "t.npz")
+        >>> np.savez(path, a=np.float32([1.0]), b=np.float64([2.0, 3.0]))
+        >>> study.TensorFile(path, "b").load().tolist()
+        [2.0, 3.0]
+        """
+        from .io import StudyInputError, load_tensors
+
+        tensors, _ = load_tensors(self.path)
+        if self.name not in tensors:
+            raise StudyInputError(f"{self.path}: no floating-point tensor {self.name!r}")
+        return tensors[self.name]
+
+
 def sweep(
     data: Any,
     formats: Iterable[Any] = DEFAULT_FORMATS,
@@ -235,6 +312,8 @@ def sweep(
     margin: float = 0.0,
     pow2: bool = False,
     progress: Progress | None = None,
+    chunk_bytes: int | None = None,
+    scheduler: Any = None,
 ) -> list[SweepRow]:
     """Quantize every tensor through every format with every scaling and measure the error.
 
@@ -244,10 +323,21 @@ def sweep(
     are computed once per tensor and scaling and shared by the formats.  16-bit data is
     quantized in float32 and rounded once to its dtype; the error is measured on that.
 
+    Tensors are worked on in chunks of at most ``chunk_bytes`` of working memory (two
+    passes over each tensor: every amax, then every quantize-and-measure job, each chunk
+    widened once for all of them), so a memory-mapped tensor of any size is studied in
+    bounded memory; per-channel and MX-block amaxes are exact across chunks.  Dask arrays
+    (and xarray DataArrays holding them) run the same passes over their blocks as Dask
+    tasks, under the current Dask scheduler (``dask.distributed`` included).  Masked
+    elements (numpy or Dask masked arrays) are quantized as zeros and left out of every
+    amax, count and figure.
+
     Parameters
     ----------
-    data : ndarray or mapping of str to ndarray
-        One tensor (named ``"x"``) or named tensors (float16, bfloat16, float32, float64).
+    data : array or mapping of str to array
+        One tensor (named ``"x"``) or named tensors (float16, bfloat16, float32, float64):
+        numpy arrays (memory-mapped ones included), masked arrays, dask arrays or xarray
+        DataArrays.
     formats : iterable of str or FloatFormat
         Default ``float8_e4m3fn`` and ``float8_e5m2``.
     scalings : iterable of str
@@ -262,6 +352,16 @@ def sweep(
         ``tensor``, ``channel`` and ``delayed``: round scales down to powers of two.
     progress : callable, optional
         Called as ``progress(done, total, label)`` after each combination.
+    chunk_bytes : int, optional
+        Working-memory budget of one chunk of a numpy tensor, in bytes (default 256 MiB);
+        results do not depend on it beyond the rounding of float sums (1e-15 relative).
+    scheduler : str or dask.distributed.Client, optional
+        Study the tensors as Dask tasks, one per tensor: ``"threads"`` (each thread with
+        its share of ``chunk_bytes``), ``"processes"``, ``"sync"``, the address of a
+        ``dask.distributed`` scheduler (``"tcp://host:8786"``) or a ``Client``.  Give
+        file tensors as :class:`TensorFile` so that each worker reads its own.  Default:
+        in this process, one tensor after the other (dask arrays use the current Dask
+        scheduler either way).  Needs ``pip install 'fp8kit[dask]'``.
 
     Returns
     -------
@@ -271,7 +371,8 @@ def sweep(
     Raises
     ------
     TypeError, ValueError
-        Non-float tensors, unknown formats or scaling specs, axes out of range.
+        Non-float tensors, unknown formats or scaling specs, axes out of range, a
+        ``chunk_bytes`` below 1.
 
     Examples
     --------
@@ -281,28 +382,47 @@ def sweep(
     >>> rows = study.sweep(x, ["float8_e4m3fn"], ["tensor", "block:32"])
     >>> [(r.scaling, round(r.metrics.sqnr_db)) for r in rows]
     [('tensor', 31), ('block:32', 30)]
+    >>> small = study.sweep(x, ["float8_e4m3fn"], ["tensor", "block:32"], chunk_bytes=4096)
+    >>> [round(r.metrics.sqnr_db, 9) for r in small] == [round(r.metrics.sqnr_db, 9)
+    ...                                                   for r in rows]
+    True
     """
     tensors = _named(data)
     fmts = [get_format(f, argname="format") for f in formats]
     specs = [parse_scaling(s) for s in scalings]
     if not fmts or not specs:
         raise ValueError("sweep: formats and scalings must not be empty")
+    budget = check_chunk_bytes(chunk_bytes, "sweep")
     total = len(tensors) * len(fmts) * len(specs)
     rows: list[SweepRow] = []
+    if scheduler is not None:
+        check_axis(channel_axis, 64, "sweep", "channel_axis")
+        check_axis(block_axis, 64, "sweep", "block_axis")
+        options = dict(
+            channel_axis=channel_axis, block_axis=block_axis, margin=float(margin),
+            pow2=bool(pow2), chunk_bytes=budget,
+        )  # fmt: skip
+        return sweep_tasks(tensors, fmts, specs, options, scheduler, progress)
     for name, arr in tensors.items():
-        arr = float_data(arr, "sweep", f"tensor {name!r}")
-        shape = arr.shape
-        if arr.ndim == 0:
-            arr = arr.reshape(1)
-        for ax_name, ax in (("channel_axis", channel_axis), ("block_axis", block_axis)):
-            check_axis(ax, arr.ndim, "sweep", f"{ax_name} (tensor {name!r})")
-        study = _TensorStudy(name, arr, shape, float(margin), bool(pow2))
-        for spec in specs:
-            for fmt, row in study.run(spec, fmts, channel_axis, block_axis):
-                rows.append(row)
-                if progress is not None:
-                    progress(len(rows), total, f"{name} {fmt.name} {spec.label}")
+        for row in study_tensor(
+            name, arr, fmts, specs, channel_axis=channel_axis, block_axis=block_axis,
+            margin=float(margin), pow2=bool(pow2), chunk_bytes=budget,
+        ):  # fmt: skip
+            rows.append(row)
+            if progress is not None:
+                progress(len(rows), total, f"{name} {row.format} {row.scaling}")
     return rows
+
+
+def check_chunk_bytes(chunk_bytes: Any, func: str) -> int:
+    """The chunk budget in bytes (default :data:`DEFAULT_CHUNK_BYTES`), or an error."""
+    if chunk_bytes is None:
+        return DEFAULT_CHUNK_BYTES
+    if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, (int, np.integer)):
+        raise TypeError(f"{func}: chunk_bytes must be a positive int; got {chunk_bytes!r}")
+    if chunk_bytes < 1:
+        raise ValueError(f"{func}: chunk_bytes must be a positive int; got {chunk_bytes}")
+    return int(chunk_bytes)
 
 
 def _named(data: Any) -> dict[str, Any]:
@@ -313,90 +433,316 @@ def _named(data: Any) -> dict[str, Any]:
     return {"x": data}
 
 
-class _TensorStudy:
-    """The working copy of one tensor and the buffers its combinations share."""
+@dataclasses.dataclass
+class _Plan:
+    """How one tensor is studied: per scaling spec its effective kind, grouping and notes."""
 
-    def __init__(self, name: str, arr: np.ndarray, shape, margin: float, pow2: bool) -> None:
-        self.name, self.arr, self.shape, self.margin, self.pow2 = name, arr, shape, margin, pow2
-        self.xw = working(arr)
-        self.qbuf = np.empty_like(self.xw)
-        self.narrow = arr.dtype != self.xw.dtype  # float16/bfloat16, worked on in float32
+    name: str
+    shape: tuple[int, ...]  # the tensor's shape as given (0-d stays 0-d)
+    work_shape: tuple[int, ...]  # at least 1-D
+    dtype: np.dtype
+    specs: list  # (Scaling, kind, Grouping | None, notes)
+    groupings: list[Grouping]
 
-    def run(self, spec: Scaling, fmts: list[FloatFormat], channel_axis: int, block_axis: int):
-        xw, kind = self.xw, spec.kind
-        notes: list[str] = []
-        axis, block = 0, 1
-        if kind == "channel" and xw.ndim < 2:
+
+def _plan(name, shape, dtype, specs, channel_axis, block_axis) -> _Plan:
+    work_shape = shape or (1,)
+    ndim = len(work_shape)
+    for ax_name, ax in (("channel_axis", channel_axis), ("block_axis", block_axis)):
+        check_axis(ax, ndim, "sweep", f"{ax_name} (tensor {name!r})")
+    out, groupings = [], []
+    for spec in specs:
+        kind, notes, g = spec.kind, [], None
+        if kind == "channel" and ndim < 2:
             kind = "tensor"
             notes.append("1-D tensor: one channel")
-        if kind == "delayed" and xw.ndim < 2:
+        if kind == "delayed" and ndim < 2:
             notes.append("1-D tensor: one step")
         if kind == "channel":
-            axis = channel_axis % xw.ndim
+            g = Grouping("channel", channel_axis % ndim)
         elif kind == "block":
-            axis, block = block_axis % xw.ndim, spec.block_size
-            if xw.shape[axis] % block:
+            axis, block = block_axis % ndim, spec.block_size
+            g = Grouping("block", axis, block)
+            if work_shape[axis] % block:
                 notes.append(
-                    f"axis length {xw.shape[axis]} is not a multiple of {block}: "
-                    f"last block of {xw.shape[axis] % block}"
+                    f"axis length {work_shape[axis]} is not a multiple of {block}: "
+                    f"last block of {work_shape[axis] % block}"
                 )
-        elif kind == "delayed" and xw.ndim >= 2:
-            kind, axis = "steps", 0
+        elif kind == "delayed" and ndim >= 2:
+            kind, g = "steps", Grouping("channel", 0)
+        elif kind in ("tensor", "delayed"):
+            g = Grouping("tensor")
+        if g is not None and g not in groupings:
+            groupings.append(g)
+        out.append((spec, kind, g, notes))
+    return _Plan(name, tuple(shape), work_shape, np.dtype(dtype), out, groupings)
 
-        if kind == "none":
-            amax = bad = None
-        else:
-            grouping = {"steps": "channel", "delayed": "tensor"}.get(kind, kind)
-            amax, bad = group_amax(xw, grouping, axis, block)
+
+def _aligns(plan: _Plan) -> dict[int, int]:
+    aligns: dict[int, int] = {}
+    for g in plan.groupings:
+        if g.kind == "block":
+            aligns[g.axis] = math.lcm(aligns.get(g.axis, 1), g.block)
+    return aligns
+
+
+def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=()):
+    """Per (spec, format): (grouping, compact scale) and the spec's notes.  MX groupings in
+    ``local`` get the scale None: each chunk computes its own."""
+    dt = work_dtype(plan.dtype)
+    jobs, spec_notes = [], []
+    for spec, kind, g, notes in plan.specs:
+        notes = list(notes)
+        if g in local:
+            spec_notes.append(notes)
+            jobs += [(fmt, g, None) for fmt in fmts]
+            continue
+        if g is not None:
+            amax, bad = amaxes[plan.groupings.index(g)]
             zeros = int(np.count_nonzero(amax == 0))
             if kind in ("tensor", "channel") and zeros:
                 where = "zero amax" if amax.size == 1 else f"{zeros} of {amax.size} channels"
                 notes.append(f"{where}: scale 1")
             if kind == "block" and bad.any():
                 notes.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
-
+        spec_notes.append(notes)
         for fmt in fmts:
-            scale = self._scale(kind, spec, fmt, amax, bad)
-            yield fmt, self._measure(fmt, spec.label, scale, kind, axis, block, notes)
+            if kind == "none":
+                scale = np.ones((), dt)
+            elif kind == "block":
+                scale = mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
+            elif kind in ("tensor", "channel"):
+                scale = amax_scale(amax, fmt, margin, pow2, dt)
+            else:
+                ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=margin, pow2=pow2)
+                # one step per index of the leading axis (one step for fewer than 2 dims)
+                used = np.array([ds.step(a) for a in amax.reshape(-1)])
+                scale = clamp_scale(used, dt).astype(dt).reshape(amax.shape)
+            jobs.append((fmt, g, scale))
+    return jobs, spec_notes
 
-    def _scale(self, kind, spec, fmt, amax, bad):
-        dt = self.xw.dtype
-        if kind == "none":
-            return np.ones((), dt)
-        if kind == "block":
-            return mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
-        if kind in ("tensor", "channel"):
-            return amax_scale(amax, fmt, self.margin, self.pow2, dt)
-        ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=self.margin, pow2=self.pow2)
-        # one step per index of the leading axis (a single step for fewer than 2 dims)
-        used = np.array([ds.step(a) for a in amax.reshape(-1)])
-        return clamp_scale(used, dt).astype(dt).reshape(amax.shape)
 
-    def _measure(self, fmt, label, scale, kind, axis, block, notes):
-        xv, sv = broadcast_view(self.xw, scale, kind, axis, block)
-        qv = apply_scale(xv, fmt, sv, out=self.qbuf.reshape(xv.shape))
-        if self.narrow:  # the result stored in the data's dtype, as FakeConvert does
-            qv = qv.astype(self.arr.dtype).astype(np.float32)
-        m = metrics_of(xv, qv, sv.astype(np.float64), fmt)
-        row_notes = list(notes)
+def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, stats):
+    rows = []
+    for j, (fmt, _g, scale) in enumerate(jobs):
+        spec = plan.specs[j // len(fmts)][0]
+        m = ErrorMetrics.from_totals(count, totals[j], True)
+        notes = list(spec_notes[j // len(fmts)])
+        if scale is None:  # MX scales computed chunk by chunk
+            lo, hi, nbad = (float(v) for v in stats[j])
+            if nbad:
+                notes.append(f"{int(nbad)} blocks hold NaN/Inf: scale NaN")
+            lo, hi = (lo, hi) if lo <= hi else (np.nan, np.nan)
+        else:
+            finite = scale[np.isfinite(scale)]
+            lo, hi = (finite.min(), finite.max()) if finite.size else (np.nan, np.nan)
+            lo, hi = float(lo), float(hi)
         if m.nan_inputs or m.inf_inputs:
-            row_notes.append(f"{m.nan_inputs} NaN, {m.inf_inputs} Inf inputs not compared")
+            notes.append(f"{m.nan_inputs} NaN, {m.inf_inputs} Inf inputs not compared")
         if m.lost:
-            row_notes.append(f"{m.lost} values lost to NaN scales")
-        finite = scale[np.isfinite(scale)]
-        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (np.nan, np.nan)
-        return SweepRow(
-            tensor=self.name,
-            shape=tuple(self.shape),
-            dtype=_dtype_name(self.arr.dtype),
-            format=fmt.name,
-            scaling=label,
-            metrics=m,
-            scale_min=lo,
-            scale_max=hi,
-            notes=tuple(row_notes),
+            notes.append(f"{m.lost} values lost to NaN scales")
+        rows.append(
+            SweepRow(
+                tensor=plan.name,
+                shape=plan.shape,
+                dtype=_dtype_name(plan.dtype),
+                format=fmt.name,
+                scaling=spec.label,
+                metrics=m,
+                scale_min=lo,
+                scale_max=hi,
+                notes=tuple(notes),
+            )  # fmt: skip
         )
+    return rows
+
+
+def study_tensor(
+    name: str,
+    arr: Any,
+    fmts: list[FloatFormat],
+    specs: list[Scaling],
+    *,
+    channel_axis: int = 0,
+    block_axis: int = -1,
+    margin: float = 0.0,
+    pow2: bool = False,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> list[SweepRow]:
+    """The rows of one tensor (numpy, masked, dask, xarray or a :class:`TensorFile`), in
+    order scaling, format."""
+    if isinstance(arr, TensorFile):
+        arr = arr.load()
+    kind, arr = array_kind(arr)
+    if kind == "dask":
+        return study_dask(
+            name, arr, fmts, specs, channel_axis, block_axis, margin, pow2
+        )  # fmt: skip
+    arr = float_data(arr, "sweep", f"tensor {name!r}", keep_mask=True)
+    plan = _plan(name, arr.shape, arr.dtype, specs, channel_axis, block_axis)
+    x = arr.reshape(plan.work_shape)
+    masked = isinstance(x, np.ma.MaskedArray)
+    per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
+    boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
+    local, groupings = _split_local(plan, boxes)
+    derived = _derived_tensor(groupings)
+    passes = [g for g in groupings if g != derived]
+    glob = empty_amax(plan.work_shape, passes)
+    if passes:
+        for box in boxes:
+            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, passes)
+            merge_amax(glob, parts, box, plan.work_shape, passes)
+    amaxes = _with_tensor(plan, passes, glob, derived)
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    count, totals, stats = 0, None, None
+    for box in boxes:
+        n, t, st = chunk_totals(
+            x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape)
+        )
+        count += n
+        totals = t if totals is None else add_totals(totals, t)
+        stats = st if stats is None else add_stats(stats, st)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _derived_tensor(groupings):
+    """The per-tensor grouping when a per-channel one is also computed: its amax is then
+    the channels' largest (one pass fewer)."""
+    t = Grouping("tensor")
+    return t if t in groupings and any(g.kind == "channel" for g in groupings) else None
+
+
+def _with_tensor(plan: _Plan, passes, glob, derived):
+    """Compact amaxes in the order of ``plan.groupings`` (None for MX groupings computed per
+    chunk), the derived per-tensor one from a per-channel one."""
+    out = [glob[passes.index(g)] if g in passes else None for g in plan.groupings]
+    if derived is not None:
+        am, bad = next(glob[k] for k, g in enumerate(passes) if g.kind == "channel")
+        out[plan.groupings.index(derived)] = (am.max().reshape(()), bad.any().reshape(()))
+    return out
+
+
+def _split_local(plan: _Plan, boxes):
+    """``(local, pass1)``: MX groupings whose blocks no chunk cuts (scales computed per
+    chunk, in the second pass) and the groupings that need the amax pass."""
+    local = [
+        g for g in plan.groupings
+        if g.kind == "block" and blocks_whole(boxes, plan.work_shape, g)
+    ]  # fmt: skip
+    return local, [g for g in plan.groupings if g not in local]
+
+
+def _local_jobs(jobs, box, shape):
+    return [(f, g, None if s is None else local_scale(s, g, box, shape)) for f, g, s in jobs]
 
 
 def _dtype_name(dt: np.dtype) -> str:
     return "bfloat16" if dt == ml_dtypes.bfloat16 else dt.name
+
+
+def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
+    """:func:`fp8kit.study.sweep`'s rows of one dask tensor: two computes (amaxes, then
+    the quantize-and-measure totals), one task per block in each."""
+    import dask
+
+    check_dtype(x, "sweep", f"tensor {name!r}")
+    plan = _plan(name, tuple(x.shape), np.dtype(x.dtype), specs, channel_axis, block_axis)
+    x = aligned(x.reshape(plan.work_shape), _aligns(plan))
+    shape = plan.work_shape
+    pieces = blocks_and_boxes(x)
+    local, groupings = _split_local(plan, [box for _, box in pieces])
+    derived = _derived_tensor(groupings)
+    passes = [g for g in groupings if g != derived]
+    glob = _amaxes(x, shape, passes) if passes else []
+    amaxes = _with_tensor(plan, passes, glob, derived)
+    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    tasks = [
+        dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))
+        for b, box in pieces
+    ]
+    count, totals, stats = 0, None, None
+    for n, t, st in dask.compute(*tasks):
+        count += n
+        totals = t if totals is None else add_totals(totals, t)
+        stats = st if stats is None else add_stats(stats, st)
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _sweep_one(name, arr, fmts, specs, options):
+    from .sweep import study_tensor
+
+    return study_tensor(name, arr, fmts, specs, **options)
+
+
+def _threads_of() -> int:
+    import os
+
+    import dask
+
+    return max(1, int(dask.config.get("num_workers", None) or os.cpu_count() or 1))
+
+
+def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
+    """sweep's rows with one Dask task per tensor under ``scheduler`` (a local scheduler's
+    name, a distributed scheduler's address or a Client); rows in the tensors' order.
+    Dask tensors are studied here, their blocks being tasks already."""
+    import dask
+
+    local = scheduler in ("threads", "processes", "sync", "synchronous", "single-threaded")
+    address = isinstance(scheduler, str) and (":" in scheduler)
+    if not (local or address or (not isinstance(scheduler, str) and hasattr(scheduler, "compute"))):
+        raise ValueError(
+            f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
+            f"dask.distributed scheduler or a Client; got {scheduler!r}"
+        )
+    if scheduler == "threads":  # the threads share the working-memory budget
+        options = dict(options, chunk_bytes=max(1, options["chunk_bytes"] // _threads_of()))
+    names = list(tensors)
+    results: dict[str, list] = {}
+    eager = {n for n in names if array_kind(tensors[n])[0] == "dask"}
+    total = len(names) * len(fmts) * len(specs)
+    done = [0]
+
+    def report(rows):
+        done[0] += len(rows)
+        if progress is not None and rows:
+            r = rows[-1]
+            progress(done[0], total, f"{r.tensor} {r.format} {r.scaling}")
+
+    lazy = [n for n in names if n not in eager]
+    if local:
+        from dask.callbacks import Callback
+
+        keys = {}
+        tasks = []
+        for n in lazy:
+            t = dask.delayed(_sweep_one, pure=False)(n, tensors[n], fmts, specs, options)
+            keys[t.key] = n
+            tasks.append(t)
+
+        def posttask(key, result, dsk, state, worker_id):
+            if key in keys:
+                report(result)
+
+        with Callback(posttask=posttask):
+            out = dask.compute(*tasks, scheduler=scheduler) if tasks else ()
+        results.update(zip(lazy, out, strict=True))
+    elif lazy:
+        from distributed import Client, as_completed
+
+        client = scheduler if hasattr(scheduler, "compute") else Client(scheduler)
+        try:
+            futures = {
+                client.submit(_sweep_one, n, tensors[n], fmts, specs, options, pure=False): n
+                for n in lazy
+            }
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                report(results[futures[fut]])
+        finally:
+            if client is not scheduler:
+                client.close()
+    for n in eager:
+        results[n] = _sweep_one(n, tensors[n], fmts, specs, options)
+        report(results[n])
+    return [row for n in names for row in results[n]]

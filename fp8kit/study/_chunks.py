@@ -1,0 +1,156 @@
+"""Studies in chunks: grouped amaxes and metric sums that are exact across chunks.
+
+A chunk is a box of a tensor, given as one ``(start, stop)`` range per dimension; it keeps
+the tensor's number of dimensions.  The streaming sweep cuts memory-mapped tensors into
+chunks of at most a working-memory budget; the Dask paths use the blocks of a dask array.
+Both run the same two passes, each chunk on its own:
+
+1. amax pass: per grouping (per tensor, per channel, MX blocks) the chunk's contribution
+   (:func:`chunk_amax`), combined by a maximum into the tensor's compact amax arrays
+   (:func:`merge_amax`);
+2. quantize-and-measure pass: the chunk is widened to the working dtype once and serves
+   every (scaling, format) job (:func:`chunk_totals`): FakeConvert's quantization, then the
+   metric kernel's partial sums, which add across chunks (maxima take the max).
+
+Every function here is a module-level function of numpy arrays and plain data, so that
+Dask can pickle it to worker processes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .._kernels import metrics as km
+from ..formats import FloatFormat
+from ._arrays import Box, _unmask, work_dtype, working
+from .metrics import fused_totals, metric_totals
+from .scaling import (
+    Grouping,
+    apply_scale,
+    broadcast_view,
+    group_amax,
+    local_grouping,
+    mx_exponents,
+    mx_scale_from_codes,
+)
+
+#: Default working-memory budget of one chunk (bytes).
+DEFAULT_CHUNK_BYTES = 256 * 2**20
+
+
+def bytes_per_element(dtype: np.dtype, masked: bool = False) -> int:
+    """Working bytes a chunk element costs in the quantize-and-measure pass: the widened
+    copy, the quantized values, for 16-bit data their rounding to its dtype, and for masked
+    data the mask and two filled copies."""
+    w = work_dtype(dtype).itemsize
+    size = np.dtype(dtype).itemsize
+    return 2 * w + (size if size < w else 0) + (2 * w + 1 if masked else 0)
+
+
+def plan_chunks(shape: tuple[int, ...], max_elements: int, aligns: dict[int, int]) -> list[Box]:
+    """Boxes covering a C-ordered ``shape`` in order, each a contiguous range of the data of
+    at most ``max_elements`` elements where possible: ranges along one dimension ``k``, the
+    dimensions before it fixed, those after it whole.  Along a dimension in ``aligns`` (an
+    MX block axis) a range starts at a multiple of the alignment, or lies in one block."""
+    ndim = len(shape)
+    if math.prod(shape) == 0:
+        return [tuple((0, n) for n in shape)]
+    max_elements = max(1, int(max_elements))
+    k = 0
+    while k < ndim - 1 and math.prod(shape[k + 1 :]) * aligns.get(k, 1) > max_elements:
+        k += 1
+    inner = math.prod(shape[k + 1 :])
+    align = aligns.get(k, 1)
+    step = max(align, (max_elements // inner) // align * align)
+    boxes: list[Box] = []
+    for prefix in np.ndindex(*shape[:k]):
+        head = tuple((i, i + 1) for i in prefix)
+        tail = tuple((0, n) for n in shape[k + 1 :])
+        for s in range(0, shape[k], step):
+            boxes.append(head + ((s, min(s + step, shape[k])),) + tail)
+    return boxes
+
+
+def blocks_whole(boxes: list[Box], shape: tuple[int, ...], g: Grouping) -> bool:
+    """Whether no box cuts an MX block of ``g``: its scales are then the chunk's own."""
+    n = shape[g.axis]
+    return all(
+        s % g.block == 0 and (e % g.block == 0 or e == n) for s, e in (b[g.axis] for b in boxes)
+    )
+
+
+#: Columns of :func:`chunk_totals`' scale statistics: smallest and largest finite scale,
+#: blocks holding NaN/Inf (for MX scales computed in the chunk).
+SCALE_MIN, SCALE_MAX, BAD_BLOCKS = 0, 1, 2
+
+
+def empty_stats(njobs: int) -> np.ndarray:
+    stats = np.zeros((njobs, 3))
+    stats[:, SCALE_MIN], stats[:, SCALE_MAX] = np.inf, -np.inf
+    return stats
+
+
+def add_stats(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = a + b
+    out[:, SCALE_MIN] = np.minimum(a[:, SCALE_MIN], b[:, SCALE_MIN])
+    out[:, SCALE_MAX] = np.maximum(a[:, SCALE_MAX], b[:, SCALE_MAX])
+    return out
+
+
+def chunk_totals(
+    y: Any,
+    box: Box,
+    shape: tuple[int, ...],
+    jobs: list[tuple[FloatFormat, Grouping | None, np.ndarray | None]],
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """``(count, totals, stats)`` of one chunk: its unmasked elements and, per job
+    ``(format, grouping, local scale)``, the metric kernel's combined columns
+    (``(jobs, N_METRICS)``).  A job whose scale is None has MX block scales that the chunk
+    holds whole: they are computed here (one amax per grouping, shared by the formats), and
+    ``stats`` (``(jobs, 3)``, see :data:`SCALE_MIN`) gives their range and NaN blocks.
+
+    The chunk is widened once; each job quantizes it into one shared buffer.  Masked
+    elements are quantized as zeros and left out of every figure."""
+    data, mask = _unmask(y)
+    narrow = data.dtype
+    xw = working(data)
+    xq = xw if mask is None else np.where(mask, xw.dtype.type(0), xw)
+    xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
+    nmasked = 0 if mask is None else int(np.count_nonzero(mask))
+    qbuf = None
+    narrow_name = {np.dtype(np.float16): "float16"}.get(narrow, narrow.name)
+    if narrow == np.dtype(ml_dtypes.bfloat16):
+        narrow_name = "bfloat16"
+    out = np.zeros((len(jobs), km.N_METRICS))
+    stats = empty_stats(len(jobs))
+    amaxes: dict[Grouping, tuple] = {}
+    for j, (fmt, g, sc) in enumerate(jobs):
+        lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
+        if sc is None:  # MX blocks held whole by the chunk
+            if lg not in amaxes:
+                amaxes[lg] = group_amax(xq, lg.kind, lg.axis, lg.block)
+            am, bad = amaxes[lg]
+            sc = mx_scale_from_codes(mx_exponents(am, bad, fmt), xw.dtype)
+            finite = sc[np.isfinite(sc)]
+            if finite.size:
+                stats[j, SCALE_MIN], stats[j, SCALE_MAX] = finite.min(), finite.max()
+            stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
+        xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
+        if xw.dtype == np.float32 and fmt.bits == 8 and xm is xq:
+            # one pass: quantize and measure, the quantized values never stored
+            out[j] = fused_totals(xv, sv, fmt, narrow_name)
+            continue
+        if qbuf is None:
+            qbuf = np.empty_like(xw)
+        qv = apply_scale(xv, fmt, sv, out=qbuf.reshape(xv.shape))
+        if narrow != xw.dtype:  # the result stored in the data's dtype, as FakeConvert does
+            np.copyto(qv, qv.astype(narrow))
+        mv = xv if xm is xq else xm.reshape(xv.shape)
+        out[j] = metric_totals(mv, qv, sv.astype(np.float64), fmt)
+    if nmasked:
+        out[:, km.NAN_IN] -= nmasked
+    return xw.size - nmasked, out, stats

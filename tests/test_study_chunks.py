@@ -1,0 +1,152 @@
+"""Studies in chunks (streaming with a working-memory budget), masked arrays, DataArrays."""
+
+import dataclasses
+import tracemalloc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from fp8kit import study
+from fp8kit.study._chunks import plan_chunks
+
+FORMATS = ["float8_e4m3fn", "float8_e5m2"]
+SUMS = ("sqnr_db", "rmse", "sum_sq_error", "sum_sq_signal")
+
+
+def same_rows(got, ref, rel=1e-12):
+    """Equal rows: counts, maxima, scales and notes exactly, float sums to ``rel``."""
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref, strict=True):
+        dg, dr = g.as_dict(), r.as_dict()
+        for k in SUMS:
+            a, b = dg.pop(k), dr.pop(k)
+            assert a == b or a == pytest.approx(b, rel=rel), (r.tensor, r.scaling, k)
+        assert dg == dr
+
+
+def tensors():
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 5, 70)).astype(np.float32)
+    a[2, 1, 3], a[7, 4, 69] = np.nan, -np.inf
+    return {
+        "a": a,
+        "b": (rng.standard_normal(130) * 0.1).astype(ml_dtypes.bfloat16),
+        "c": rng.standard_normal((40, 20)),
+        "z": np.zeros((3, 64), np.float16),
+    }
+
+
+@pytest.mark.parametrize("block_axis", [-1, 0])
+def test_results_identical_across_chunk_budgets(block_axis):
+    t = tensors()
+    scalings = ["none", "tensor", "channel", "block:32", "block:16", "delayed:4"]
+    fmts = FORMATS + ["bfloat16"]
+    ref = study.sweep(t, fmts, scalings, block_axis=block_axis)
+    for budget in (64, 500, 3000, 20000):
+        same_rows(study.sweep(t, fmts, scalings, block_axis=block_axis, chunk_bytes=budget), ref)
+
+
+def test_plan_chunks_cover_the_tensor_in_order_within_budget():
+    shape = (3, 5, 70)
+    boxes = plan_chunks(shape, 40, {2: 32})
+    covered = np.zeros(shape, int)
+    for box in boxes:
+        covered[tuple(slice(s, e) for s, e in box)] += 1
+        starts = box[2][0]
+        assert starts % 32 == 0 or box[2][0] // 32 == (box[2][1] - 1) // 32
+    assert (covered == 1).all()
+    flat = [np.ravel_multi_index([s for s, _ in b], shape) for b in boxes]
+    assert flat == sorted(flat)
+    assert max(np.prod([e - s for s, e in b]) for b in boxes) <= 40
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_peak_working_memory_within_the_budget(tmp_path, dtype):
+    budget = 2**18
+    shape = (256, 2048) if dtype == np.float32 else (512, 2048)  # 8 budgets either way
+    x = np.random.default_rng(0).standard_normal(shape, dtype=np.float32).astype(dtype)
+    path = tmp_path / "w.bin"
+    x.tofile(path)
+    mm = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    assert mm.nbytes == 8 * budget
+    scalings = ["tensor", "channel", "block:32", "delayed:4"]
+    study.sweep({"w": mm[:64]}, FORMATS, scalings, chunk_bytes=budget)  # kernels loaded
+    tracemalloc.start()
+    try:
+        rows = study.sweep({"w": mm}, FORMATS, scalings, chunk_bytes=budget)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= budget, peak
+    same_rows(rows, study.sweep({"w": x}, FORMATS, scalings))
+
+
+def test_masked_elements_never_count():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    mask = rng.random(x.shape) < 0.25
+    noisy = np.where(mask, np.float32(1e30), x)
+    noisy[0, 0], mask[0, 0] = np.nan, True
+    m = np.ma.masked_array(noisy, mask)
+    scalings = ["tensor", "block:32"]
+    rows = study.sweep({"m": m}, FORMATS, scalings)
+    assert all(r.metrics.count == (~mask).sum() and r.metrics.nan_inputs == 0 for r in rows)
+    # tensor scaling: the same figures as the unmasked elements alone
+    same_rows(
+        [r for r in rows if r.scaling == "tensor"],
+        [
+            dataclasses.replace(r, shape=x.shape)
+            for r in study.sweep({"m": x[~mask]}, FORMATS, ["tensor"])
+        ],
+    )
+    same_rows(study.sweep({"m": m}, FORMATS, scalings, chunk_bytes=700), rows)
+    assert float(study.scale_for(m, "float8_e4m3fn")) == float(
+        study.scale_for(x[~mask], "float8_e4m3fn")
+    )
+    q = study.quantize(m, "float8_e4m3fn")
+    assert isinstance(q, np.ma.MaskedArray) and (q.mask == mask).all()
+    assert np.array_equal(
+        q[~mask], study.quantize(x, "float8_e4m3fn", scale=q_scale(x, mask))[~mask]
+    )
+    e = study.error_metrics(m, q, fmt="float8_e4m3fn", scale=q_scale(x, mask))
+    assert e.count == (~mask).sum() and e.nan_inputs == 0 and e.max_abs_error < 1
+
+
+def q_scale(x, mask):
+    return study.scale_for(x[~mask], "float8_e4m3fn")
+
+
+def test_dataarray_accepted():
+    xr = pytest.importorskip("xarray")
+    x = np.random.default_rng(2).standard_normal((8, 64)).astype(np.float32)
+    a = xr.DataArray(x, dims=("out", "in"))
+    same_rows(study.sweep({"w": a}, FORMATS), study.sweep({"w": x}, FORMATS))
+    assert np.array_equal(study.scale_for(a, "float8_e5m2", "channel"),
+                          study.scale_for(x, "float8_e5m2", "channel"))  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "1M"])
+def test_chunk_bytes_checked(bad):
+    with pytest.raises((TypeError, ValueError), match="chunk_bytes"):
+        study.sweep(np.ones(4, np.float32), FORMATS, chunk_bytes=bad)
+
+
+def test_cli_chunk_budget(tmp_path, capsys):
+    import json
+
+    from fp8kit.cli import main
+
+    path = tmp_path / "w.npy"
+    np.save(path, np.random.default_rng(4).standard_normal((64, 256)).astype(np.float32))
+    docs = []
+    for extra in ([], ["--chunk-budget", "8K"]):
+        out = tmp_path / f"r{len(extra)}.json"
+        assert main(["study", str(path), "--json", str(out), "--no-progress", *extra]) == 0
+        docs.append([(r["tensor"], r["scaling"], r["compared"], round(r["sqnr_db"], 9))
+                     for r in json.loads(out.read_text())["rows"]])  # fmt: skip
+    assert docs[0] == docs[1]
+    with pytest.raises(SystemExit) as exc:
+        main(["study", str(path), "--chunk-budget", "12X"])
+    assert exc.value.code == 2
+    assert "--chunk-budget" in capsys.readouterr().err
