@@ -59,6 +59,20 @@ def test_sweep_over_dask_equals_numpy(chunks):
     same_rows(study.sweep({"x": da.from_array(x, chunks=chunks)}, fmts, scalings), ref)
 
 
+def test_large_tensor_sums_agree_across_chunkings():
+    # 16M elements: the sums must not drift with the length of a chunk (the metrics kernels
+    # sum runs of SUM_BLOCK elements on their own; one running sum per chunk differed by
+    # 1.1e-12..1.7e-12 relative between the numpy call and 512-row Dask blocks)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((4096, 4096)).astype(np.float32)
+    ref = study.sweep({"w": w}, ["float8_e5m2"], ["channel"])
+    for chunks in [(512, 4096), (1000, 4096), (4096, 1500)]:
+        same_rows(study.sweep({"w": da.from_array(w, chunks=chunks)}, ["float8_e5m2"],
+                              ["channel"]), ref)  # fmt: skip
+    ref_budget = study.sweep({"w": w}, ["float8_e5m2"], ["channel"], chunk_bytes=1 << 20)
+    same_rows(ref_budget, ref)
+
+
 @pytest.mark.parametrize(
     "kind, kw",
     [("none", {}), ("tensor", {"margin": 1}), ("channel", {"axis": 1}),

@@ -1,5 +1,6 @@
 """fp8kit.encode on a Dask array (16M float32 in 1M chunks, threaded scheduler) against the
-numpy call (benchmarks/compare_dask.py prints the ratio)."""
+numpy call, and study.sweep on a Dask array against numpy (benchmarks/compare_dask.py prints
+the ratios)."""
 
 import numpy as np
 
@@ -26,3 +27,32 @@ class DaskEncode:
 
     def time_dask_graph_only(self):
         fp8kit.encode(self.d, FMT)
+
+
+class DaskStudySweep:
+    """study.sweep (2 formats x 3 scalings) of a 4096 x 4096 float32 tensor: numpy against
+    a Dask array of 512-row chunks on the threaded scheduler."""
+
+    timeout = 300
+
+    def setup(self):
+        import dask.array as da
+
+        from fp8kit import study
+
+        self.w = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+        self.d = da.from_array(self.w, chunks=(512, 4096))
+        study.sweep({"w": self.w[:512]})  # compile outside the timings
+
+    def time_numpy(self):
+        from fp8kit import study
+
+        study.sweep({"w": self.w})
+
+    def time_dask_threads(self):
+        import dask
+
+        from fp8kit import study
+
+        with dask.config.set(scheduler="threads"):
+            study.sweep({"w": self.d})

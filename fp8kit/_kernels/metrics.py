@@ -17,6 +17,9 @@ from .bits import as_bits, as_float, chunk_range, encode_fast, prefer_512, round
 from .codec import Kernel, _params, source_version
 from .fake import _KIND, F32, _from16, round_params
 
+#: The longest run of elements summed on its own before its sum joins the chunk's.
+SUM_BLOCK = 1024
+
 #: Columns of the metrics kernel's partial-result rows.
 SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
 NAN_IN, INF_IN, LOST, FLUSHED, SATURATED, SUBNORMAL = 4, 5, 6, 7, 8, 9
@@ -92,12 +95,17 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 r, j0 = i // n3, i % n3
                 a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:  # the chunk, one row segment at a time
-                    j1 = min(n3, j0 + hi - i)
+                    # segments of at most SUM_BLOCK elements, each summed on its own and then
+                    # added to the chunk's sums: rounding errors do not grow with the chunk's
+                    # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14
+                    j1 = min(n3, j0 + hi - i, j0 + SUM_BLOCK)
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     xr = x[i : i + j1 - j0]
                     qr = q[i : i + j1 - j0]
                     sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
                     s0 = scale[base]
+                    bse = zero
+                    bss = zero
                     for jj in range(xr.size):
                         s = sr[jj] if inner_runs else s0
                         xv = np.float64(xr[jj])
@@ -108,8 +116,8 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                         ok = finite_x & (aq < inf)
                         e = qv - xv if ok else zero
                         xs = xv if ok else zero
-                        se += e * e
-                        ss += xs * xs
+                        bse += e * e
+                        bss += xs * xs
                         ae = abs(e)
                         mabs = max(mabs, as_bits(ae))
                         nz = ok & (ax != zero)
@@ -122,7 +130,12 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                         nan_in += xv != xv
                         inf_in += ax == inf
                         lost += finite_x & (not aq < inf)
+                    se += bse
+                    ss += bss
                     i += j1 - j0
+                    if j1 < n3:  # (the row goes on in the next segment)
+                        j0 = j1
+                        continue
                     j0 = 0
                     d += 1
                     if d == n2:
@@ -318,11 +331,16 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                 r, j0 = i // n3, i % n3
                 a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:
-                    j1 = min(n3, j0 + hi - i)
+                    # segments of at most SUM_BLOCK elements, each summed on its own and then
+                    # added to the chunk's sums: rounding errors do not grow with the chunk's
+                    # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14
+                    j1 = min(n3, j0 + hi - i, j0 + SUM_BLOCK)
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     xr = x[i : i + j1 - j0]
                     sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
                     s0 = scale[base]
+                    bse = zero
+                    bss = zero
                     for jj in range(xr.size):
                         s32 = sr[jj] if inner_runs else s0
                         v = xr[jj]
@@ -339,8 +357,8 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         ok = finite_x & (aq < inf)
                         e = qv - xv if ok else zero
                         xs = xv if ok else zero
-                        se += e * e
-                        ss += xs * xs
+                        bse += e * e
+                        bss += xs * xs
                         ae = abs(e)
                         mabs = max(mabs, as_bits(ae))
                         nz = ok & (ax != zero)
@@ -353,7 +371,12 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         nan_in += xv != xv
                         inf_in += ax == inf
                         lost += finite_x & (not aq < inf)
+                    se += bse
+                    ss += bss
                     i += j1 - j0
+                    if j1 < n3:  # (the row goes on in the next segment)
+                        j0 = j1
+                        continue
                     j0 = 0
                     d += 1
                     if d == n2:
