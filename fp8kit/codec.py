@@ -148,6 +148,43 @@ def _result(value: np.ndarray, was_scalar: bool):
     return value[()] if was_scalar else value
 
 
+#: Small-array fast paths (issue 16: a call's fixed cost): the compiled function and its
+#: constant arguments for a (fmt, dtype, option) key, recorded by the first call that went
+#: through every check with that key.  Later calls on a C-contiguous numpy array below the
+#: threading threshold skip straight to the kernel (checks, dispatch and launch cost ~3 us,
+#: the kernel call itself ~0.7 us).  Keys hold only validated values (the first call
+#: raised otherwise) and nothing that depends on the data.
+_FAST_ENCODE: dict = {}
+_FAST_DECODE: dict = {}
+_FAST_ROUND: dict = {}
+_SMALL = _parallel.PARALLEL_THRESHOLD
+
+
+def _fast_ok(x: Any, out: Any) -> bool:
+    return (
+        type(x) is np.ndarray and out is None and 0 < x.ndim and x.size < _SMALL
+        and x.flags.c_contiguous
+    )  # fmt: skip
+
+
+def _default_rounding(saturate: Any, rounding: Any, seed: Any, random_bits: Any) -> bool:
+    return (
+        (saturate is True or saturate is False) and seed is None and type(rounding) is str
+        and rounding == "nearest_even" and type(random_bits) is int and random_bits == 16
+    )  # fmt: skip
+
+
+def _run_small(plan, x: np.ndarray) -> np.ndarray:
+    fn, lut, table, in_view, res_dtype, view_as = plan
+    res = np.empty(x.size, res_dtype)
+    if x.ndim == 1:
+        fn(x.view(in_view), lut, table, res, 1)
+    else:
+        fn(x.reshape(-1).view(in_view), lut, table, res, 1)
+        res = res.reshape(x.shape)
+    return res if view_as is None else res.view(view_as)
+
+
 def _lut_for(load: int) -> np.ndarray:
     return f16_lut() if load == LOAD_LUT else dummy(np.uint32)
 
@@ -221,15 +258,23 @@ def encode(
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
     """
+    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    if fast:
+        try:
+            plan = _FAST_ENCODE.get((fmt, x.dtype, saturate))
+        except TypeError:  # an unhashable fmt (an array): the full path
+            plan = fast = None
+        if plan is not None:
+            return _run_small(plan, x)
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
         return _backends.call(
             kind, "encode", encode, (x, fmt), dict(saturate=saturate, out=out,
             rounding=rounding, seed=seed, random_bits=random_bits),
         )  # fmt: skip
-    fmt = _args.format_arg(fmt)
+    fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
-    x = _float_input(x, "encode", allow_float8=True)
+    x_arg, x = x, _float_input(x, "encode", allow_float8=True)
     code_dtype = fmt.code_dtype
     if out is not None:
         allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
@@ -247,6 +292,9 @@ def encode(
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
     lut, table = _lut_for(pl.load), dummy(np.uint8)
+    if fast and x is x_arg and not pl.widen_first:
+        plan = (kernel.build(), lut, table, xb.dtype, code_dtype, None)
+        _FAST_ENCODE[fmt_arg, x.dtype, saturate] = plan
     res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
     return _result(res, was_scalar)
 
@@ -334,9 +382,18 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     >>> fp8kit.decode(np.array([56, 126, 127, 128], np.uint8), "float8_e4m3fn")
     array([  1., 448.,  nan,  -0.], dtype=float32)
     """
+    fast = _fast_ok(codes, out)
+    if fast:
+        try:
+            plan = _FAST_DECODE.get((fmt, codes.dtype, dtype))
+        except TypeError:  # unhashable arguments: the full path
+            plan = fast = None
+        if plan is not None:
+            return _run_small(plan, codes)
     kind = _backends.kind_of(codes, out)
     if kind != "numpy":
         return _backends.call(kind, "decode", decode, (codes, fmt), dict(dtype=dtype, out=out))
+    fmt_arg, dtype_arg = fmt, dtype
     fmt = None if fmt is None else _args.format_arg(fmt)
     was_scalar = np.ndim(codes) == 0 and out is None
     arr, fmt = _code_input(codes, fmt)
@@ -348,6 +405,13 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     table = decode_table(fmt, dt)
     bf16_shift = fmt == _BFLOAT16 and dt == np.float32
     kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
+    # (codes checked against the format's range depend on the data: no fast path for them)
+    direct = fast and (
+        codes.dtype in _FORMAT_DTYPES or (codes.dtype == fmt.code_dtype and fmt.bits in (8, 16))
+    )  # (a view of the codes as they are, no copy and no range check)
+    if direct:
+        plan = (kernel.build(), dummy(np.uint32), table, arr.dtype, table.dtype, dt)
+        _FAST_DECODE[fmt_arg, codes.dtype, dtype_arg] = plan
     res = _apply(kernel, arr, dummy(np.uint32), table, table.dtype, out)
     if out is None:
         res = res.view(dt)
@@ -401,15 +465,23 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
+    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    if fast:
+        try:
+            plan = _FAST_ROUND.get((fmt, x.dtype, saturate))
+        except TypeError:  # an unhashable fmt (an array): the full path
+            plan = fast = None
+        if plan is not None:
+            return _run_small(plan, x)
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
         return _backends.call(
             kind, "round_to", round_to, (x, fmt), dict(saturate=saturate, out=out,
             rounding=rounding, seed=seed, random_bits=random_bits),
         )  # fmt: skip
-    fmt = _args.format_arg(fmt)
+    fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
-    x = _float_input(x, "round_to", allow_float8=False)
+    x_arg, x = x, _float_input(x, "round_to", allow_float8=False)
     dt = x.dtype
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
@@ -425,6 +497,9 @@ def round_to(
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
+    if fast and x is x_arg and not pl.widen_first:
+        plan = (kernel.build(), _lut_for(pl.load), table, xb.dtype, table.dtype, dt)
+        _FAST_ROUND[fmt_arg, dt, saturate] = plan
     res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
     if out is None:
         res = res.view(dt)
