@@ -70,8 +70,11 @@ CAST_RULES = {
     "round-once": "int32/int64/uint32/uint64 and float64 into float16, bfloat16 and the "
     "narrow floats are rounded once from the exact value instead of through float32 (the "
     "double rounding of ONNX Runtime and onnx.reference)",
-    "legacy": "fp8kit 0.x's default: fnuz-inf-nan, float4-nan-six, round-once, and int-clamp "
-    "with saturate=True or reference-int with saturate=False",
+    "exact-strings": "strings: fp8kit's exact reading (a decimal parsed exactly and rounded "
+    "once, integer literals exact, strict syntax; numbers printed with the shortest digits "
+    "that round-trip) instead of ONNX Runtime's (std::stod/stoll/stoull prefixes, '%.8g')",
+    "legacy": "fp8kit 0.x's default: fnuz-inf-nan, float4-nan-six, round-once, exact-strings, "
+    "and int-clamp with saturate=True or reference-int with saturate=False",
 }
 
 
@@ -84,6 +87,7 @@ class _Rules:
     int_clamp: bool = False
     reference_int: bool = False
     round_once: bool = False
+    exact_strings: bool = False
 
 
 _CONFORMANCE = _Rules()
@@ -111,7 +115,7 @@ def _cast_rules(rules: Any, sat: bool) -> _Rules:
                 + ", ".join(CAST_RULES)
             )
         if name == "legacy":
-            flags |= {"fnuz-inf-nan", "float4-nan-six", "round-once"}
+            flags |= {"fnuz-inf-nan", "float4-nan-six", "round-once", "exact-strings"}
             flags.add("int-clamp" if sat else "reference-int")
         elif name != "conformance":
             flags.add(name)
@@ -241,6 +245,8 @@ def cast(
     dst = cast_type(to)
     arr = _args.native(arr)
     if dst.name == _E8M0:
+        if src.kind == "string" and not how.exact_strings:
+            arr, src = _stod_all(arr), CAST_TYPES["float64"]
         return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
     mode = _args.rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
@@ -259,7 +265,7 @@ def cast(
     if src.kind == "string":
         return _from_string(arr, dst, sat, how)
     if dst.kind == "string":
-        return _to_string(arr, src)
+        return _to_string(arr, src) if how.exact_strings else _to_string_like_ort(arr, src)
     if dst.kind == "bool":
         return _to_bool(arr, src)
     if src.kind == "bool":
@@ -586,6 +592,8 @@ def _from_string(
 ) -> np.ndarray:
     if dst.kind == "string":
         return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
+    if not how.exact_strings:
+        return _from_string_like_ort(arr, dst, sat, how)
     values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
     floats = _parse_floats(arr, odd=dst.name != "float64", values=values)
     if dst.kind == "bool":
@@ -652,6 +660,165 @@ def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
     else:
         # str() of numpy scalars: the shortest round-trip digits (what onnx.reference gives)
         text = [str(v) for v in arr.ravel()]
+    return np.array(text, dtype=object).reshape(arr.shape)
+
+
+# ----------------------------------------------------------- strings as ONNX Runtime reads them
+# ONNX Runtime (CPU) parses a string with the C++ library: std::stod into floats (then the
+# double is cast as a float64 would be: to float32, float16, bfloat16 and float8 through
+# float32), std::stoll into signed and std::stoull into unsigned integers and bool, the
+# int4/uint4 types through std::stod; it prints numbers with std::to_string (integers, bool
+# as 1/0) and "%.8g" (every float type, float64 too), NaN as "NaN", +-Inf as "INF"/"-INF".
+# All three read the longest prefix that is a number, after leading white space ("1e3" -> 1
+# into integers, "12abc" -> 12, "1_000" -> 1) and raise on no number at all or on a value out
+# of range (stod: beyond float64's range, or a nonzero value that underflows inexactly into
+# float64's subnormals or zero).
+_C_SPACE = "[ \t\n\v\f\r]*"
+_STOD = re.compile(
+    _C_SPACE + r"([+-]?)(?:"
+    r"(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+    r"|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|([iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+    r"|([nN][aA][nN])(?:\(([0-9A-Za-z_]*)\))?"
+    ")"
+)
+_STOLL = re.compile(_C_SPACE + r"([+-]?)([0-9]+)")
+_TINY = 2.2250738585072014e-308  # float64's smallest normal
+
+
+def _ort_error(func: str, s: str, index: tuple[int, ...], why: str) -> ValueError:
+    where = ", ".join(map(str, index))
+    return ValueError(
+        f"cast: x[{where}] = {s!r} {why} (ONNX Runtime's std::{func} raises here; "
+        "rules='exact-strings' reads strings exactly, with its own errors)"
+    )
+
+
+def _nan_payload(sign: str, seq: str | None) -> float:
+    """glibc's strtod of "nan(n-char-sequence)": the sequence (read as strtoull's base 0)
+    in the mantissa's low 51 bits; the quiet NaN otherwise."""
+    bits = 0x7FF8000000000000
+    if seq:
+        try:
+            if seq[:2].lower() == "0x":
+                n = int(seq[2:], 16)
+            elif seq.startswith("0"):
+                n = int(seq, 8)
+            else:
+                n = int(seq, 10)
+            bits |= n & ((1 << 51) - 1)
+        except ValueError:
+            pass
+    if sign == "-":
+        bits |= 1 << 63
+    return float(np.uint64(bits).view(np.float64))
+
+
+def _stod(s: str, index: tuple[int, ...]) -> float:
+    """std::stod (glibc's strtod, C locale) of one string."""
+    m = _STOD.match(s)
+    if m is None:
+        raise _ort_error("stod", s, index, "does not start with a number")
+    sign, hexa, dec, inf, nan, seq = m.groups()
+    if nan:
+        return _nan_payload(sign, seq)
+    if inf:
+        return -math.inf if sign == "-" else math.inf
+    text = sign + (hexa or dec)
+    try:
+        v = float.fromhex(text) if hexa else float(text)
+    except OverflowError:
+        v = math.inf
+    if math.isinf(v):
+        raise _ort_error("stod", s, index, "is out of float64's range")
+    if abs(v) < _TINY:
+        digits = re.sub(r"[pPeE].*", "", (hexa or dec)[2 if hexa else 0 :])
+        nonzero = any(c not in "0." for c in digits)
+        inexact = (v == 0 and nonzero) or (
+            v != 0 and (Fraction(v) != (_hex_fraction(text) if hexa else Fraction(text)))
+        )
+        if inexact:
+            raise _ort_error("stod", s, index, "underflows float64 (inexact)")
+    return v
+
+
+def _hex_fraction(text: str) -> Fraction:
+    """The exact value of a C hexadecimal float literal."""
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-")[2:]
+    mant, _, exp = body.replace("P", "p").partition("p")
+    whole, _, frac = mant.partition(".")
+    q = Fraction(int((whole + frac) or "0", 16), 16 ** len(frac))
+    return sign * q * Fraction(2) ** int(exp or "0")
+
+
+def _stod_all(arr: np.ndarray) -> np.ndarray:
+    out = np.empty(arr.shape, np.float64)
+    for idx, s in np.ndenumerate(arr):
+        out[idx] = _stod(str(s), idx)
+    return out
+
+
+def _stoll_all(arr: np.ndarray, unsigned: bool) -> list[int]:
+    """std::stoll / std::stoull (base 10) of every string, as Python ints (stoull: modulo
+    2**64, a leading '-' negating as strtoull does)."""
+    func, lo, hi = (
+        ("stoull", 0, (1 << 64) - 1) if unsigned else ("stoll", -(1 << 63), (1 << 63) - 1)
+    )
+    out = []
+    for idx, s in np.ndenumerate(arr):
+        s = str(s)
+        m = _STOLL.match(s)
+        if m is None:
+            raise _ort_error(func, s, idx, "does not start with a base-10 integer")
+        sign, digits = m.groups()
+        n = int(digits)
+        if unsigned:
+            if n > hi:
+                raise _ort_error(func, s, idx, "is out of uint64's range")
+            n = (-n) % (1 << 64) if sign == "-" else n
+        else:
+            n = -n if sign == "-" else n
+            if not lo <= n <= hi:
+                raise _ort_error(func, s, idx, "is out of int64's range")
+        out.append(n)
+    return out
+
+
+def _from_string_like_ort(arr: np.ndarray, dst: CastType, sat: bool, how: _Rules) -> np.ndarray:
+    if dst.kind == "bool":
+        return np.array([n != 0 for n in _stoll_all(arr, True)], bool).reshape(arr.shape)
+    if dst.kind == "int" and dst.name not in _SUB_BYTE:
+        unsigned = not _int_bits(dst)[0]
+        ints = _stoll_all(arr, unsigned)
+        return _python_ints_to_int(ints, arr.shape, dst, False)
+    # floats, and int4/uint4 (int2/uint2 as them): std::stod, then as from float64
+    return _numeric(_stod_all(arr), CAST_TYPES["float64"], dst, sat, None, how)
+
+
+def _g8(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "INF" if v > 0 else "-INF"
+    return f"{v:.8g}"
+
+
+def _to_string_like_ort(arr: np.ndarray, src: CastType) -> np.ndarray:
+    if src.kind == "bool":
+        text = ["1" if v else "0" for v in arr.ravel()]
+    elif src.kind == "int":
+        wide = arr.astype(np.int8) if src.name in _SUB_BYTE else arr
+        text = [str(int(v)) for v in wide.ravel()]
+    else:
+        wide = (
+            arr
+            if src.name == "float64"
+            else decode(arr, dtype=np.float64)
+            if _format_of(src)
+            else arr.astype(np.float64)
+        )
+        text = [_g8(float(v)) for v in wide.ravel()]
     return np.array(text, dtype=object).reshape(arr.shape)
 
 
