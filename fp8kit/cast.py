@@ -193,7 +193,9 @@ def cast(
         ``"fnuz-inf-nan"`` (the Cast table's Inf -> NaN into FNUZ types), ``"float4-nan-six"``
         (the float4 page's NaN -> 6), ``"int-clamp"`` (floats clamped into integers, NaN ->
         0), ``"reference-int"`` (onnx.reference's integer bits), ``"round-once"`` (wide
-        sources rounded once, not through float32); ``"legacy"`` is fp8kit 0.x's default.
+        sources rounded once, not through float32), ``"exact-strings"`` (strings parsed
+        exactly and printed with the shortest round-trip digits, not as ONNX Runtime);
+        ``"legacy"`` is fp8kit 0.x's default.
 
     Returns
     -------
@@ -838,8 +840,11 @@ RULES = {
     "(rules='int-clamp': clamp, NaN -> 0)",
     "B": "to bool: zero (+-0.0) -> False, everything else (NaN too) -> True",
     "01": "from bool: False -> 0, True -> 1",
-    "P": "parse the string as a number, then as from float64 (rounded once)",
-    "S": "shortest decimal that round-trips",
+    "P": "parse as ONNX Runtime: a number prefix by std::stod, then as from float64 (into "
+    "bool and the integers but int4/uint4: std::stoull/stoll, wrapped); rules='exact-strings': "
+    "the exact decimal, rounded once",
+    "S": "print as ONNX Runtime: '%.8g' (NaN, INF, -INF), integers' digits, bool as 1/0; "
+    "rules='exact-strings': the shortest decimal that round-trips",
     "F6": "to float6 (no Inf, no NaN): round as R; beyond +-max and +-Inf -> +-max whatever "
     "saturate says; NaN -> zero of the opposite sign (as onnx.reference)",
     "F4": "to float4_e2m1fn (no Inf, no NaN): round as R; beyond +-6 and +-Inf -> +-6 "
