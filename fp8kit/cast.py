@@ -623,6 +623,7 @@ _STOD = re.compile(
 )
 _STOLL = re.compile(_C_SPACE + r"([+-]?)([0-9]+)")
 _TINY = 2.2250738585072014e-308  # float64's smallest normal
+_TINY_EDGE = Fraction(2) ** -1022 - Fraction(2) ** -1076  # from here on, rounds to _TINY
 
 
 def _ort_error(func: str, s: str, index: tuple[int, ...], why: str) -> ValueError:
@@ -670,13 +671,16 @@ def _stod(s: str, index: tuple[int, ...]) -> float:
         v = math.inf
     if math.isinf(v):
         raise _ort_error("stod", s, index, "is out of float64's range")
-    if abs(v) < _TINY:
-        digits = re.sub(r"[pPeE].*", "", (hexa or dec)[2 if hexa else 0 :])
-        nonzero = any(c not in "0." for c in digits)
-        inexact = (v == 0 and nonzero) or (
-            v != 0 and (Fraction(v) != (_hex_fraction(text) if hexa else Fraction(text)))
-        )
-        if inexact:
+    if abs(v) <= _TINY:
+        # glibc's ERANGE on underflow: the value is tiny (below 2**-1022 once rounded to 53
+        # bits with an unbounded exponent) and the result inexact
+        if v == 0:
+            digits = re.sub(r"[pPeE].*", "", (hexa or dec)[2 if hexa else 0 :])
+            underflow = any(c not in "0." for c in digits)
+        else:
+            q = _hex_fraction(text) if hexa else Fraction(text)
+            underflow = abs(q) < _TINY_EDGE and Fraction(v) != q
+        if underflow:
             raise _ort_error("stod", s, index, "underflows float64 (inexact)")
     return v
 
