@@ -116,17 +116,13 @@ def _cuda(name: str, args: tuple, kwargs: dict):
         raise TypeError(f"{name}: GPU arrays are not supported; copy the codes to the host")
     if name == "cast":
         x, to = args
-        if kwargs["rules"] != "conformance":
-            # the GPU twin gives the host's bits under rules="fnuz-inf-nan+round-once" (it
-            # does not follow the conformance suite there yet); no rules are chosen on the GPU
-            raise ValueError(f"cast: on the GPU, rules={kwargs['rules']!r} is not implemented")
         e8m0 = _is_e8m0(to)
         if kwargs["rounding"] != "nearest_even" or e8m0:
             raise ValueError(
                 "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
                 "implemented; use fp8kit.encode(x, fmt, rounding=...) for the codes"
             )
-        return _dispatch.cast(x, to, saturate=kwargs["saturate"])
+        return _dispatch.cast(x, to, saturate=kwargs["saturate"], rules=kwargs["rules"])
     if name == "fake_convert":
         if kwargs["rounding"] != "nearest_even":
             raise ValueError(

@@ -159,3 +159,81 @@ def cast_type(spec: Any, *, argname: str = "to") -> CastType:
             f"{argname} type {dt} is not a Cast-21 type or a format of fp8kit; valid: {_valid()}"
         )
     return t
+
+
+# ------------------------------------------------------------------------------- rules
+#: The readings of ``cast(..., rules=...)``.  Where ONNX's own texts, its conformance suite,
+#: onnx.reference and ONNX Runtime disagree, the default ``"conformance"`` follows the suite
+#: and, where the suite has no case, ONNX Runtime (CPU) unless that contradicts the Cast text;
+#: each other name switches one disputed case to another reading (docs/cast.md lists them).
+_CAST_RULES = {
+    "conformance": "ONNX's conformance suite, then ONNX Runtime (CPU): the default",
+    "fnuz-inf-nan": "+-Inf into a FNUZ float8 type with saturate=True gives NaN (the Cast "
+    "table) instead of +-max (the suite, onnx.reference, ONNX Runtime)",
+    "float4-nan-six": "NaN into float4_e2m1fn gives +6 (ONNX's float4 page) instead of the "
+    "zero of the opposite sign (the suite, onnx.reference, ml_dtypes)",
+    "int-clamp": "floats into integers: out-of-range values clamp to the integer range and NaN "
+    "gives 0 (fp8kit's own reading of 'undefined') instead of x86's truncating bits",
+    "reference-int": "floats into integers: onnx.reference's bits (numpy's scalar loop; int4 "
+    "and uint4 truncate; float8 NaN -> 0 and +-Inf saturate, as ml_dtypes) instead of "
+    "ONNX Runtime's",
+    "round-once": "int32/int64/uint32/uint64 and float64 into float16, bfloat16 and the "
+    "narrow floats are rounded once from the exact value instead of through float32 (the "
+    "double rounding of ONNX Runtime and onnx.reference)",
+    "exact-strings": "strings: fp8kit's exact reading (a decimal parsed exactly and rounded "
+    "once, integer literals exact, strict syntax; numbers printed with the shortest digits "
+    "that round-trip) instead of ONNX Runtime's (std::stod/stoll/stoull prefixes, '%.8g')",
+    "legacy": "fp8kit 0.x's default: fnuz-inf-nan, float4-nan-six, round-once, exact-strings, "
+    "and int-clamp with saturate=True or reference-int with saturate=False",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+    """The resolved ``rules=`` of one call (all False: the conformance default)."""
+
+    fnuz_inf_nan: bool = False
+    float4_nan_six: bool = False
+    int_clamp: bool = False
+    reference_int: bool = False
+    round_once: bool = False
+    exact_strings: bool = False
+
+
+_CONFORMANCE = _Rules()
+
+
+def _cast_rules(rules: Any, sat: bool) -> _Rules:
+    """Validate ``rules=``: a name of :data:`CAST_RULES`, several joined with ``+``, or an
+    iterable of names (or rules already resolved)."""
+    if isinstance(rules, _Rules):
+        return rules
+    if isinstance(rules, str):
+        names = [n.strip() for n in rules.split("+")]
+    else:
+        try:
+            names = list(rules)
+        except TypeError:
+            raise TypeError(
+                f"cast: rules must be a str or an iterable of str; got {rules!r}"
+            ) from None
+        if not all(isinstance(n, str) for n in names):
+            raise TypeError(f"cast: rules must be a str or an iterable of str; got {rules!r}")
+    flags: set[str] = set()
+    for name in names:
+        if name not in _CAST_RULES:
+            raise ValueError(
+                f"cast: unknown rules name {name!r} in rules={rules!r}; valid: "
+                + ", ".join(_CAST_RULES)
+            )
+        if name == "legacy":
+            flags |= {"fnuz-inf-nan", "float4-nan-six", "round-once", "exact-strings"}
+            flags.add("int-clamp" if sat else "reference-int")
+        elif name != "conformance":
+            flags.add(name)
+    if {"int-clamp", "reference-int"} <= flags:
+        raise ValueError(
+            f"cast: rules={rules!r} asks for both 'int-clamp' and 'reference-int' (with "
+            "'legacy', saturate chooses one of them)"
+        )
+    return _Rules(**{f.replace("-", "_"): True for f in flags})

@@ -22,6 +22,8 @@ import numpy as np
 
 from . import _args, _backends, _parallel
 from ._casttypes import (
+    _CAST_RULES,
+    _CONFORMANCE,
     _E8M0,
     _FLOAT4,
     _SUB_BYTE,
@@ -29,6 +31,8 @@ from ._casttypes import (
     CAST_TYPES,
     MORE_CAST_TYPES,
     CastType,
+    _cast_rules,
+    _Rules,
     cast_type,
 )
 from ._kernels.codec import dummy
@@ -56,71 +60,8 @@ __all__ = [
 #: onnx.reference and ONNX Runtime disagree, the default ``"conformance"`` follows the suite
 #: and, where the suite has no case, ONNX Runtime (CPU) unless that contradicts the Cast text;
 #: each other name switches one disputed case to another reading (docs/cast.md lists them).
-CAST_RULES = {
-    "conformance": "ONNX's conformance suite, then ONNX Runtime (CPU): the default",
-    "fnuz-inf-nan": "+-Inf into a FNUZ float8 type with saturate=True gives NaN (the Cast "
-    "table) instead of +-max (the suite, onnx.reference, ONNX Runtime)",
-    "float4-nan-six": "NaN into float4_e2m1fn gives +6 (ONNX's float4 page) instead of the "
-    "zero of the opposite sign (the suite, onnx.reference, ml_dtypes)",
-    "int-clamp": "floats into integers: out-of-range values clamp to the integer range and NaN "
-    "gives 0 (fp8kit's own reading of 'undefined') instead of x86's truncating bits",
-    "reference-int": "floats into integers: onnx.reference's bits (numpy's scalar loop; int4 "
-    "and uint4 truncate; float8 NaN -> 0 and +-Inf saturate, as ml_dtypes) instead of "
-    "ONNX Runtime's",
-    "round-once": "int32/int64/uint32/uint64 and float64 into float16, bfloat16 and the "
-    "narrow floats are rounded once from the exact value instead of through float32 (the "
-    "double rounding of ONNX Runtime and onnx.reference)",
-    "legacy": "fp8kit 0.x's default: fnuz-inf-nan, float4-nan-six, round-once, and int-clamp "
-    "with saturate=True or reference-int with saturate=False",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Rules:
-    """The resolved ``rules=`` of one call (all False: the conformance default)."""
-
-    fnuz_inf_nan: bool = False
-    float4_nan_six: bool = False
-    int_clamp: bool = False
-    reference_int: bool = False
-    round_once: bool = False
-
-
-_CONFORMANCE = _Rules()
-
-
-def _cast_rules(rules: Any, sat: bool) -> _Rules:
-    """Validate ``rules=``: a name of :data:`CAST_RULES`, several joined with ``+``, or an
-    iterable of names."""
-    if isinstance(rules, str):
-        names = [n.strip() for n in rules.split("+")]
-    else:
-        try:
-            names = list(rules)
-        except TypeError:
-            raise TypeError(
-                f"cast: rules must be a str or an iterable of str; got {rules!r}"
-            ) from None
-        if not all(isinstance(n, str) for n in names):
-            raise TypeError(f"cast: rules must be a str or an iterable of str; got {rules!r}")
-    flags: set[str] = set()
-    for name in names:
-        if name not in CAST_RULES:
-            raise ValueError(
-                f"cast: unknown rules name {name!r} in rules={rules!r}; valid: "
-                + ", ".join(CAST_RULES)
-            )
-        if name == "legacy":
-            flags |= {"fnuz-inf-nan", "float4-nan-six", "round-once"}
-            flags.add("int-clamp" if sat else "reference-int")
-        elif name != "conformance":
-            flags.add(name)
-    if {"int-clamp", "reference-int"} <= flags:
-        raise ValueError(
-            f"cast: rules={rules!r} asks for both 'int-clamp' and 'reference-int' (with "
-            "'legacy', saturate chooses one of them)"
-        )
-    return _Rules(**{f.replace("-", "_"): True for f in flags})
+#: (Defined in fp8kit._casttypes, which the GPU twin shares.)
+CAST_RULES = _CAST_RULES
 
 
 def _source_type(x: np.ndarray) -> CastType:
@@ -189,7 +130,9 @@ def cast(
         ``"fnuz-inf-nan"`` (the Cast table's Inf -> NaN into FNUZ types), ``"float4-nan-six"``
         (the float4 page's NaN -> 6), ``"int-clamp"`` (floats clamped into integers, NaN ->
         0), ``"reference-int"`` (onnx.reference's integer bits), ``"round-once"`` (wide
-        sources rounded once, not through float32); ``"legacy"`` is fp8kit 0.x's default.
+        sources rounded once, not through float32), ``"exact-strings"`` (strings parsed
+        exactly and printed with the shortest round-trip digits, not as ONNX Runtime);
+        ``"legacy"`` is fp8kit 0.x's default.
 
     Returns
     -------
@@ -204,7 +147,7 @@ def cast(
     ValueError
         For an unknown type name or ``rules`` name; a string that is not a number (names the
         element and its index); ``rounding`` for a destination that does not take it; or,
-        for GPU arrays, a type outside Cast-21's list or ``rules`` other than the default.
+        for GPU arrays, a type outside Cast-21's list.
 
     Examples
     --------
@@ -241,6 +184,8 @@ def cast(
     dst = cast_type(to)
     arr = _args.native(arr)
     if dst.name == _E8M0:
+        if src.kind == "string" and not how.exact_strings:
+            arr, src = _stod_all(arr), CAST_TYPES["float64"]
         return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
     mode = _args.rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
@@ -259,7 +204,7 @@ def cast(
     if src.kind == "string":
         return _from_string(arr, dst, sat, how)
     if dst.kind == "string":
-        return _to_string(arr, src)
+        return _to_string(arr, src) if how.exact_strings else _to_string_like_ort(arr, src)
     if dst.kind == "bool":
         return _to_bool(arr, src)
     if src.kind == "bool":
@@ -586,6 +531,8 @@ def _from_string(
 ) -> np.ndarray:
     if dst.kind == "string":
         return np.array([str(s) for s in arr.ravel()], dtype=object).reshape(arr.shape)
+    if not how.exact_strings:
+        return _from_string_like_ort(arr, dst, sat, how)
     values = [_parse(str(s), idx) for idx, s in np.ndenumerate(arr)]
     floats = _parse_floats(arr, odd=dst.name != "float64", values=values)
     if dst.kind == "bool":
@@ -655,6 +602,169 @@ def _to_string(arr: np.ndarray, src: CastType) -> np.ndarray:
     return np.array(text, dtype=object).reshape(arr.shape)
 
 
+# ----------------------------------------------------------- strings as ONNX Runtime reads them
+# ONNX Runtime (CPU) parses a string with the C++ library: std::stod into floats (then the
+# double is cast as a float64 would be: to float32, float16, bfloat16 and float8 through
+# float32), std::stoll into signed and std::stoull into unsigned integers and bool, the
+# int4/uint4 types through std::stod; it prints numbers with std::to_string (integers, bool
+# as 1/0) and "%.8g" (every float type, float64 too), NaN as "NaN", +-Inf as "INF"/"-INF".
+# All three read the longest prefix that is a number, after leading white space ("1e3" -> 1
+# into integers, "12abc" -> 12, "1_000" -> 1) and raise on no number at all or on a value out
+# of range (stod: beyond float64's range, or a nonzero value that underflows inexactly into
+# float64's subnormals or zero).
+_C_SPACE = "[ \t\n\v\f\r]*"
+_STOD = re.compile(
+    _C_SPACE + r"([+-]?)(?:"
+    r"(0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?)"
+    r"|((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"|([iI][nN][fF](?:[iI][nN][iI][tT][yY])?)"
+    r"|([nN][aA][nN])(?:\(([0-9A-Za-z_]*)\))?"
+    ")"
+)
+_STOLL = re.compile(_C_SPACE + r"([+-]?)([0-9]+)")
+_TINY = 2.2250738585072014e-308  # float64's smallest normal
+_TINY_EDGE = Fraction(2) ** -1022 - Fraction(2) ** -1076  # from here on, rounds to _TINY
+
+
+def _ort_error(func: str, s: str, index: tuple[int, ...], why: str) -> ValueError:
+    where = ", ".join(map(str, index))
+    return ValueError(
+        f"cast: x[{where}] = {s!r} {why} (ONNX Runtime's std::{func} raises here; "
+        "rules='exact-strings' reads strings exactly, with its own errors)"
+    )
+
+
+def _nan_payload(sign: str, seq: str | None) -> float:
+    """glibc's strtod of "nan(n-char-sequence)": the sequence (read as strtoull's base 0)
+    in the mantissa's low 51 bits; the quiet NaN otherwise."""
+    bits = 0x7FF8000000000000
+    if seq:
+        try:
+            if seq[:2].lower() == "0x":
+                n = int(seq[2:], 16)
+            elif seq.startswith("0"):
+                n = int(seq, 8)
+            else:
+                n = int(seq, 10)
+            bits |= n & ((1 << 51) - 1)
+        except ValueError:
+            pass
+    if sign == "-":
+        bits |= 1 << 63
+    return float(np.uint64(bits).view(np.float64))
+
+
+def _stod(s: str, index: tuple[int, ...]) -> float:
+    """std::stod (glibc's strtod, C locale) of one string."""
+    m = _STOD.match(s)
+    if m is None:
+        raise _ort_error("stod", s, index, "does not start with a number")
+    sign, hexa, dec, inf, nan, seq = m.groups()
+    if nan:
+        return _nan_payload(sign, seq)
+    if inf:
+        return -math.inf if sign == "-" else math.inf
+    text = sign + (hexa or dec)
+    try:
+        v = float.fromhex(text) if hexa else float(text)
+    except OverflowError:
+        v = math.inf
+    if math.isinf(v):
+        raise _ort_error("stod", s, index, "is out of float64's range")
+    if abs(v) <= _TINY:
+        # glibc's ERANGE on underflow: the value is tiny (below 2**-1022 once rounded to 53
+        # bits with an unbounded exponent) and the result inexact
+        if v == 0:
+            digits = re.sub(r"[pPeE].*", "", (hexa or dec)[2 if hexa else 0 :])
+            underflow = any(c not in "0." for c in digits)
+        else:
+            q = _hex_fraction(text) if hexa else Fraction(text)
+            underflow = abs(q) < _TINY_EDGE and Fraction(v) != q
+        if underflow:
+            raise _ort_error("stod", s, index, "underflows float64 (inexact)")
+    return v
+
+
+def _hex_fraction(text: str) -> Fraction:
+    """The exact value of a C hexadecimal float literal."""
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-")[2:]
+    mant, _, exp = body.replace("P", "p").partition("p")
+    whole, _, frac = mant.partition(".")
+    q = Fraction(int((whole + frac) or "0", 16), 16 ** len(frac))
+    return sign * q * Fraction(2) ** int(exp or "0")
+
+
+def _stod_all(arr: np.ndarray) -> np.ndarray:
+    out = np.empty(arr.shape, np.float64)
+    for idx, s in np.ndenumerate(arr):
+        out[idx] = _stod(str(s), idx)
+    return out
+
+
+def _stoll_all(arr: np.ndarray, unsigned: bool) -> list[int]:
+    """std::stoll / std::stoull (base 10) of every string, as Python ints (stoull: modulo
+    2**64, a leading '-' negating as strtoull does)."""
+    func, lo, hi = (
+        ("stoull", 0, (1 << 64) - 1) if unsigned else ("stoll", -(1 << 63), (1 << 63) - 1)
+    )
+    out = []
+    for idx, s in np.ndenumerate(arr):
+        s = str(s)
+        m = _STOLL.match(s)
+        if m is None:
+            raise _ort_error(func, s, idx, "does not start with a base-10 integer")
+        sign, digits = m.groups()
+        n = int(digits)
+        if unsigned:
+            if n > hi:
+                raise _ort_error(func, s, idx, "is out of uint64's range")
+            n = (-n) % (1 << 64) if sign == "-" else n
+        else:
+            n = -n if sign == "-" else n
+            if not lo <= n <= hi:
+                raise _ort_error(func, s, idx, "is out of int64's range")
+        out.append(n)
+    return out
+
+
+def _from_string_like_ort(arr: np.ndarray, dst: CastType, sat: bool, how: _Rules) -> np.ndarray:
+    if dst.kind == "bool":
+        return np.array([n != 0 for n in _stoll_all(arr, True)], bool).reshape(arr.shape)
+    if dst.kind == "int" and dst.name not in _SUB_BYTE:
+        unsigned = not _int_bits(dst)[0]
+        ints = _stoll_all(arr, unsigned)
+        return _python_ints_to_int(ints, arr.shape, dst, False)
+    # floats, and int4/uint4 (int2/uint2 as them): std::stod, then as from float64
+    return _numeric(_stod_all(arr), CAST_TYPES["float64"], dst, sat, None, how)
+
+
+def _g8(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "INF" if v > 0 else "-INF"
+    return f"{v:.8g}"
+
+
+def _to_string_like_ort(arr: np.ndarray, src: CastType) -> np.ndarray:
+    if src.kind == "bool":
+        text = ["1" if v else "0" for v in arr.ravel()]
+    elif src.kind == "int":
+        wide = arr.astype(np.int8) if src.name in _SUB_BYTE else arr
+        text = [str(int(v)) for v in wide.ravel()]
+    else:
+        wide = (
+            arr
+            if src.name == "float64"
+            else decode(arr, dtype=np.float64)
+            if _format_of(src)
+            else arr.astype(np.float64)
+        )
+        text = [_g8(float(v)) for v in wide.ravel()]
+    return np.array(text, dtype=object).reshape(arr.shape)
+
+
 # ------------------------------------------------------------------------------- the table
 #: Legend of :func:`cast_table`: what each rule code means.
 RULES = {
@@ -671,8 +781,11 @@ RULES = {
     "(rules='int-clamp': clamp, NaN -> 0)",
     "B": "to bool: zero (+-0.0) -> False, everything else (NaN too) -> True",
     "01": "from bool: False -> 0, True -> 1",
-    "P": "parse the string as a number, then as from float64 (rounded once)",
-    "S": "shortest decimal that round-trips",
+    "P": "parse as ONNX Runtime: a number prefix by std::stod, then as from float64 (into "
+    "bool and the integers but int4/uint4: std::stoull/stoll, wrapped); rules='exact-strings': "
+    "the exact decimal, rounded once",
+    "S": "print as ONNX Runtime: '%.8g' (NaN, INF, -INF), integers' digits, bool as 1/0; "
+    "rules='exact-strings': the shortest decimal that round-trips",
     "F6": "to float6 (no Inf, no NaN): round as R; beyond +-max and +-Inf -> +-max whatever "
     "saturate says; NaN -> zero of the opposite sign (as onnx.reference)",
     "F4": "to float4_e2m1fn (no Inf, no NaN): round as R; beyond +-6 and +-Inf -> +-6 "

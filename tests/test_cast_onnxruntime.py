@@ -7,7 +7,8 @@ int32 range) and random bit patterns.
 The default rules ("conformance") must give ORT's bits everywhere except where ORT contradicts
 the Cast text (and, where it has cases, ONNX's conformance suite); those elements are matched
 by ``ort_contradicts_the_spec`` one pattern at a time, each pinned by its own test here and
-listed in docs/cast.md.  Pairs with strings are not compared (see docs/cast.md).
+listed in docs/cast.md.  Pairs with strings: numbers printed and strings parsed (valid and
+fuzzed strings, ORT's errors matched by fp8kit's ValueError), one session per pair.
 
 Sessions are cached per pair (tests/ort_cast_oracle.py); the default run uses edge values and
 a few random values, the slow run many more.
@@ -157,3 +158,104 @@ def test_where_onnxruntime_contradicts_the_spec(x, src, dst, sat, fp8kit_says, o
         else:
             assert got == want and np.signbit(got) == np.signbit(want)
     assert ort_contradicts_the_spec(a, src, dst, sat, np.array([ours]), np.array([theirs]))[0]
+
+
+# -------------------------------------------------------------------- strings
+TO_STRING = [s for s in NUMERIC if ort_oracle.supports(s, "string")]
+FROM_STRING = [d for d in NUMERIC if ort_oracle.supports("string", d)]
+#: strings ONNX Runtime reads (std::stod, stoll, stoull: a prefix after white space) or refuses
+TRICKY = [
+    "1e3", "inf", "-inf", "INF", "Infinity", "infinit", "nan", "NaN", "-nan", "nan(123)",
+    "nanxyz", " 1", "1 ", "\t\n 5", "1_000", "0x10", "0x1p3", "0x1.8", "0x", "0x1p-1074",
+    "1.5", "-2.7", "+5", "007", "12abc", "  -3", "-0", "1e", "1e+", "3.14", "300", "0.5",
+    "-0.5", "2.5", "-2.5", "7.5", "-8.5", "1e5", "65519.99", "464", "61440", "240.1",
+    "2.4999999999", "1.000000059604644775390625000000001", "1.0004882819", "1e39", "-1e10",
+    "1e-40", "1.4e-45", "7e-46", "2.2250738585072014e-308", "2147483648", "4294967296",
+    "-9223372036854775808", "9223372036854775808", "18446744073709551615",
+    "-18446744073709551615", "-18446744073709551616", "99999999999999999999", "abc", "",
+    "in", "- 5", "+-1", ".", "e5", "1e400", "-1e400", "1e-400", "1e-310",
+    "4.9406564584124654e-324", "2.2250738585072012e-308", "2.2250738585072013e-308",
+    "0x1.fffffffffffff8p-1023", "0x1.fffffffffffff7p-1023", "0x1.8p-1074", "nan(0x7b)",
+    "1.7976931348623158e308", "1.7976931348623159e308", "0x1.fffffffffffff8p1023", "0X.8P1",
+]  # fmt: skip
+
+
+def _fuzz(n, seed):
+    rng = np.random.default_rng(seed)
+    alphabet = np.array(list(" +-.0123456789eExXpPinfaINFA_("))
+    return ["".join(rng.choice(alphabet, rng.integers(1, 9))) for _ in range(n)]
+
+
+def _valid_numbers(n, seed):
+    """Number strings every ORT parser reads (finite, normal or zero float64 repr, int64)."""
+    rng = np.random.default_rng(seed)
+    f = random_values("float64", n, rng)
+    f = f[np.isfinite(f) & ((np.abs(f) >= 2.2250738585072014e-308) | (f == 0))]
+    ints = random_values("int64", n, rng)
+    return [repr(float(v)) for v in f] + [str(int(v)) for v in ints] + [f"{v:.8g}" for v in f]
+
+
+def _one_by_one(strings, dst):
+    """(ORT's answers, fp8kit's answers) element by element; None where it raises."""
+    theirs, ours = [], []
+    for s in strings:
+        a = np.array([s], dtype=object)
+        try:
+            theirs.append(ort_oracle.ort_cast(a, "string", dst)[0])
+        except Exception:  # noqa: BLE001 - ORT raises its own exception classes
+            theirs.append(None)
+        try:
+            ours.append(ort_oracle.widen(fp8kit.cast(a, dst), dst)[0])
+        except ValueError as e:
+            assert "std::sto" in str(e) and "x[0] = " in str(e)
+            ours.append(None)
+    return theirs, ours
+
+
+def compare_strings(dst, n_valid, n_fuzz):
+    theirs, ours = _one_by_one(TRICKY + _fuzz(n_fuzz, len(dst)), dst)
+    refused = [t is None for t in theirs]
+    assert refused == [o is None for o in ours]
+    read = [s for s, r in zip(TRICKY, refused[: len(TRICKY)], strict=True) if not r]
+    x = np.array(_valid_numbers(n_valid, 7) + read, object)
+    t = ort_oracle.ort_cast(x, "string", dst)
+    o = ort_oracle.widen(fp8kit.cast(x, dst), dst)
+    bad = np.flatnonzero(~_same(o, t))
+    assert not bad.size, [(x[i], o[i], t[i]) for i in bad[:6]]
+
+
+@pytest.mark.parametrize("dst", FROM_STRING)
+def test_strings_to_numbers_match_onnxruntime(dst):
+    compare_strings(dst, n_valid=200, n_fuzz=40)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dst", FROM_STRING)
+def test_strings_to_numbers_match_onnxruntime_many(dst):
+    compare_strings(dst, n_valid=50_000, n_fuzz=3000)
+
+
+def compare_to_string(src, n_random):
+    x = _inputs(src, n_random)
+    assert fp8kit.cast(x, "string").tolist() == ort_oracle.ort_cast(x, src, "string").tolist()
+
+
+@pytest.mark.parametrize("src", TO_STRING)
+def test_numbers_to_strings_match_onnxruntime(src):
+    compare_to_string(src, n_random=256)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src", TO_STRING)
+def test_numbers_to_strings_match_onnxruntime_many(src):
+    compare_to_string(src, n_random=100_000)
+
+
+def test_string_coverage():
+    # ORT 1.32 reads and prints every Cast-21 numeric type (int4/uint4 included)
+    assert len(TO_STRING) >= 19 and len(FROM_STRING) >= 19
+    x = np.array(["1e3", "12abc", " -2.7", "0x10"], dtype=object)
+    assert fp8kit.cast(x, "int8").tolist() == [1, 12, -2, 0]
+    assert fp8kit.cast(x, "float32").tolist() == [1000.0, 12.0, np.float32(-2.7), 16.0]
+    assert fp8kit.cast(np.float64([1 / 3, -0.0, np.nan]), "string").tolist() == [
+        "0.33333333", "-0", "NaN"]  # fmt: skip

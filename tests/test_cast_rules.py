@@ -264,6 +264,7 @@ def test_every_rule_is_described():
         "int-clamp",
         "reference-int",
         "round-once",
+        "exact-strings",
         "legacy",
     ]
     assert all(len(text) > 30 for text in CAST_RULES.values())

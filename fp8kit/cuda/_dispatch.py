@@ -23,7 +23,7 @@ from .._args import on_device as _on_device
 from .._args import openvino_variant
 from .._args import rounding as _rounding
 from .._args import saturate as _saturate
-from .._casttypes import cast_type
+from .._casttypes import _cast_rules, cast_type
 from .._kernels.codec import FLOAT_DTYPES, bits_dtype
 from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .._kernels.tables import decode_table
@@ -336,12 +336,13 @@ def astype(x: Any, fmt: Any, *, saturate: bool = True):
 _SMALL = ("float16", "bfloat16")
 
 
-def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
+def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None, rules: Any = "conformance"):
     """:func:`fp8kit.cast` for GPU arrays, including float8/bfloat16 codes.
 
     The casts from or to float8, bfloat16 and float16 among float types, composed of the
-    codec's steps exactly as on the CPU, so the bits are those of :func:`fp8kit.cast`.
-    ``fp8kit.cast`` calls this for GPU arrays; call it directly to pass ``source``.
+    codec's steps exactly as on the CPU, so the bits are those of :func:`fp8kit.cast`
+    under the same ``rules``.  ``fp8kit.cast`` calls this for GPU arrays; call it directly
+    to pass ``source``.
 
     Parameters
     ----------
@@ -354,6 +355,11 @@ def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
         As for :func:`fp8kit.cast` (float8 destinations).
     source : str, optional
         The format of ``x``'s codes: a float8 format, ``"bfloat16"`` or ``"float16"``.
+    rules : str or iterable of str, default "conformance"
+        As for :func:`fp8kit.cast`.  Two of them change these casts: ``"fnuz-inf-nan"``
+        (+-Inf into a FNUZ float8 type with saturate gives NaN, not +-max) and
+        ``"round-once"`` (float64 rounded once, not through float32); ``"legacy"`` has both.
+        The others concern integer, string and float4 casts, which the GPU does not do.
 
     Returns
     -------
@@ -366,7 +372,8 @@ def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
         For host arrays, integer or string types, a plain float32/float64 conversion, or
         codes without ``source``.
     ValueError
-        For an unknown type or a ``source`` that is not float8, bfloat16 or float16.
+        For an unknown type or ``rules`` name, or a ``source`` that is not float8,
+        bfloat16 or float16.
 
     Examples
     --------
@@ -382,6 +389,7 @@ def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
     """
     dst = cast_type(to)
     sat = _saturate(saturate, "cast")
+    how = _cast_rules(rules, sat)
     d = _device(x, "x", "cast")
     if source is not None:
         src = cast_type(source, argname="source")
@@ -421,6 +429,19 @@ def cast(x: Any, to: Any, *, saturate: bool = True, source: Any = None):
         wide = d
     else:
         wide = decode(d, src.name, dtype=np.float32)
+    # Cast's default (fp8kit.cast's _through_float32 and _float_to_float): float64 reaches
+    # float16, bfloat16 and float8 through float32; +-Inf into a FNUZ type with saturate
+    # gives +-max
+    to32 = wide.dtype == np.float64 and (dst.is_float8 or dst.name in _SMALL)
+    to32 = to32 and not how.round_once
+    fmt = get_format(dst.name) if dst.is_float8 else None
+    fnuz = fmt is not None and sat and fmt.specials == "fnuz" and not how.fnuz_inf_nan
+    if to32 or fnuz:
+        order = _order(wide, "x", "cast")
+        ready = _empty(wide.shape, np.float32 if to32 else wide.dtype, order)
+        kernel = _kernels.prepare_kernel(to32, float(fmt.max) if fnuz else 0.0)
+        _launch(kernel, wide.size, _flat(wide, order), _flat(ready, order))
+        wide = ready
     if dst.is_float8:
         return encode(wide, dst.name, saturate=sat)
     if dst.name in _SMALL:

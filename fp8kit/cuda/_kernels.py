@@ -200,3 +200,25 @@ def fake_kernel(
             out[i] = element(x[i], s, h)
 
     return kernel
+
+
+@functools.cache
+def prepare_kernel(to32: bool, inf_to: float):
+    """Kernel ``(x, out)`` of Cast's default before encoding: ``out[i]`` is ``x[i]`` rounded
+    to float32 (``to32``: float64 data reach 16-bit and float8 types through float32, as
+    ONNX Runtime) and, if ``inf_to`` is nonzero, +-Inf replaced by +-``inf_to`` (the +-max
+    of a FNUZ float8 type with saturate, as ONNX's conformance suite)."""
+
+    @njit
+    def element(v):
+        w = np.float32(v) if to32 else v
+        if inf_to != 0.0 and np.isinf(w):
+            return -inf_to if w < 0 else inf_to
+        return w
+
+    @cuda.jit
+    def kernel(x, out):
+        for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+            out[i] = element(x[i])
+
+    return kernel

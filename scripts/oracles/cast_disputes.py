@@ -57,12 +57,25 @@ CASES = [
      "float64", "float8_e4m3fn", True, "not said", "round-once"),
     ("float64-float16", "DOUBLE 65519.999999 into FLOAT16", "65519.999999", "float64",
      "float16", True, "+Inf if OOR (it is in range)", "round-once"),
+    ("string-int-exponent", '"1e3" into INT32', "1e3", "string", "int32", True,
+     "undefined (float-like strings to INT)", "exact-strings"),
+    ("string-float-twice", '"1.000000059604644775390625000000001" into FLOAT',
+     "1.000000059604644775390625000000001", "string", "float32", True, "not said",
+     "exact-strings"),
+    ("string-bool-half", '"0.5" into BOOL', "0.5", "string", "bool", True, "not said",
+     "exact-strings"),
+    ("double-string", "DOUBLE 1/3 into STRING", "0.3333333333333333", "float64", "string",
+     True, "plain floating-point representation", "exact-strings"),
+    ("float-inf-string", "FLOAT +Inf into STRING", "inf", "float32", "string", True,
+     "not said", "exact-strings"),
 ]  # fmt: skip
 
 
 def show(value) -> str:
     """One answer as the table prints it (``value``: a 0-d array or numpy scalar)."""
     a = np.asarray(value)
+    if a.dtype.kind in "OUS":
+        return '"' + str(a[()]) + '"'
     if a.dtype == np.bool_:
         return str(bool(a))
     if a.dtype.kind in "iu" or a.dtype.name in ("int4", "uint4", "int2", "uint2"):
@@ -83,6 +96,8 @@ def value(text: str, type_name: str) -> np.ndarray:
 
     from fp8kit.cast import ALL_CAST_TYPES
 
+    if type_name == "string":
+        return np.array([text], dtype=object)
     dtype = ALL_CAST_TYPES[type_name].dtype
     if dtype.kind in "iu":
         return np.array([int(text)], dtype)

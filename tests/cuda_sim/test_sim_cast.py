@@ -10,9 +10,8 @@ import fp8kit.cuda
 from .simdata import BF16, FLOAT8, SUBSAMPLE16, host, inputs, same_bits, to_device
 
 DESTS = [*FLOAT8, "bfloat16", "float16", "float32", "float64"]
-#: the GPU twin does not follow Cast's new default yet (issue 19): it gives the host's bits
-#: under these two rules (+-Inf -> NaN into FNUZ types, float64 rounded once)
-GPU = {"rules": "fnuz-inf-nan+round-once"}
+#: the GPU twin follows Cast's default ("conformance"), as the host
+GPU = {}
 
 
 @pytest.mark.parametrize("saturate", [True, False], ids=["sat", "nosat"])
@@ -49,6 +48,37 @@ def test_bfloat16_codes():
         got = fp8kit.cuda.cast(to_device(codes), dst, source="BFLOAT16")
         same_bits(host(got), fp8kit.cast(b, dst, **GPU))
     same_bits(host(fp8kit.cast(to_device(b), "float32")), fp8kit.cast(b, "float32"))
+
+
+#: float64 values where Cast's default and the GPU's former bits differ: +-Inf into FNUZ
+#: types with saturate (+-max; "fnuz-inf-nan": NaN), values rounded twice through float32
+#: ("round-once": once), an overflow of float32
+EDGES = [np.inf, -np.inf, 1 + 2**-4 + 2**-40, 65519.999999, 1 + 2**-11 + 2**-40, 1e300, -1e39]
+
+
+@pytest.mark.parametrize("rules", ["conformance", "legacy", "fnuz-inf-nan", "round-once"])
+def test_rules_on_the_gpu(rules):
+    x = np.array(EDGES)
+    for dtype in (np.float64, np.float32):
+        with np.errstate(over="ignore"):
+            xs = x.astype(dtype)
+        d = to_device(xs)
+        for dst in ["float8_e4m3fn", "float8_e5m2fnuz", "bfloat16"]:
+            for saturate in (True, False):
+                got = fp8kit.cast(d, dst, saturate=saturate, rules=rules)
+                with np.errstate(invalid="ignore", over="ignore"):
+                    want = fp8kit.cast(xs, dst, saturate=saturate, rules=rules)
+                same_bits(host(got), want)
+    # the default and the named rules differ on these values
+    fnuz = host(fp8kit.cast(to_device(x[:2]), "float8_e4m3fnuz", rules=rules))
+    assert fnuz.tolist() == ([0x80, 0x80] if rules in ("legacy", "fnuz-inf-nan") else [0x7F, 0xFF])
+    once = host(fp8kit.cast(to_device(x[2:3]), "float8_e4m3fn", rules=rules))
+    assert once.tolist() == ([0x39] if rules in ("legacy", "round-once") else [0x38])
+
+
+def test_bad_rules_on_the_gpu():
+    with pytest.raises(ValueError, match="unknown rules name 'nope'"):
+        fp8kit.cast(to_device(np.ones(2)), "float16", rules="nope")
 
 
 REFUSED = [
