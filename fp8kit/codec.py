@@ -174,6 +174,15 @@ def _default_rounding(saturate: Any, rounding: Any, seed: Any, random_bits: Any)
     )  # fmt: skip
 
 
+def _fast_lookup(cache: dict, key: tuple):
+    """The plan recorded for ``key``; None if none yet; False if ``key`` cannot have one (an
+    unhashable argument, such as an array as ``fmt``: the full path every time)."""
+    try:
+        return cache.get(key)
+    except TypeError:
+        return False
+
+
 def _run_small(plan, x: np.ndarray) -> np.ndarray:
     fn, lut, table, in_view, res_dtype, view_as = plan
     res = np.empty(x.size, res_dtype)
@@ -260,12 +269,10 @@ def encode(
     """
     fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
     if fast:
-        try:
-            plan = _FAST_ENCODE.get((fmt, x.dtype, saturate))
-        except TypeError:  # an unhashable fmt (an array): the full path
-            plan = fast = None
-        if plan is not None:
+        plan = _fast_lookup(_FAST_ENCODE, (fmt, x.dtype, saturate))
+        if plan:
             return _run_small(plan, x)
+        fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
         return _backends.call(
@@ -384,12 +391,10 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     """
     fast = _fast_ok(codes, out)
     if fast:
-        try:
-            plan = _FAST_DECODE.get((fmt, codes.dtype, dtype))
-        except TypeError:  # unhashable arguments: the full path
-            plan = fast = None
-        if plan is not None:
+        plan = _fast_lookup(_FAST_DECODE, (fmt, codes.dtype, dtype))
+        if plan:
             return _run_small(plan, codes)
+        fast = plan is None
     kind = _backends.kind_of(codes, out)
     if kind != "numpy":
         return _backends.call(kind, "decode", decode, (codes, fmt), dict(dtype=dtype, out=out))
@@ -467,12 +472,10 @@ def round_to(
     """
     fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
     if fast:
-        try:
-            plan = _FAST_ROUND.get((fmt, x.dtype, saturate))
-        except TypeError:  # an unhashable fmt (an array): the full path
-            plan = fast = None
-        if plan is not None:
+        plan = _fast_lookup(_FAST_ROUND, (fmt, x.dtype, saturate))
+        if plan:
             return _run_small(plan, x)
+        fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
         return _backends.call(
