@@ -304,6 +304,7 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
     bits0 = np.uint64(0)
+    shrink = np.float64(1.0 - 2.0**-51)
 
     def make(parallel):
         def kernel(x, scale, shape, sstr, limits, lut, out, nchunks):
@@ -311,15 +312,18 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
             ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
+            # y > ovf or (y == ovf and tie_up) as one comparison: the float64 below ovf
+            ovf_lo = limits[3] if tie_up else ovf
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
+            buf = np.empty(SUM_BLOCK, np.float64)
             for c in range(c_first, c_stop):
                 prefer_512()  # measured 7% faster than LLVM's 256-bit default here
                 se = zero
                 ss = zero
                 mabs = bits0
-                mrel = bits0
+                mr = zero
                 nan_in = 0
                 inf_in = 0
                 lost = 0
@@ -339,8 +343,19 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                     xr = x[i : i + j1 - j0]
                     sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
                     s0 = scale[base]
+                    # the fast path: the block's values all finite (checked after the loop
+                    # on the sums), so no masks; max_rel without a
+                    # division per element: fl(ae / ax) > mr only if ae > mr * ax exactly,
+                    # which implies ae > fl(mr * (1 - 2**-51) * ax) (no false negatives);
+                    # the few blocks holding such candidates divide for them afterwards
+                    mr_lo = mr * shrink
                     bse = zero
                     bss = zero
+                    bmabs = bits0
+                    hit = False
+                    bfl = 0
+                    bsat = 0
+                    bsub = 0
                     for jj in range(xr.size):
                         s32 = sr[jj] if inner_runs else s0
                         v = xr[jj]
@@ -353,24 +368,60 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         qv = np.float64(res)
                         ax = abs(xv)
                         aq = abs(qv)
-                        finite_x = ax < inf
-                        ok = finite_x & (aq < inf)
-                        e = qv - xv if ok else zero
-                        xs = xv if ok else zero
+                        e = qv - xv
                         bse += e * e
-                        bss += xs * xs
+                        bss += xv * xv
                         ae = abs(e)
-                        mabs = max(mabs, as_bits(ae))
-                        nz = ok & (ax != zero)
-                        rel = ae / ax if nz else zero
-                        mrel = max(mrel, as_bits(rel))
-                        flushed += nz & (qv == zero)
+                        buf[jj] = ae
+                        bmabs = max(bmabs, as_bits(ae))
+                        hit |= ae > mr_lo * ax
+                        bfl += (ax != zero) & (qv == zero)
                         y = ax * s
-                        sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
-                        sub += ok & (qv != zero) & (aq * s < tiny)
-                        nan_in += xv != xv
-                        inf_in += ax == inf
-                        lost += finite_x & (not aq < inf)
+                        bsat += y > ovf_lo
+                        bsub += (qv != zero) & (aq * s < tiny)
+                    if bse + bss < inf:  # (sums of at most 1024 finite squares stay finite)
+                        mabs = max(mabs, bmabs)
+                        flushed += bfl
+                        sat += bsat
+                        sub += bsub
+                        if hit:
+                            for jj in range(xr.size):
+                                ax = abs(np.float64(xr[jj]))
+                                if buf[jj] > mr_lo * ax and ax != zero:
+                                    mr = max(mr, buf[jj] / ax)
+                    else:  # NaN or Inf in the block: every element checked
+                        bse = zero
+                        bss = zero
+                        for jj in range(xr.size):
+                            s32 = sr[jj] if inner_runs else s0
+                            v = xr[jj]
+                            fq = as_float(round_in_place(as_bits(v * s32), r8))
+                            res = fq / s32
+                            if kind != F32:
+                                res = _from16(encode_fast(as_bits(res), q), kind, lut)
+                            s = np.float64(s32)
+                            xv = np.float64(v)
+                            qv = np.float64(res)
+                            ax = abs(xv)
+                            aq = abs(qv)
+                            finite_x = ax < inf
+                            ok = finite_x & (aq < inf)
+                            e = qv - xv if ok else zero
+                            xs = xv if ok else zero
+                            bse += e * e
+                            bss += xs * xs
+                            ae = abs(e)
+                            mabs = max(mabs, as_bits(ae))
+                            nz = ok & (ax != zero)
+                            rel = ae / ax if nz else zero
+                            mr = max(mr, rel)
+                            flushed += nz & (qv == zero)
+                            y = ax * s
+                            sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
+                            sub += ok & (qv != zero) & (aq * s < tiny)
+                            nan_in += xv != xv
+                            inf_in += ax == inf
+                            lost += finite_x & (not aq < inf)
                     se += bse
                     ss += bss
                     i += j1 - j0
@@ -389,7 +440,7 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                 row[0] = se
                 row[1] = ss
                 row[2] = as_float(mabs)
-                row[3] = as_float(mrel)
+                row[3] = mr
                 row[4] = nan_in
                 row[5] = inf_in
                 row[6] = lost
