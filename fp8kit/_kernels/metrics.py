@@ -207,19 +207,31 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
             total = amax.size
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
-                for t in range(c * step, min((c + 1) * step, total)):
-                    row, b = t // per_row, t % per_row
+                t = c * step
+                stop = min(t + step, total)
+                if t >= stop:
+                    continue
+                row, b = t // per_row, t % per_row  # then counted on: no division per run
+                while t < stop:
                     lo = row * length + b * run
                     seg = bits[lo : lo + min(run, length - b * run)]
                     m = zero
+                    for j in range(seg.size):  # every |x|; NaN and Inf are the largest
+                        m = max(m, seg[j] & mask)
                     f = zero
-                    for j in range(seg.size):
-                        a = seg[j] & mask
-                        finite = a < inf_bits
-                        m = max(m, a if finite else zero)
-                        f = max(f, zero if finite else one)
+                    if m >= inf_bits:  # (rare) the run again, without them
+                        f = one
+                        m = zero
+                        for j in range(seg.size):
+                            a = seg[j] & mask
+                            m = max(m, a if a < inf_bits else zero)
                     amax[t] = m
                     bad[t] = f
+                    t += 1
+                    b += 1
+                    if b == per_row:
+                        b = 0
+                        row += 1
 
         return kernel
 
