@@ -13,7 +13,7 @@ import numpy as np
 from numba import from_dtype, types
 
 from ..formats import get_format
-from .bits import as_bits, as_float, cast_like, chunk_range, encode_fast, prefer_512, round_in_place
+from .bits import as_bits, as_float, cast_like, chunk_range, fma, encode_fast, prefer_512, round_in_place
 from .codec import Kernel, _params, source_version
 from .fake import _KIND, BF16, F32, _from16, round_params
 
@@ -316,7 +316,8 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
     bits0 = np.uint64(0)
-    shrink = np.float64(1.0 - 2.0**-51)
+    one64 = np.uint64(1)
+    near_half = np.float64(0.5 * (1.0 - 2.0**-40))
     bf_half, bf_keep = np.uint32(0x7FFF), np.uint32(0xFFFF0000)
     sh16, one32 = np.uint32(16), np.uint32(1)
 
@@ -359,11 +360,15 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                     sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
                     s0 = scale[base]
                     # the fast path: the block's values all finite (checked after the loop
-                    # on the sums), so no masks; max_rel without a
-                    # division per element: fl(ae / ax) > mr only if ae > mr * ax exactly,
-                    # which implies ae > fl(mr * (1 - 2**-51) * ax) (no false negatives);
-                    # the few blocks holding such candidates divide for them afterwards
-                    mr_lo = mr * shrink
+                    # on the sums), so no masks; max_rel without a division per element:
+                    # fl(ae / ax) > mr needs ae / ax >= mr + h (the midpoint to the next
+                    # float64; h = ulp(mr) / 2), so d = ae - mr * ax >= h * ax exactly; the
+                    # loop tests fl(d) (one FMA: relative error 2**-53) > fl(hh * ax) with
+                    # hh = h * (1 - 2**-40): no false negatives, and ratios that only
+                    # round to mr (recurring ones such as 1/9) are no candidates; the few
+                    # blocks holding candidates divide for them afterwards
+                    neg_mr = -mr
+                    hh = (as_float(as_bits(mr) + one64) - mr) * near_half
                     bse = zero
                     bss = zero
                     bmabs = bits0
@@ -400,7 +405,7 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         ae = abs(e)
                         buf[jj] = ae
                         bmabs = max(bmabs, as_bits(ae))
-                        hit |= ae > mr_lo * ax
+                        hit |= fma(neg_mr, ax, ae) > hh * ax
                         bfl += (ax != zero) & (qv == zero)
                         y = ax * s
                         bsat += y > ovf_lo
@@ -413,7 +418,7 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         if hit:
                             for jj in range(xr.size):
                                 ax = abs(np.float64(xr[jj]))
-                                if buf[jj] > mr_lo * ax and ax != zero:
+                                if fma(neg_mr, ax, buf[jj]) > hh * ax and ax != zero:
                                     mr = max(mr, buf[jj] / ax)
                     else:  # NaN or Inf in the block: every element checked
                         bse = zero
