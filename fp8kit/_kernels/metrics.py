@@ -13,7 +13,16 @@ import numpy as np
 from numba import from_dtype, types
 
 from ..formats import get_format
-from .bits import as_bits, as_float, cast_like, chunk_range, fma, encode_fast, prefer_512, round_in_place
+from .bits import (
+    as_bits,
+    as_float,
+    cast_like,
+    chunk_range,
+    encode_fast,
+    fma,
+    prefer_512,
+    round_in_place,
+)
 from .codec import Kernel, _params, source_version
 from .fake import _KIND, BF16, F32, _from16, round_params
 
@@ -389,7 +398,8 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                             # ones that rounding and division give) stays a NaN: both then
                             # send the block to the path below, which rounds as encode_fast
                             u = as_bits(res)
-                            res = as_float(cast_like((u + bf_half + ((u >> sh16) & one32)) & bf_keep, one32))
+                            u = cast_like((u + bf_half + ((u >> sh16) & one32)) & bf_keep, one32)
+                            res = as_float(u)
                         elif kind != F32:
                             res = _from16(encode_fast(as_bits(res), q), kind, lut)
                         qbuf[jj] = res
