@@ -67,6 +67,29 @@ def test_16bit_data_is_measured_in_its_dtype():
     assert row.dtype == "bfloat16"
 
 
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+def test_fused_pass_on_edge_values_equals_quantize_then_error_metrics(dtype):
+    # blocks of 1024 with and without NaN/Inf (the fused kernel's fast and careful paths),
+    # values at and around e5m2's overflow threshold (ties round up there), zeros, values
+    # that flush, and recurring error ratios (bfloat16 ties) for max_rel's candidate test
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((6, 2304)) * 10.0 ** rng.integers(-6, 6, (6, 1))).astype(dtype)
+    x = x.astype(np.float32)
+    x[1, :300] = np.array([61440.0, -61440.0, 57344.0, 65536.0, 1e-9, 0.0] * 50)
+    x[2, 5], x[3, 2000], x[4, 7] = np.nan, np.inf, -np.inf
+    x = x.astype(dtype)
+    rows = study.sweep({"x": x}, ["float8_e5m2"], ["none", "block:32"])
+    for r in rows:
+        kind, kw = ("block", dict(block_size=32, axis=-1)) if "block" in r.scaling else ("none", {})
+        q = study.quantize(x, "float8_e5m2", kind, **kw)
+        s = study.scale_for(x, "float8_e5m2", kind, **kw)
+        if kind == "block":
+            s = np.repeat(s, 32, axis=-1)
+        same_metrics(r.metrics, study.error_metrics(x, q, fmt="float8_e5m2", scale=s))
+        assert r.metrics.nan_inputs == 1 and r.metrics.inf_inputs == 2
+    assert rows[0].metrics.n_saturated > 0 and rows[0].metrics.n_flushed > 0
+
+
 def test_delayed_rows_replay_the_steps():
     rng = np.random.default_rng(2)
     steps = (rng.standard_normal((12, 50)) * np.exp2(np.arange(12))[:, None]).astype(np.float32)

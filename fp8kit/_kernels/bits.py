@@ -294,6 +294,21 @@ def round_in_place(v, r):
 
 
 @intrinsic
+def fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once (LLVM's ``llvm.fma``: a vector FMA instruction where the
+    CPU has one, else a correctly rounded library call), for float64 arguments."""
+    if not (a == b == c == types.float64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        d = ir.DoubleType()
+        fn = builder.module.declare_intrinsic("llvm.fma", [d], ir.FunctionType(d, [d, d, d]))
+        return builder.call(fn, args)
+
+    return types.float64(a, b, c), codegen
+
+
+@intrinsic
 def prefer_512(typingctx):
     """Let LLVM vectorize the calling function with 512-bit vectors where the CPU has them.
 

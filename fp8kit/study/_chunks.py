@@ -106,6 +106,7 @@ def chunk_totals(
     box: Box,
     shape: tuple[int, ...],
     jobs: list[tuple[FloatFormat, Grouping | None, np.ndarray | None]],
+    widened: np.ndarray | None = None,
 ) -> tuple[int, np.ndarray, np.ndarray]:
     """``(count, totals, stats)`` of one chunk: its unmasked elements and, per job
     ``(format, grouping, local scale)``, the metric kernel's combined columns
@@ -114,10 +115,11 @@ def chunk_totals(
     ``stats`` (``(jobs, 3)``, see :data:`SCALE_MIN`) gives their range and NaN blocks.
 
     The chunk is widened once; each job quantizes it into one shared buffer.  Masked
-    elements are quantized as zeros and left out of every figure."""
+    elements are quantized as zeros and left out of every figure.  ``widened``: the
+    unmasked chunk already in the working dtype, when the caller has it (no second copy)."""
     data, mask = _unmask(y)
     narrow = data.dtype
-    xw = working(data)
+    xw = working(data) if widened is None else widened
     xq = xw if mask is None else np.where(mask, xw.dtype.type(0), xw)
     xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
     nmasked = 0 if mask is None else int(np.count_nonzero(mask))

@@ -21,6 +21,7 @@ from ._arrays import (
     check_dtype,
     float_data,
     work_dtype,
+    working,
 )
 from ._chunks import (
     DEFAULT_CHUNK_BYTES,
@@ -588,17 +589,21 @@ def study_tensor(
     derived = _derived_tensor(groupings)
     passes = [g for g in groupings if g != derived]
     glob = empty_amax(plan.work_shape, passes)
+    # one chunk of unmasked data: widened once for both passes (amax, then the metrics)
+    xw = working(x) if len(boxes) == 1 and not masked else None
     if passes:
         for box in boxes:
-            parts = chunk_amax(x[box_slices(box)], box, plan.work_shape, passes)
+            y = x[box_slices(box)] if xw is None else xw
+            parts = chunk_amax(y, box, plan.work_shape, passes)
             merge_amax(glob, parts, box, plan.work_shape, passes)
     amaxes = _with_tensor(plan, passes, glob, derived)
     jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
     count, totals, stats = 0, None, None
     for box in boxes:
         n, t, st = chunk_totals(
-            x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape)
-        )
+            x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape),
+            widened=xw,
+        )  # fmt: skip
         count += n
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
