@@ -150,3 +150,40 @@ def test_cli_chunk_budget(tmp_path, capsys):
         main(["study", str(path), "--chunk-budget", "12X"])
     assert exc.value.code == 2
     assert "--chunk-budget" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("channel_axis, block_axis", [(0, -1), (2, 1)])
+def test_amaxes_from_mx_blocks_equal_the_amax_pass(monkeypatch, channel_axis, block_axis):
+    import importlib
+
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")  # (study.sweep: the function)
+    t = {"a": tensors()["a"]}  # one chunk, NaN and -Inf in two blocks and two channels
+    args = (FORMATS, ["tensor", "channel", "block:32"])
+    kw = dict(channel_axis=channel_axis, block_axis=block_axis)
+    used = []
+    real = sweep_mod._from_blocks
+    monkeypatch.setattr(sweep_mod, "_from_blocks", lambda *a: used.append(real(*a)) or used[-1])
+    got = study.sweep(t, *args, **kw)
+    assert used and used[0] is not None
+    monkeypatch.setattr(sweep_mod, "_from_blocks", lambda *a: None)
+    ref = study.sweep(t, *args, **kw)
+    assert [repr(r.as_dict()) for r in got] == [repr(r.as_dict()) for r in ref]
+
+
+def test_mx_exponents_by_bits_equal_frexp():
+    from fp8kit.formats import get_format
+    from fp8kit.study.scaling import mx_exponents
+
+    rng = np.random.default_rng(5)
+    amax = np.abs(rng.standard_normal(4000)) * np.exp2(rng.integers(-1100, 1000, 4000))
+    amax[:8] = [0.0, 2.0**-149, np.finfo(np.float64).max, 1.0, 2.0**-127, 2.0**135, 448.0, 0.0]
+    bad = rng.random(4000) < 0.05
+    for name in FORMATS:
+        fmt = get_format(name)
+        normal = np.where(amax < 2.0**-1022, 0.0, amax)
+        for a in (normal, amax):  # all float64 normal (by bits), a subnormal (frexp)
+            floor_log2 = np.frexp(a)[1] - 1
+            shared = np.maximum(np.where(a > 0, floor_log2 - (fmt.maxexp - 1), -127), -127)
+            want = (np.minimum(shared, 127) + 127).astype(np.uint8)
+            want[(shared > 127) | bad] = 255
+            np.testing.assert_array_equal(mx_exponents(a, bad, fmt), want)

@@ -39,7 +39,10 @@ from .scaling import (
     amax_scale,
     chunk_amax,
     clamp_scale,
+    compact_shape,
     empty_amax,
+    group_amax,
+    local_grouping,
     local_scale,
     merge_amax,
     mx_exponents,
@@ -591,7 +594,12 @@ def study_tensor(
     glob = empty_amax(plan.work_shape, passes)
     # one chunk of unmasked data: widened once for both passes (amax, then the metrics)
     xw = working(x) if len(boxes) == 1 and not masked else None
-    if passes:
+    # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
+    # amaxes when its blocks lie along another axis (one amax pass instead of two)
+    pre = _from_blocks(xw, plan.work_shape, local, passes) if xw is not None else None
+    if pre is not None:
+        glob, pre = pre
+    elif passes:
         for box in boxes:
             y = x[box_slices(box)] if xw is None else xw
             parts = chunk_amax(y, box, plan.work_shape, passes)
@@ -602,12 +610,31 @@ def study_tensor(
     for box in boxes:
         n, t, st = chunk_totals(
             x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape),
-            widened=xw,
+            widened=xw, amaxes=pre,
         )  # fmt: skip
         count += n
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
     return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+def _from_blocks(xw, shape, local, passes):
+    """``(glob, {grouping: (amax, nonfinite)})`` for the amax pass of a one-chunk tensor
+    from the block amaxes of a local MX grouping, when every grouping of ``passes`` is per
+    tensor or per channel along another axis than the blocks' (None otherwise).  The
+    maxima of block maxima are the groups' maxima exactly."""
+    blocks = [g for g in local if all(p.kind == "tensor" or p.axis != g.axis for p in passes)]
+    if not passes or not blocks or any(p.kind not in ("tensor", "channel") for p in passes):
+        return None
+    g = blocks[0]
+    am, bad = group_amax(xw, g.kind, g.axis, g.block)
+    glob = []
+    for p in passes:
+        axes = tuple(d for d in range(xw.ndim) if p.kind == "tensor" or d != p.axis)
+        cs = compact_shape(shape, p.kind, p.axis, p.block)
+        glob.append((am.max(axis=axes, initial=0.0).reshape(cs), bad.any(axis=axes).reshape(cs)))
+    box = tuple((0, n) for n in shape)
+    return glob, {local_grouping(g, box, shape)[0]: (am, bad)}
 
 
 def _derived_tensor(groupings):
