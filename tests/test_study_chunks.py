@@ -187,3 +187,27 @@ def test_mx_exponents_by_bits_equal_frexp():
             want = (np.minimum(shared, 127) + 127).astype(np.uint8)
             want[(shared > 127) | bad] = 255
             np.testing.assert_array_equal(mx_exponents(a, bad, fmt), want)
+
+
+def test_widening_buffer_reused_within_a_sweep_and_freed(monkeypatch):
+    import importlib
+
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")
+    rng = np.random.default_rng(7)
+    t = {
+        "big": rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16),
+        "small": (rng.standard_normal((8, 32)) * 1e3).astype(np.float16),
+        "big2": (rng.standard_normal((40, 64)) * 1e-3).astype(ml_dtypes.bfloat16),
+    }
+    t["small"][1, 2] = np.nan
+    seen = []
+    real = sweep_mod._widened
+    monkeypatch.setattr(sweep_mod, "_widened", lambda x: seen.append(real(x)) or seen[-1])
+    got = study.sweep(t, FORMATS, ["tensor", "channel", "block:32"])
+    assert seen[0][1] is not None and all(s[1] is seen[0][1] for s in seen)  # one buffer
+    assert not sweep_mod._BUFFERS  # freed at the end of the sweep
+    for k, name in enumerate(t):
+        ref = study.sweep({name: t[name]}, FORMATS, ["tensor", "channel", "block:32"])
+        assert [repr(r.as_dict()) for r in got[6 * k : 6 * k + 6]] == [
+            repr(r.as_dict()) for r in ref
+        ]
