@@ -211,3 +211,25 @@ def test_widening_buffer_reused_within_a_sweep_and_freed(monkeypatch):
         assert [repr(r.as_dict()) for r in got[6 * k : 6 * k + 6]] == [
             repr(r.as_dict()) for r in ref
         ]
+
+
+def test_threads_scheduler_splits_the_kernel_threads(monkeypatch):
+    import importlib
+
+    import fp8kit
+
+    dask = pytest.importorskip("dask")
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")
+    seen = []
+    real = sweep_mod.study_tensor
+
+    def spy(*args, **kwargs):
+        seen.append(fp8kit.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "study_tensor", spy)
+    t = {"a": np.float32([1.0, -2.0]), "b": np.float32([[0.5, 3.0]])}
+    with dask.config.set(num_workers=2), fp8kit.num_threads(4):
+        rows = study.sweep(t, FORMATS, ["tensor"], scheduler="threads")
+    assert seen == [2, 2]  # 4 threads over 2 tasks at a time
+    assert [r.as_dict() for r in rows] == [r.as_dict() for r in study.sweep(t, FORMATS, ["tensor"])]

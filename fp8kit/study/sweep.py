@@ -12,6 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import _parallel
 from ..formats import FloatFormat, get_format
 from ._arrays import (
     aligned,
@@ -737,10 +738,13 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
 
 
-def _sweep_one(name, arr, fmts, specs, options):
+def _sweep_one(name, arr, fmts, specs, options, threads=None):
     from .sweep import study_tensor
 
-    return study_tensor(name, arr, fmts, specs, **options)
+    if threads is None:
+        return study_tensor(name, arr, fmts, specs, **options)
+    with _parallel.num_threads(threads):
+        return study_tensor(name, arr, fmts, specs, **options)
 
 
 def _threads_of() -> int:
@@ -764,8 +768,11 @@ def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
             f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
             f"dask.distributed scheduler or a Client; got {scheduler!r}"
         )
-    if scheduler == "threads":  # the threads share the working-memory budget
+    per_task = None
+    if scheduler == "threads":  # the threads share the working-memory budget and the cores
         options = dict(options, chunk_bytes=max(1, options["chunk_bytes"] // _threads_of()))
+        # (kernels on all the cores in every task: 16% slower from oversubscription)
+        per_task = max(1, _parallel.get_num_threads() // _threads_of())
     names = list(tensors)
     results: dict[str, list] = {}
     eager = {n for n in names if array_kind(tensors[n])[0] == "dask"}
@@ -785,7 +792,9 @@ def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
         keys = {}
         tasks = []
         for n in lazy:
-            t = dask.delayed(_sweep_one, pure=False)(n, tensors[n], fmts, specs, options)
+            t = dask.delayed(_sweep_one, pure=False)(
+                n, tensors[n], fmts, specs, options, per_task
+            )  # fmt: skip
             keys[t.key] = n
             tasks.append(t)
 
