@@ -150,3 +150,86 @@ def test_cli_chunk_budget(tmp_path, capsys):
         main(["study", str(path), "--chunk-budget", "12X"])
     assert exc.value.code == 2
     assert "--chunk-budget" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("channel_axis, block_axis", [(0, -1), (2, 1)])
+def test_amaxes_from_mx_blocks_equal_the_amax_pass(monkeypatch, channel_axis, block_axis):
+    import importlib
+
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")  # (study.sweep: the function)
+    t = {"a": tensors()["a"]}  # one chunk, NaN and -Inf in two blocks and two channels
+    args = (FORMATS, ["tensor", "channel", "block:32"])
+    kw = dict(channel_axis=channel_axis, block_axis=block_axis)
+    used = []
+    real = sweep_mod._from_blocks
+    monkeypatch.setattr(sweep_mod, "_from_blocks", lambda *a: used.append(real(*a)) or used[-1])
+    got = study.sweep(t, *args, **kw)
+    assert used and used[0] is not None
+    monkeypatch.setattr(sweep_mod, "_from_blocks", lambda *a: None)
+    ref = study.sweep(t, *args, **kw)
+    assert [repr(r.as_dict()) for r in got] == [repr(r.as_dict()) for r in ref]
+
+
+def test_mx_exponents_by_bits_equal_frexp():
+    from fp8kit.formats import get_format
+    from fp8kit.study.scaling import mx_exponents
+
+    rng = np.random.default_rng(5)
+    amax = np.abs(rng.standard_normal(4000)) * np.exp2(rng.integers(-1100, 1000, 4000))
+    amax[:8] = [0.0, 2.0**-149, np.finfo(np.float64).max, 1.0, 2.0**-127, 2.0**135, 448.0, 0.0]
+    bad = rng.random(4000) < 0.05
+    for name in FORMATS:
+        fmt = get_format(name)
+        normal = np.where(amax < 2.0**-1022, 0.0, amax)
+        for a in (normal, amax):  # all float64 normal (by bits), a subnormal (frexp)
+            floor_log2 = np.frexp(a)[1] - 1
+            shared = np.maximum(np.where(a > 0, floor_log2 - (fmt.maxexp - 1), -127), -127)
+            want = (np.minimum(shared, 127) + 127).astype(np.uint8)
+            want[(shared > 127) | bad] = 255
+            np.testing.assert_array_equal(mx_exponents(a, bad, fmt), want)
+
+
+def test_widening_buffer_reused_within_a_sweep_and_freed(monkeypatch):
+    import importlib
+
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")
+    rng = np.random.default_rng(7)
+    t = {
+        "big": rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16),
+        "small": (rng.standard_normal((8, 32)) * 1e3).astype(np.float16),
+        "big2": (rng.standard_normal((40, 64)) * 1e-3).astype(ml_dtypes.bfloat16),
+    }
+    t["small"][1, 2] = np.nan
+    seen = []
+    real = sweep_mod._widened
+    monkeypatch.setattr(sweep_mod, "_widened", lambda x: seen.append(real(x)) or seen[-1])
+    got = study.sweep(t, FORMATS, ["tensor", "channel", "block:32"])
+    assert seen[0][1] is not None and all(s[1] is seen[0][1] for s in seen)  # one buffer
+    assert not sweep_mod._BUFFERS  # freed at the end of the sweep
+    for k, name in enumerate(t):
+        ref = study.sweep({name: t[name]}, FORMATS, ["tensor", "channel", "block:32"])
+        assert [repr(r.as_dict()) for r in got[6 * k : 6 * k + 6]] == [
+            repr(r.as_dict()) for r in ref
+        ]
+
+
+def test_threads_scheduler_splits_the_kernel_threads(monkeypatch):
+    import importlib
+
+    import fp8kit
+
+    dask = pytest.importorskip("dask")
+    sweep_mod = importlib.import_module("fp8kit.study.sweep")
+    seen = []
+    real = sweep_mod.study_tensor
+
+    def spy(*args, **kwargs):
+        seen.append(fp8kit.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_mod, "study_tensor", spy)
+    t = {"a": np.float32([1.0, -2.0]), "b": np.float32([[0.5, 3.0]])}
+    with dask.config.set(num_workers=2), fp8kit.num_threads(4):
+        rows = study.sweep(t, FORMATS, ["tensor"], scheduler="threads")
+    assert seen == [2, 2]  # 4 threads over 2 tasks at a time
+    assert [r.as_dict() for r in rows] == [r.as_dict() for r in study.sweep(t, FORMATS, ["tensor"])]

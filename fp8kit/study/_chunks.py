@@ -29,6 +29,7 @@ from ..formats import FloatFormat
 from ._arrays import Box, _unmask, work_dtype, working
 from .metrics import fused_totals, metric_totals
 from .scaling import (
+    E8M0_NAN,
     Grouping,
     apply_scale,
     broadcast_view,
@@ -107,6 +108,7 @@ def chunk_totals(
     shape: tuple[int, ...],
     jobs: list[tuple[FloatFormat, Grouping | None, np.ndarray | None]],
     widened: np.ndarray | None = None,
+    amaxes: dict | None = None,
 ) -> tuple[int, np.ndarray, np.ndarray]:
     """``(count, totals, stats)`` of one chunk: its unmasked elements and, per job
     ``(format, grouping, local scale)``, the metric kernel's combined columns
@@ -116,7 +118,9 @@ def chunk_totals(
 
     The chunk is widened once; each job quantizes it into one shared buffer.  Masked
     elements are quantized as zeros and left out of every figure.  ``widened``: the
-    unmasked chunk already in the working dtype, when the caller has it (no second copy)."""
+    unmasked chunk already in the working dtype, when the caller has it (no second copy);
+    ``amaxes``: ``{local grouping: (amax, nonfinite)}`` of MX groupings already computed
+    on that unmasked chunk."""
     data, mask = _unmask(y)
     narrow = data.dtype
     xw = working(data) if widened is None else widened
@@ -129,17 +133,19 @@ def chunk_totals(
         narrow_name = "bfloat16"
     out = np.zeros((len(jobs), km.N_METRICS))
     stats = empty_stats(len(jobs))
-    amaxes: dict[Grouping, tuple] = {}
+    amaxes = {} if amaxes is None or mask is not None else dict(amaxes)
     for j, (fmt, g, sc) in enumerate(jobs):
         lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
         if sc is None:  # MX blocks held whole by the chunk
             if lg not in amaxes:
                 amaxes[lg] = group_amax(xq, lg.kind, lg.axis, lg.block)
             am, bad = amaxes[lg]
-            sc = mx_scale_from_codes(mx_exponents(am, bad, fmt), xw.dtype)
-            finite = sc[np.isfinite(sc)]
-            if finite.size:
-                stats[j, SCALE_MIN], stats[j, SCALE_MAX] = finite.min(), finite.max()
+            codes = mx_exponents(am, bad, fmt)
+            sc = mx_scale_from_codes(codes, xw.dtype)
+            if codes.size and codes.min() != E8M0_NAN:  # finite scales: codes below 0xFF
+                hi = np.max(codes, where=codes != E8M0_NAN, initial=0)
+                ends = mx_scale_from_codes(np.array([hi, codes.min()], np.uint8), xw.dtype)
+                stats[j, SCALE_MIN], stats[j, SCALE_MAX] = ends  # (2**-(code - 127))
             stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
         if xw.dtype == np.float32 and fmt.bits == 8 and xm is xq:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from .. import _parallel
 from ..formats import FloatFormat, get_format
 from ._arrays import (
     aligned,
@@ -39,7 +41,10 @@ from .scaling import (
     amax_scale,
     chunk_amax,
     clamp_scale,
+    compact_shape,
     empty_amax,
+    group_amax,
+    local_grouping,
     local_scale,
     merge_amax,
     mx_exponents,
@@ -395,6 +400,19 @@ def sweep(
         raise ValueError("sweep: formats and scalings must not be empty")
     budget = check_chunk_bytes(chunk_bytes, "sweep")
     total = len(tensors) * len(fmts) * len(specs)
+    try:
+        return _sweep_rows(
+            tensors, fmts, specs, channel_axis, block_axis, margin, pow2, budget, total,
+            scheduler, progress,
+        )  # fmt: skip
+    finally:
+        _BUFFERS.clear()
+
+
+def _sweep_rows(
+    tensors, fmts, specs, channel_axis, block_axis, margin, pow2, budget, total, scheduler,
+    progress,
+):  # fmt: skip
     rows: list[SweepRow] = []
     if scheduler is not None:
         check_axis(channel_axis, 64, "sweep", "channel_axis")
@@ -590,8 +608,15 @@ def study_tensor(
     passes = [g for g in groupings if g != derived]
     glob = empty_amax(plan.work_shape, passes)
     # one chunk of unmasked data: widened once for both passes (amax, then the metrics)
-    xw = working(x) if len(boxes) == 1 and not masked else None
-    if passes:
+    xw, buf = _widened(x) if len(boxes) == 1 and not masked else (None, None)
+    if buf is None:  # (a chunked tensor: no buffer kept beside its chunks)
+        _BUFFERS.pop(threading.get_ident(), None)
+    # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
+    # amaxes when its blocks lie along another axis (one amax pass instead of two)
+    pre = _from_blocks(xw, plan.work_shape, local, passes) if xw is not None else None
+    if pre is not None:
+        glob, pre = pre
+    elif passes:
         for box in boxes:
             y = x[box_slices(box)] if xw is None else xw
             parts = chunk_amax(y, box, plan.work_shape, passes)
@@ -602,12 +627,52 @@ def study_tensor(
     for box in boxes:
         n, t, st = chunk_totals(
             x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape),
-            widened=xw,
+            widened=xw, amaxes=pre,
         )  # fmt: skip
         count += n
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
+    if buf is not None:
+        _BUFFERS[threading.get_ident()] = buf
     return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+
+
+#: Per thread, the float32 buffer that the last one-chunk 16-bit tensor was widened into
+#: (emptied at the end of every sweep).
+_BUFFERS: dict[int, np.ndarray] = {}
+
+
+def _widened(x: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(working(x), buffer)``: 16-bit data widened into this thread's buffer when it is
+    large enough (2x faster than a new array, whose pages are faulted in afresh)."""
+    if x.dtype.itemsize >= 4 or x.ndim == 0 or x.size == 0:
+        return working(x), None
+    buf = _BUFFERS.pop(threading.get_ident(), None)
+    if buf is None or buf.size < x.size:
+        buf = None
+        buf = np.empty(x.size, np.float32)
+    xw = buf[: x.size].reshape(x.shape)
+    np.copyto(xw, x, casting="unsafe")  # (exact: float16 and bfloat16 are float32 values)
+    return xw, buf
+
+
+def _from_blocks(xw, shape, local, passes):
+    """``(glob, {grouping: (amax, nonfinite)})`` for the amax pass of a one-chunk tensor
+    from the block amaxes of a local MX grouping, when every grouping of ``passes`` is per
+    tensor or per channel along another axis than the blocks' (None otherwise).  The
+    maxima of block maxima are the groups' maxima exactly."""
+    blocks = [g for g in local if all(p.kind == "tensor" or p.axis != g.axis for p in passes)]
+    if not passes or not blocks or any(p.kind not in ("tensor", "channel") for p in passes):
+        return None
+    g = blocks[0]
+    am, bad = group_amax(xw, g.kind, g.axis, g.block)
+    glob = []
+    for p in passes:
+        axes = tuple(d for d in range(xw.ndim) if p.kind == "tensor" or d != p.axis)
+        cs = compact_shape(shape, p.kind, p.axis, p.block)
+        glob.append((am.max(axis=axes, initial=0.0).reshape(cs), bad.any(axis=axes).reshape(cs)))
+    box = tuple((0, n) for n in shape)
+    return glob, {local_grouping(g, box, shape)[0]: (am, bad)}
 
 
 def _derived_tensor(groupings):
@@ -673,10 +738,13 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
 
 
-def _sweep_one(name, arr, fmts, specs, options):
+def _sweep_one(name, arr, fmts, specs, options, threads=None):
     from .sweep import study_tensor
 
-    return study_tensor(name, arr, fmts, specs, **options)
+    if threads is None:
+        return study_tensor(name, arr, fmts, specs, **options)
+    with _parallel.num_threads(threads):
+        return study_tensor(name, arr, fmts, specs, **options)
 
 
 def _threads_of() -> int:
@@ -700,8 +768,11 @@ def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
             f"sweep: scheduler must be 'threads', 'processes', 'sync', the address of a "
             f"dask.distributed scheduler or a Client; got {scheduler!r}"
         )
-    if scheduler == "threads":  # the threads share the working-memory budget
+    per_task = None
+    if scheduler == "threads":  # the threads share the working-memory budget and the cores
         options = dict(options, chunk_bytes=max(1, options["chunk_bytes"] // _threads_of()))
+        # (kernels on all the cores in every task: 16% slower from oversubscription)
+        per_task = max(1, _parallel.get_num_threads() // _threads_of())
     names = list(tensors)
     results: dict[str, list] = {}
     eager = {n for n in names if array_kind(tensors[n])[0] == "dask"}
@@ -721,7 +792,9 @@ def sweep_tasks(tensors, fmts, specs, options, scheduler, progress):
         keys = {}
         tasks = []
         for n in lazy:
-            t = dask.delayed(_sweep_one, pure=False)(n, tensors[n], fmts, specs, options)
+            t = dask.delayed(_sweep_one, pure=False)(
+                n, tensors[n], fmts, specs, options, per_task
+            )  # fmt: skip
             keys[t.key] = n
             tasks.append(t)
 
