@@ -6,23 +6,12 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
+from study_rows import same_rows
 
 from fp8kit import study
 from fp8kit.study._chunks import plan_chunks
 
 FORMATS = ["float8_e4m3fn", "float8_e5m2"]
-SUMS = ("sqnr_db", "rmse", "sum_sq_error", "sum_sq_signal")
-
-
-def same_rows(got, ref, rel=1e-12):
-    """Equal rows: counts, maxima, scales and notes exactly, float sums to ``rel``."""
-    assert len(got) == len(ref)
-    for g, r in zip(got, ref, strict=True):
-        dg, dr = g.as_dict(), r.as_dict()
-        for k in SUMS:
-            a, b = dg.pop(k), dr.pop(k)
-            assert a == b or a == pytest.approx(b, rel=rel), (r.tensor, r.scaling, k)
-        assert dg == dr
 
 
 def tensors():
