@@ -37,9 +37,19 @@ def _special_codes(fmt: FloatFormat, negative: bool) -> tuple[int, int | None, i
     if fmt.nan_code is None:  # "finite": never asked for (no overflow to NaN)
         nan = -1
     else:
-        nan = fmt.nan_code if fmt.specials == "fnuz" else fmt.nan_code | sign
+        nan = fmt.nan_code if fmt.specials in ("fnuz", "extended") else fmt.nan_code | sign
     inf = None if fmt.inf_code is None else fmt.inf_code | sign
     return nan, inf, fmt.max_code | sign
+
+
+def _unsigned_negative(code: int, x, fmt: FloatFormat, saturate: bool, rounding: str) -> int:
+    """A negative input to an unsigned P3109 format (pychop's rule; gfloat leaves it
+    undefined): 0 if it rounds to zero, when saturating, or when rounding toward zero or
+    +Inf (the nearest value in that direction); NaN otherwise (also -Inf, saturating
+    aside)."""
+    if code == 0 or saturate or rounding in ("toward_zero", "toward_positive"):
+        return 0
+    return fmt.nan_code
 
 
 def _round_mode(t: Fraction, negative: bool, rounding: str, rnd: int, random_bits: int) -> int:
@@ -84,6 +94,18 @@ def encode_value(
     """
     if fmt.specials == "unsigned":
         return _encode_unsigned(x, fmt, saturate, rounding, rnd, random_bits)
+    if not fmt.signed:  # unsigned P3109: round the magnitude, then the rule for negatives
+        negative = (x < 0) if not isinstance(x, float) else math.copysign(1.0, x) < 0
+        if not negative or (isinstance(x, float) and math.isnan(x)):
+            return _encode_signed(x, fmt, saturate, rounding, rnd, random_bits)
+        mag = _encode_signed(-x, fmt, saturate, rounding, rnd, random_bits, flip=True)
+        return _unsigned_negative(mag, x, fmt, saturate, rounding)
+    return _encode_signed(x, fmt, saturate, rounding, rnd, random_bits)
+
+
+def _encode_signed(x, fmt, saturate, rounding, rnd, random_bits, flip=False):
+    """:func:`encode_value` for formats with zero; ``flip``: x is the magnitude of a
+    negative value (unsigned formats), so directed modes round it the other way."""
     if isinstance(x, float) and math.isnan(x):
         if not fmt.has_nan:  # ml_dtypes: zero of the opposite sign
             return 0 if math.copysign(1.0, x) < 0 else fmt.sign_mask
@@ -104,7 +126,15 @@ def encode_value(
     m = fmt.mantissa_bits
     e = max(_floor_log2(q), fmt.minexp)
     quantum = Fraction(2) ** (e - m)
-    k = _round_mode(q / quantum, negative, rounding, rnd, random_bits)  # |x| -> k * quantum
+    # |x| -> k * quantum
+    k = _round_mode(q / quantum, negative != flip, rounding, rnd, random_bits)
+    if m == 0 and rounding == "nearest_even" and q / quantum - math.floor(q / quantum) == Fraction(
+        1, 2
+    ):
+        # no mantissa bits (P3109's precision 1): the tie goes to the even *code*, and
+        # the codes of 2**e and 2**(e+1) differ by one (gfloat, the draft)
+        low = math.floor(q / quantum)
+        k = low if (low == 0 or (e - fmt.minexp + 1) % 2 == 0) else low + 1
     if k == 0:
         return sign if fmt.has_negative_zero else 0
     if k == 1 << (m + 1):  # the mantissa carried into the next binade
@@ -115,7 +145,7 @@ def encode_value(
         mag = ((e - fmt.minexp + 1) << m) | (k - (1 << m))
     if mag > fmt.max_code:  # "[x] > FLT_MAX"
         toward_zero = rounding == "toward_zero" or rounding == (
-            "toward_negative" if not negative else "toward_positive"
+            "toward_negative" if negative == flip else "toward_positive"
         )
         if saturate or toward_zero:  # directed modes stop at max on their side
             return maxc

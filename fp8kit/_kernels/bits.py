@@ -159,13 +159,18 @@ def _finish_with(v, a, code, p, ovf):
     ) = p
     mag = ovf if code > max_mag else code
     mag = inf_res if a == src_inf else mag
-    mag = nan_mag if a > src_inf else mag
     if neg_zero:
+        mag = nan_mag if a > src_inf else mag
         # xor: formats without NaN give zero of the opposite sign for NaN (see _params)
         return mag ^ shr(v & sign_bit, sign_shift, zero)
-    # fnuz: no -0, so a negative value that rounds to zero gives +0; the NaN code already
-    # carries the sign bit.
-    return mag | (shr(sign_bit, sign_shift, zero) if (v > abs_mask and mag != zero) else zero)
+    # fnuz and P3109: no -0, so a negative value that rounds to zero gives +0; the NaN code
+    # already carries the sign bit.  Other negative values get ``s`` or-ed in: the sign bit,
+    # or for the unsigned P3109 formats the NaN code (all ones), or 0 with ``keep`` 0 (the
+    # result is then 0: saturation, inward directed rounding); see _params.
+    s = shr(sign_bit, sign_shift, zero)
+    keep = abs_mask if s != zero else zero  # (all the low bits, or none; loop-invariant)
+    mag = ((mag & keep) | s) if (v > abs_mask and mag != zero) else mag
+    return nan_mag if a > src_inf else mag
 
 
 @njit(inline="always")
@@ -222,8 +227,12 @@ def encode_generic(v, p, q):
     # total keeps it below the lane width (a wider shift is undefined in LLVM)
     sh_full = base_sh + extra
     sh = sh_full if sh_full < cap else cap
-    r = shr(m + (shl(one, sh - one, one) - one) + (shr(m, sh, one) & one), sh, one)
     k = ee - emin_field if ee > emin_field else zero_of(one)
+    # ties go to the even code: the lowest kept bit of m, or with no mantissa bits (P3109's
+    # precision 1) the parity of the exponent field k + (m >> sh)
+    kept = shr(m, sh, one)
+    lsb = (shl(k, m_bits, one) + kept) & one
+    r = shr(m + (shl(one, sh - one, one) - one) + lsb, sh, one)
     code = shl(k, m_bits, one) + r
     return _finish(v, a, code, p)
 

@@ -119,18 +119,40 @@ def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
             return Plan("float32", load, False, "unsigned")
         return Plan("float64", LOAD_DIRECT, in_dtype != np.float64, "unsigned")
     if in_dtype == np.float64:
-        return Plan("float64", LOAD_DIRECT, False, _strategy(fmt, "float64") or "generic")
+        return Plan("float64", LOAD_DIRECT, False, _strategy_f64(fmt))
     load = {
         np.dtype(np.float32): LOAD_DIRECT,
         np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
         np.dtype(np.float16): LOAD_LUT,
     }[in_dtype]
-    if _strategy(fmt, "float32") == "fast":
+    if _strategy(fmt, "float32") == "fast" and not _odd_parity(fmt, "float32"):
         return Plan("float32", load, False, "fast")
-    return Plan("float64", LOAD_DIRECT, True, _strategy(fmt, "float64") or "generic")
+    return Plan("float64", LOAD_DIRECT, True, _strategy_f64(fmt))
 
 
-def _params(fmt: FloatFormat, source: str, saturate: bool):
+def _odd_parity(fmt: FloatFormat, source: str) -> bool:
+    """Whether nearest-even on the source's bits would pick the wrong neighbour at a tie:
+    with no mantissa bits (P3109's precision 1) the kept lowest bit is the source's exponent
+    bit, and the code's parity differs from it when the two biases differ by an odd number
+    (gfloat and the draft: ties go to the even *code*).  The generic path rounds by the
+    code's parity; the fast path does not."""
+    return fmt.mantissa_bits == 0 and (_SOURCES[source][3] - fmt.bias) % 2 == 1
+
+
+def _strategy_f64(fmt: FloatFormat) -> str:
+    if _odd_parity(fmt, "float64"):
+        return "generic"
+    return _strategy(fmt, "float64") or "generic"
+
+
+#: Rounding modes (numbers of fp8kit._kernels.rounding) that round a negative value toward
+#: zero or up: into an unsigned format they give 0 (pychop's rule for P3109), not NaN.
+_INWARD_MODES = (2, 3)  # toward_zero, toward_positive
+
+
+def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = None):
+    """The kernels' constants for rounding ``source`` bits to ``fmt`` (tuples p and q);
+    ``mode``: the rounding mode's number, which only unsigned P3109 formats look at."""
     width, src_m, src_e, src_bias = _SOURCES[source]
     u = np.uint32 if width == 32 else np.uint64
     f = np.float32 if width == 32 else np.float64
@@ -154,12 +176,20 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
     if saturate:
         ovf = max_mag
         # ONNX Cast-21, saturate=True: "+/- Inf -> +/- FLT_MAX" for E4M3FN and E5M2, but
-        # "NaN" for the fnuz formats.
+        # "NaN" for the fnuz formats (so also for P3109's signed finite formats, which are
+        # fnuz formats; P3109's SatFinite and gfloat give +-max).
         inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
         if fmt.specials == "finite":
             inf_res = max_mag
     else:
         ovf = inf_res = inf_mag
+    # What a negative value's magnitude code gets or-ed with (see bits._finish_with): the
+    # sign bit; for unsigned P3109 formats the NaN code (all ones), or 0 (and the result is
+    # 0) when saturating or rounding toward zero or +Inf, as pychop does (gfloat leaves
+    # negative input to unsigned formats undefined).
+    sign_or = 1 << (fmt.bits - 1)
+    if fmt.specials in ("unsigned_extended", "unsigned_finite"):
+        sign_or = 0 if (saturate or mode in _INWARD_MODES) else nan_mag
     p = (
         u((1 << (width - 1)) - 1),  # abs_mask
         u(1),  # one
@@ -174,7 +204,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
         u(ovf),
         u(inf_res),
         u(nan_mag),
-        u(1 << (width - 1)),  # sign_bit
+        u(sign_or << (width - fmt.bits)),  # sign_bit (see sign_or)
         u(width - fmt.bits),  # sign_shift
         bool(fmt.has_negative_zero),
         u(0),  # zero
@@ -643,7 +673,7 @@ def encode_mode_kernel(
     random bits and the format's two path flags are compiled in.
     """
     pl = plan(fmt, np.dtype(in_dtype))
-    p, q = _params(fmt, pl.source, saturate)
+    p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
     unsigned = pl.strategy == "unsigned"

@@ -87,7 +87,7 @@ def mode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int
     generator gives that index.  Returns ``(element, plan)``."""
     in_dtype = np.dtype(in_dtype)
     pl = plan(fmt, in_dtype)
-    p, q = _params(fmt, pl.source, saturate)
+    p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
     widen, unsigned = pl.widen_first, pl.strategy == "unsigned"
