@@ -662,7 +662,7 @@ def format_table(formats: Any = None) -> str:
     Parameters
     ----------
     formats : iterable of format specs, optional
-        Default: the built-in formats.
+        Default: the built-in formats (``fp8kit.formats.P3109_FORMATS``: the P3109 ones).
 
     Returns
     -------
@@ -693,6 +693,9 @@ def format_table(formats: Any = None) -> str:
             "fnuz": "-0 code",
             "finite": "none",
             "unsigned": "all ones",
+            "extended": "-0 code",
+            "unsigned_extended": "all ones",
+            "unsigned_finite": "all ones",
         }[fmt.specials]
         rows.append(
             f"| `{fmt.name}` | {fmt.bits} | {fmt.exponent_bits} | {fmt.mantissa_bits} "
