@@ -150,10 +150,16 @@ def current_offset() -> int:
 
 # ---------------------------------------------------------------------- fake_convert
 def destination(name: Any) -> FloatFormat:
-    """FakeConvert's ``destination_type``: a signed 8-bit format."""
+    """FakeConvert's ``destination_type``: a signed 8-bit format with a mantissa bit."""
     # Signed 8-bit formats: float8_e8m0fnu (no sign, no zero) is a scale type, not a
     # destination a quantize-dequantize can round x * scale to.
-    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8 and f.signed]
+    # P3109's precision-1 formats are left out: their ties go to the even *code*, which
+    # FakeConvert's in-place rounding on float bits does not compute.
+    eight_bit = [
+        n
+        for n, f in registered_formats().items()
+        if f.bits == 8 and f.signed and f.mantissa_bits > 0
+    ]
     try:
         fmt = get_format(name_arg(name), argname="destination_type")
     except (ValueError, TypeError):
@@ -218,3 +224,18 @@ def element_strides(operand: np.ndarray, shape: tuple[int, ...]) -> tuple[int, .
     """Strides, in elements, of ``operand`` broadcast to ``shape``."""
     full = np.broadcast_to(operand, shape)
     return tuple(st // operand.itemsize for st in full.strides)
+
+
+def study_format(spec: Any) -> FloatFormat:
+    """A format the study's fused kernels round to: any but the unsigned and the
+    precision-1 P3109 formats (the kernels round the magnitude in place on float bits, with
+    the sign kept, and break ties on the mantissa's lowest bit)."""
+    fmt = get_format(spec, argname="format")
+    if fmt.specials in ("unsigned_extended", "unsigned_finite") or (
+        fmt.signed and fmt.mantissa_bits == 0
+    ):
+        raise ValueError(
+            f"format {fmt.name!r} is not supported by the study (unsigned and precision-1 "
+            "P3109 formats are not); use fp8kit.round_to for it"
+        )
+    return fmt

@@ -128,8 +128,10 @@ def _encode_signed(x, fmt, saturate, rounding, rnd, random_bits, flip=False):
     quantum = Fraction(2) ** (e - m)
     # |x| -> k * quantum
     k = _round_mode(q / quantum, negative != flip, rounding, rnd, random_bits)
-    if m == 0 and rounding == "nearest_even" and q / quantum - math.floor(q / quantum) == Fraction(
-        1, 2
+    if (
+        m == 0
+        and rounding == "nearest_even"
+        and q / quantum - math.floor(q / quantum) == Fraction(1, 2)
     ):
         # no mantissa bits (P3109's precision 1): the tie goes to the even *code*, and
         # the codes of 2**e and 2**(e+1) differ by one (gfloat, the draft)

@@ -515,8 +515,6 @@ register_format(float6_e3m2fn, ["FLOAT6E3M2"])
 register_format(float4_e2m1fn, ["FLOAT4E2M1", "f4e2m1"])
 
 
-
-
 def _p3109_formats() -> tuple[FloatFormat, ...]:
     """Register IEEE P3109's binaryKpP formats, K = 3..8, as gfloat 0.5 defines them
     (``gfloat.formats.format_info_p3109``): precision P (the stored mantissa has P - 1 bits),

@@ -90,7 +90,12 @@ def test_registry_has_every_binary_k_p():
         k, p, signed, extended = parts(fmt)
         draft = f"binary{k}p{p}{'s' if signed else 'u'}{'e' if extended else 'f'}"
         assert get_format(draft) is fmt is get_format(p3109_name(fmt))
-        assert (fmt.bits, fmt.mantissa_bits, fmt.signed, fmt.has_inf) == (k, p - 1, signed, extended)
+        assert (fmt.bits, fmt.mantissa_bits, fmt.signed, fmt.has_inf) == (
+            k,
+            p - 1,
+            signed,
+            extended,
+        )
 
 
 @pytest.mark.parametrize(
@@ -318,3 +323,53 @@ def test_pack_rejects_codes_too_wide_for_the_format():
         fp8kit.pack(np.array([32], np.uint8), "p3109_k5p3se")
     with pytest.raises(ValueError, match="packing is for 3- to 7-bit codes"):
         fp8kit.pack(np.array([1], np.uint8), "p3109_k8p3se")
+
+
+# ---------------------------------------------------------------------------- elsewhere
+@pytest.mark.parametrize("name", ["p3109_k8p4se", "binary8p5sf", "p3109_k8p2se"])
+def test_fake_convert_to_signed_binary8(name):
+    fmt = get_format(name)
+    x = np.concatenate([sweep(fmt)[::5], [np.inf, -np.inf]]).astype(np.float32)
+    got = fp8kit.fake_convert(x, np.float32(1.0), destination_type=name)
+    # FakeConvert saturates: Inf and overflow -> +-max, as round_to with saturate (but for
+    # Inf into a finite format, where FakeConvert gives +-max too)
+    want = fp8kit.round_to(np.clip(x, -fmt.max, fmt.max), fmt, saturate=True)
+    assert same(got, want).all()
+
+
+@pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p4ue"])
+def test_fake_convert_and_study_reject_unsigned_and_precision_one(name):
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="unknown destination_type"):
+        fp8kit.fake_convert(x, np.float32(1.0), destination_type=name)
+    with pytest.raises(ValueError, match="not supported by the study"):
+        fp8kit.study.sweep({"x": x}, [name], ["tensor"])
+
+
+def test_study_sweep_and_quantize_with_p3109_formats():
+    x = np.random.default_rng(3).standard_normal((32, 64)).astype(np.float32)
+    names = ["p3109_k8p4se", "p3109_k6p3sf"]
+    rows = fp8kit.study.sweep({"x": x}, names, ["tensor", "block:32"])
+    assert sorted((r.format, r.scaling) for r in rows) == sorted(
+        (n, s) for n in names for s in ("tensor", "block:32")
+    )
+    for name in names:
+        fmt = get_format(name)
+        scale = np.float32(fmt.max / np.abs(x).max())
+        q = fp8kit.study.quantize(x, name, scale=scale)
+        want = fp8kit.round_to(x * scale, fmt) / scale
+        assert np.array_equal(q, want)
+        row = next(r for r in rows if r.format == name and r.scaling == "tensor")
+        err = (q.astype(np.float64) - x) ** 2
+        assert row.metrics.sqnr_db == pytest.approx(
+            10 * np.log10((x.astype(float) ** 2).sum() / err.sum()), rel=1e-6
+        )
+
+
+def test_cli_study_formats(capsys):
+    from fp8kit.cli import main
+
+    code = main(["study", "--formats", "p3109_k8p4se", "binary8p3se", "--scaling", "tensor"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "p3109_k8p4se" in out and "p3109_k8p3se" in out
