@@ -39,7 +39,7 @@ from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
 from .codec import decode, encode
-from .formats import get_format
+from .formats import P3109_FORMATS, FloatFormat, get_format
 
 __all__ = [
     "cast",
@@ -75,6 +75,38 @@ def _source_type(x: np.ndarray) -> CastType:
     return cast_type(dt, argname="x")
 
 
+def _codes_only(to: Any) -> FloatFormat | None:
+    """The format ``to`` names when it is a registered format without a dtype (the IEEE
+    P3109 formats but those equal to an ml_dtypes type): ``cast`` returns its codes."""
+    if not isinstance(to, (str, FloatFormat)):
+        return None
+    try:
+        fmt = get_format(to, argname="to")
+    except ValueError:
+        return None
+    return fmt if fmt.dtype is None and fmt in P3109_FORMATS else None
+
+
+def _to_codes(arr, src, fmt, sat, rounding, seed, random_bits) -> np.ndarray:
+    """Cast to a P3109 format (no ONNX type, no dtype): its uint8 codes, by the float8 rules
+    of Cast-21 as :func:`fp8kit.encode` has them (from the exact value, once)."""
+    if src.kind not in ("float", "int", "bool"):
+        raise ValueError(
+            f"cast: to {fmt.name} (a P3109 format: the result is its codes) takes numbers; "
+            f"got {src.name}"
+        )
+    if src.kind != "float":
+        if src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)) and np.any(
+            np.abs(arr.astype(np.float64)) >= 2**53
+        ):
+            raise ValueError(
+                f"cast: {src.name} values of 2**53 or more to {fmt.name} are not supported "
+                "(not exact in float64); cast to float64 first if that is acceptable"
+            )
+        arr = arr.astype(np.float64)
+    return encode(arr, fmt, saturate=sat, rounding=rounding, seed=seed, random_bits=random_bits)
+
+
 def cast(
     x: Any,
     to: Any,
@@ -103,7 +135,10 @@ def cast(
         type) or string data.
     to : dtype or str
         numpy/ml_dtypes dtype, fp8kit format name or alias, or ONNX type name
-        (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).
+        (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).  An IEEE
+        P3109 format without an ml_dtypes type (``"p3109_k8p4se"``; no ONNX type either)
+        gives its uint8 codes, by :func:`fp8kit.encode`'s rules (the Cast-21 float8 tables,
+        rounded once from the exact value) from float, integer or bool data.
     saturate : bool, default True
         For float8 destinations, the Cast-21 saturate tables (float8_e4m3 and float8_e3m4
         take E5M2's column, float8_e4m3b11fnuz E4M3FNUZ's), with +-Inf -> +-max into the
@@ -181,6 +216,9 @@ def cast(
     sat = _args.saturate(saturate, "cast")
     how = _cast_rules(rules, sat)
     src = _source_type(arr)
+    codes_fmt = _codes_only(to)
+    if codes_fmt is not None:
+        return _to_codes(arr, src, codes_fmt, sat, rounding, seed, random_bits)
     dst = cast_type(to)
     arr = _args.native(arr)
     if dst.name == _E8M0:

@@ -373,3 +373,21 @@ def test_cli_study_formats(capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "p3109_k8p4se" in out and "p3109_k8p3se" in out
+
+
+def test_cast_to_p3109_gives_the_codes_of_encode():
+    x = np.array([1.0, 300.0, np.inf, np.nan, -2.0, 11.5], np.float32)
+    for name in ("p3109_k8p4se", "binary8p3ue", "p3109_k5p2sf"):
+        for sat in (True, False):
+            got = fp8kit.cast(x, name, saturate=sat)
+            assert got.dtype == np.uint8
+            assert got.tolist() == fp8kit.encode(x, name, saturate=sat).tolist()
+    assert fp8kit.cast(np.array([3, -1], np.int64), "p3109_k8p3ue").tolist() == [134, 0]
+    assert fp8kit.cast(np.array([True, False]), "p3109_k8p4se").tolist() == [64, 0]
+    assert fp8kit.cast(np.float64([1.4]), "p3109_k8p4se", rounding="toward_zero").tolist() == [67]
+    # the fnuz aliases stay ml_dtypes types
+    assert fp8kit.cast(np.float32([1.0]), "p3109_k8p4sf").dtype == np.dtype("float8_e4m3fnuz")
+    with pytest.raises(ValueError, match="takes numbers; got string"):
+        fp8kit.cast(np.array(["1.0"]), "p3109_k8p4se")
+    with pytest.raises(ValueError, match="2\\*\\*53 or more"):
+        fp8kit.cast(np.array([2**60 + 1], np.int64), "p3109_k8p1ue")
