@@ -64,13 +64,17 @@ def format_arg(fmt: Any, argname: str = "fmt") -> FloatFormat:
     return get_format(name_arg(fmt), argname=argname)
 
 
-def saturate(value: Any, func: str) -> bool:
-    """The ``saturate`` argument as a bool, or a TypeError."""
+def saturate(value: Any, func: str, propagate: bool = False) -> Any:
+    """The ``saturate`` argument as a bool, or a TypeError; with ``propagate``, the string
+    ``"propagate"`` too (P3109's SatPropagate: see :func:`fp8kit.encode`)."""
     if isinstance(value, (bool, np.bool_)) or (
         isinstance(value, (int, np.integer)) and value in (0, 1)
     ):
         return bool(value)
-    raise TypeError(f"{func}: saturate must be True or False (or 1/0); got {value!r}")
+    if propagate and isinstance(value, str) and value == "propagate":
+        return "propagate"
+    also = ", 'propagate'" if propagate else ""
+    raise TypeError(f"{func}: saturate must be True or False (or 1/0{also}); got {value!r}")
 
 
 def check_rounding(rounding: Any, random_bits: Any, func: str) -> int:

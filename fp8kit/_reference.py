@@ -115,6 +115,8 @@ def _encode_signed(x, fmt, saturate, rounding, rnd, random_bits, flip=False):
     negative = (x < 0) if not isinstance(x, float) else math.copysign(1.0, x) < 0
     nan, inf, maxc = _special_codes(fmt, negative)
     if isinstance(x, float) and math.isinf(x):
+        if saturate == "propagate" and inf is not None:  # P3109's SatPropagate
+            return inf
         if saturate:
             # Cast-21 saturate table: +/-Inf -> +/-FLT_MAX (E4M3FN, E5M2), NaN (fnuz).
             return nan if fmt.specials == "fnuz" else maxc

@@ -202,7 +202,7 @@ def encode(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
@@ -222,10 +222,11 @@ def encode(
         exactly first), of any shape and memory layout.
     fmt : str, FloatFormat or dtype
         Target format, e.g. ``"float8_e4m3fn"``; see :func:`fp8kit.get_format`.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         True: values beyond the largest finite value become +-max; Inf becomes +-max too,
         except in ``fnuz`` formats (NaN).  False: they become +-Inf where the format has
-        Inf, NaN otherwise.
+        Inf, NaN otherwise.  ``"propagate"`` (P3109's SatPropagate, pychop's name): as True,
+        but +-Inf stays +-Inf where the format has Inf.
     out : ndarray, optional
         Where to write the codes: dtype uint8 (formats of up to 8 bits) or uint16, or the
         format's ml_dtypes dtype; x is broadcast to its shape.
@@ -286,7 +287,7 @@ def encode(
     if out is not None:
         allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
         _check_out(out, x.shape, allowed, "encode")
-    sat = _saturate(saturate, "encode")
+    sat = _saturate(saturate, "encode", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
     if mode == NEAREST_EVEN:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
@@ -427,7 +428,7 @@ def round_to(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
@@ -445,7 +446,7 @@ def round_to(
         float16, bfloat16, float32 or float64 data.
     fmt : str, FloatFormat or dtype
         The format to round to.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         As in :func:`encode`.
     out : ndarray, optional
         Output array of x's dtype; x is broadcast to its shape.
@@ -489,7 +490,7 @@ def round_to(
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
     table = decode_table(fmt, dt)
-    sat = _saturate(saturate, "round_to")
+    sat = _saturate(saturate, "round_to", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
     if mode == NEAREST_EVEN:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype)
@@ -513,7 +514,7 @@ def astype(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
@@ -528,7 +529,7 @@ def astype(
         Floating-point data, as for :func:`encode`.
     fmt : str, FloatFormat or dtype
         A format that has a numpy or ml_dtypes dtype.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         As in :func:`encode`.  (``x.astype(ml_dtypes.float8_e4m3fn)`` does not saturate.)
     rounding, seed, random_bits
         The rounding mode, as in :func:`encode`.

@@ -391,3 +391,24 @@ def test_cast_to_p3109_gives_the_codes_of_encode():
         fp8kit.cast(np.array(["1.0"]), "p3109_k8p4se")
     with pytest.raises(ValueError, match="2\\*\\*53 or more"):
         fp8kit.cast(np.array([2**60 + 1], np.int64), "p3109_k8p1ue")
+
+
+@pytest.mark.parametrize("fmt", K8)
+def test_saturate_propagate_matches_pychop(fmt):
+    # P3109's SatPropagate: finite overflow -> +-max, +-Inf kept where the format has Inf
+    pychop = pytest.importorskip("pychop")
+    k, p, signed, extended = parts(fmt)
+    pf = pychop.P3109Format(k, p, signed, "extended" if extended else "finite")
+    x = sweep(fmt)
+    for mode in ("nearest_even", "toward_zero", "toward_negative"):
+        got = fp8kit.round_to(x, fmt, saturate="propagate", rounding=mode)
+        want = pychop.p3109_quantize(x, pf, rounding=mode, saturate="propagate")
+        # pinned: fnuz formats give NaN for +-Inf (as with saturate=True); pychop +-max
+        known = np.isinf(x) if fmt.specials == "fnuz" else np.zeros(x.size, bool)
+        assert (same(got, want) | known).all(), (p3109_name(fmt), mode)
+        codes = fp8kit.encode(x, fmt, saturate="propagate", rounding=mode)
+        ref = [encode_value(float(v), fmt, saturate="propagate", rounding=mode) for v in x[::7]]
+        assert codes[::7].tolist() == ref
+    assert fp8kit.round_to(np.float32([np.inf]), "float8_e5m2", saturate="propagate") == np.inf
+    with pytest.raises(TypeError, match="saturate must be True or False"):
+        fp8kit.cast(np.float32([1.0]), "float8_e5m2", saturate="propagate")

@@ -181,6 +181,8 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
         inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
         if fmt.specials == "finite":
             inf_res = max_mag
+        if saturate == "propagate" and fmt.has_inf:  # P3109's SatPropagate
+            inf_res = inf_mag
     else:
         ovf = inf_res = inf_mag
     # What a negative value's magnitude code gets or-ed with (see bits._finish_with): the

@@ -218,7 +218,7 @@ def encode(
 ):
     """``fp8kit.encode`` for device arrays: returns a uint8/uint16 device array of codes."""
     fmt = get_format(fmt, argname="fmt")
-    sat = _saturate(saturate, "encode")
+    sat = _saturate(saturate, "encode", propagate=True)
     d, own = _float_input(x, "encode", allow_codes_of=True)
     if own is not None:  # ml_dtypes float8 data: widening to float32 is exact
         d = decode(d, own, dtype=np.float32)
@@ -302,7 +302,7 @@ def round_to(
 ):
     """``fp8kit.round_to`` for device arrays."""
     fmt = get_format(fmt, argname="fmt")
-    sat = _saturate(saturate, "round_to")
+    sat = _saturate(saturate, "round_to", propagate=True)
     d, _ = _float_input(x, "round_to", allow_codes_of=False)
     order = _order(d, "x", "round_to")
     dt = d.dtype
