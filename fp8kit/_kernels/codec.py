@@ -39,6 +39,8 @@ from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
     STOCHASTIC,
+    TOWARD_POSITIVE,
+    TOWARD_ZERO,
     K,
     encode_mode,
     encode_stochastic_fast,
@@ -147,7 +149,7 @@ def _strategy_f64(fmt: FloatFormat) -> str:
 
 #: Rounding modes (numbers of fp8kit._kernels.rounding) that round a negative value toward
 #: zero or up: into an unsigned format they give 0 (pychop's rule for P3109), not NaN.
-_INWARD_MODES = (2, 3)  # toward_zero, toward_positive
+_INWARD_MODES = (TOWARD_ZERO, TOWARD_POSITIVE)
 
 
 def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = None):
