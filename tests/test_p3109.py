@@ -412,3 +412,9 @@ def test_saturate_propagate_matches_pychop(fmt):
     assert fp8kit.round_to(np.float32([np.inf]), "float8_e5m2", saturate="propagate") == np.inf
     with pytest.raises(TypeError, match="saturate must be True or False"):
         fp8kit.cast(np.float32([1.0]), "float8_e5m2", saturate="propagate")
+
+
+def test_astype_needs_an_ml_dtypes_type():
+    with pytest.raises(TypeError, match="has no numpy/ml_dtypes dtype; use encode"):
+        fp8kit.astype(np.float32([1.0]), "p3109_k8p4se")
+    assert fp8kit.astype(np.float32([1.0]), "binary8p4sf").dtype == np.dtype("float8_e4m3fnuz")
