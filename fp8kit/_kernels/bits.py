@@ -269,7 +269,10 @@ def chunk(a, c, step):
     Loops index the returned slice from 0, which Numba knows is non-negative; indexing the
     whole array from ``c * step`` adds wraparound checks that stop vectorization.
     """
-    return a[c * step : min((c + 1) * step, a.size)]
+    hi = (c + 1) * step
+    # (a comparison, not ``min``: each builtin overload compiles on first use in a
+    # process, ~20 ms, on every cold first call)
+    return a[c * step : (hi if hi < a.size else a.size)]
 
 
 @njit(inline="always")
@@ -414,7 +417,8 @@ def stream_copy(dst, start, src, count):
     addr = byte_address(dst, start)
     head = count
     if addr % size == 0:  # (always, for arrays numpy allocates)
-        head = min(count, ((STREAM_BYTES - addr % STREAM_BYTES) % STREAM_BYTES) // size)
+        head = ((STREAM_BYTES - addr % STREAM_BYTES) % STREAM_BYTES) // size
+        head = count if count < head else head  # (not min: see chunk)
     for j in range(head):
         dst[start + j] = src[j]
     k = head

@@ -467,10 +467,13 @@ def encode_kernel(
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
             p = load_p(prm, use_magic, prm[15] != 0)
+            # (only the constants the strategy reads: fewer to type and lower when cold)
             if unsigned:
                 q = load_qu(prm)
-            else:
+            elif generic:
                 q = load_q(prm)
+            else:
+                q = 0
             one = p[1]
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
