@@ -34,6 +34,7 @@ from .bits import (
     encode_unsigned,
     half_to_single_bits,
     prefer_512,
+    stack_buffer,
 )
 from .rounding import _LO as _LO32
 from .rounding import (
@@ -493,7 +494,7 @@ def encode_kernel(
                 # their values from the table.  In one loop the table read is a gather,
                 # which LLVM's cost model declines here, and the whole loop stayed scalar:
                 # 4M float32 -> e4m3fn values, 1 thread, measured 26 ms in one loop
-                buf = np.empty(_LOOKUP_BLOCK, code_type)
+                buf = stack_buffer(_LOOKUP_BLOCK, code_type)  # (no np.empty to compile)
                 for b0 in range(0, xc.size, _LOOKUP_BLOCK):
                     xs, os = xc[b0 : b0 + _LOOKUP_BLOCK], oc[b0 : b0 + _LOOKUP_BLOCK]
                     for j in range(xs.size):

@@ -24,6 +24,7 @@ from .bits import (
     encode_fast,
     prefer_512,
     round_in_place,
+    stack_buffer,
     store_fence,
     stream_copy,
     x86_nan,
@@ -219,6 +220,8 @@ def fake_convert_kernel(
         _arr(bits_dt, readonly=False), types.intp,
     )  # fmt: skip
 
+    buf_size = _BLOCK if stream else 1
+
     def make(parallel):
         def segment_py(
             xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0, fix_nan, fp
@@ -293,10 +296,8 @@ def fake_convert_kernel(
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512
-                if stream:
-                    buf = np.empty(_BLOCK, bits_dt)
-                else:  # (no np.empty to compile: its overloads cost ~85 ms on a cold call)
-                    buf = out[:0]
+                # (a stack buffer: np.empty's overloads cost ~85 ms on a cold first call)
+                buf = stack_buffer(buf_size, bits_dt)
                 i = c * step
                 hi = i + step if i + step < total else total  # (not min: see bits.chunk)
                 # Row coordinates (a, b, d) and offset j0 of the chunk's first element; later
