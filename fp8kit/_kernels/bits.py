@@ -204,7 +204,7 @@ def encode_fast(v, p):
     if use_magic:
         sub = cast_like(as_bits(as_float(a) + magic) - magic_bits, one)
         code = sub if a < min_normal else code
-    return _finish(v, a, code, p)
+    return _finish_with(v, a, code, p, p[10])  # (= _finish: one inlined call less)
 
 
 @njit(inline="always")
@@ -274,6 +274,16 @@ def chunk(a, c, step):
     # (a comparison, not ``min``: each builtin overload compiles on first use in a
     # process, ~20 ms, on every cold first call)
     return a[c * step : (hi if hi < a.size else a.size)]
+
+
+@njit(inline="always")
+def chunks(x, out, c, step):
+    """``(chunk(x, c, step), chunk(out, c, step))`` for arrays of one size, in one helper:
+    every inlined helper call costs ~20 ms of compile time on a cold first call."""
+    lo = c * step
+    hi = lo + step
+    hi = hi if hi < x.size else x.size
+    return x[lo:hi], out[lo:hi]
 
 
 @njit(inline="always")

@@ -29,6 +29,7 @@ from .bits import (
     cast_like,
     chunk,
     chunk_range,
+    chunks,
     encode_fast,
     encode_generic,
     encode_unsigned,
@@ -479,7 +480,7 @@ def encode_kernel(
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()  # 512-bit vectors: float64 input 1.4-2x faster on 1 thread here
-                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                xc, oc = chunks(x, out, c, step)
                 if not lookup:
                     for j in range(xc.size):
                         v = load_bits(xc, j, lut, load, one)
@@ -532,7 +533,7 @@ def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype, bf16_shift: bool 
             nchunks, c_first, c_stop = chunk_range(nchunks)
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
-                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                xc, oc = chunks(x, out, c, step)
                 for j in range(xc.size):
                     oc[j] = table[xc[j]]
 
@@ -555,7 +556,7 @@ def _make_bf16_to_f32(parallel):
         nchunks, c_first, c_stop = chunk_range(nchunks)
         step = (x.size + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
-            xc, oc = chunk(x, c, step), chunk(out, c, step)
+            xc, oc = chunks(x, out, c, step)
             for j in range(xc.size):
                 v = cast_like(xc[j], one)
                 nan = cast_like(cast_like(v & sign, one) << 16, one) | qnan
