@@ -366,6 +366,9 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
             return int(np.array(v).view(f"u{v.itemsize}"))
         return int(v)
 
+    # bits._finish_with relies on every overflow code being max_mag or max_mag + 1
+    max_mag = int(p[9])
+    assert all(int(v) in (max_mag, max_mag + 1) for v in (p[10], *(o or ()))), (p, o)
     prm = np.zeros(_NPARAMS, u)
     prm[_P : _P + len(p)] = [word(v) for v in p]
     prm[_Q : _Q + len(q)] = [word(v) for v in q]
