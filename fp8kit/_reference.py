@@ -44,7 +44,9 @@ def _special_codes(fmt: FloatFormat, negative: bool) -> tuple[int, int | None, i
 
 def _round_mode(t: Fraction, negative: bool, rounding: str, rnd: int, random_bits: int) -> int:
     """t >= 0 rounded to an integer in a rounding mode (for ``stochastic``: up when
-    floor(frac(t) * 2**B) + R >= 2**B, R the top B bits of the 32-bit word ``rnd``)."""
+    floor(frac(t) * 2**B) + R >= 2**B, R the top B bits of the 32-bit word ``rnd``; the
+    other stochastic modes round frac(t) * 2**B to an integer F first, see
+    docs/rounding.md)."""
     n = math.floor(t)
     frac = t - n
     if rounding == "nearest_even":
@@ -57,10 +59,29 @@ def _round_mode(t: Fraction, negative: bool, rounding: str, rnd: int, random_bit
         return n + (frac > 0 and not negative)
     if rounding == "toward_negative":
         return n + (frac > 0 and negative)
+    if rounding == "to_odd":  # truncate; an inexact result takes the odd neighbour
+        return n | 1 if frac > 0 else n
+    if rounding == "nearest_zero":  # nearest, ties toward zero
+        return n + (frac > Fraction(1, 2))
+    b = random_bits
+    r = rnd >> (32 - b)  # the top B bits of the word
     if rounding == "stochastic":
-        b = random_bits
-        return n + (math.floor(frac * 2**b) + (rnd >> (32 - b)) >= 2**b)
-    raise ValueError(f"unknown rounding {rounding!r}")
+        return n + (math.floor(frac * 2**b) + r >= 2**b)
+    if rounding == "stochastic_half":  # up or down with probability 1/2 (R's top bit)
+        return n + (frac > 0 and (r >> (b - 1)) & 1 == 1)
+    # the fraction rounded to B bits first, then compared: F + R >= 2**B
+    d = frac * 2**b
+    fl = math.floor(d)
+    rest = d - fl
+    if rounding == "stochastic_c":  # gfloat Stochastic: F nearest, ties to even
+        f_b = fl + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and fl % 2 == 1))
+    elif rounding == "stochastic_b":  # gfloat StochasticFast: F nearest, ties up
+        f_b = fl + (rest >= Fraction(1, 2))
+    elif rounding == "stochastic_odd":  # gfloat StochasticOdd: F nearest, ties to odd
+        f_b = fl + (rest > Fraction(1, 2) or (rest == Fraction(1, 2) and fl % 2 == 0))
+    else:
+        raise ValueError(f"unknown rounding {rounding!r}")
+    return n + (f_b + r >= 2**b)
 
 
 def encode_value(

@@ -37,7 +37,7 @@ from ._casttypes import (
 )
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .codec import decode, encode
 from .formats import get_format
 
@@ -195,9 +195,9 @@ def cast(
                 f"cast: rounding={rounding!r} applies to casts from numbers to float16, "
                 f"bfloat16, float8, float6 and float4 types; got {src.name} -> {dst.name}"
             )
-        if mode == STOCHASTIC and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+        if is_stochastic(mode) and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise ValueError(
-                f"cast: rounding='stochastic' from {src.name} is not supported (its values "
+                f"cast: rounding={rounding!r} from {src.name} is not supported (its values "
                 "are not all exact in float64); cast to float64 first if that is acceptable"
             )
         return _numeric(arr, src, dst, sat, rnd, how)

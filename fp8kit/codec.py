@@ -17,7 +17,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
 
@@ -207,6 +207,8 @@ def encode(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """Round floats to a value of a format and return its codes.
 
@@ -267,7 +269,10 @@ def encode(
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
     """
-    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    fast = (
+        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    )  # fmt: skip
     if fast:
         plan = _fast_lookup(_FAST_ENCODE, (fmt, x.dtype, saturate))
         if plan:
@@ -277,10 +282,14 @@ def encode(
     if kind != "numpy":
         return _backends.call(
             kind, "encode", encode, (x, fmt), dict(saturate=saturate, out=out,
-            rounding=rounding, seed=seed, random_bits=random_bits),
+            rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "encode")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "encode"):
+        x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "encode", allow_float8=True)
     code_dtype = fmt.code_dtype
     if out is not None:
@@ -288,13 +297,13 @@ def encode(
         _check_out(out, x.shape, allowed, "encode")
     sat = _saturate(saturate, "encode")
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
-    if mode == NEAREST_EVEN:
+    if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         extra = ()
     else:
-        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits)
+        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
-        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)
+        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
@@ -302,7 +311,7 @@ def encode(
     if fast and x is x_arg and not pl.widen_first:
         plan = (kernel.build(), lut, table, xb.dtype, code_dtype, None)
         _FAST_ENCODE[fmt_arg, x.dtype, saturate] = plan
-    res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
+    res = _apply(kernel, xb, lut, table, code_dtype, out, extra, is_stochastic(mode))
     return _result(res, was_scalar)
 
 
@@ -432,6 +441,8 @@ def round_to(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """Round floats to a value of a format (nearest-even by default), keeping their dtype.
 
@@ -470,7 +481,10 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
-    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    fast = (
+        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    )  # fmt: skip
     if fast:
         plan = _fast_lookup(_FAST_ROUND, (fmt, x.dtype, saturate))
         if plan:
@@ -480,10 +494,14 @@ def round_to(
     if kind != "numpy":
         return _backends.call(
             kind, "round_to", round_to, (x, fmt), dict(saturate=saturate, out=out,
-            rounding=rounding, seed=seed, random_bits=random_bits),
+            rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "round_to")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "round_to"):
+        x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "round_to", allow_float8=False)
     dt = x.dtype
     if out is not None:
@@ -491,19 +509,21 @@ def round_to(
     table = decode_table(fmt, dt)
     sat = _saturate(saturate, "round_to")
     mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
-    if mode == NEAREST_EVEN:
+    if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype)
         extra = ()
     else:
-        kernel, pl = encode_mode_kernel(fmt, dt, sat, mode, rbits, table_dtype=table.dtype)
-        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)  # as in encode
+        kernel, pl = encode_mode_kernel(
+            fmt, dt, sat, mode, rbits, table_dtype=table.dtype, flush=ftz
+        )
+        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
     if fast and x is x_arg and not pl.widen_first:
         plan = (kernel.build(), _lut_for(pl.load), table, xb.dtype, table.dtype, dt)
         _FAST_ROUND[fmt_arg, dt, saturate] = plan
-    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
+    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, is_stochastic(mode))
     if out is None:
         res = res.view(dt)
     return _result(res, was_scalar)
@@ -517,6 +537,8 @@ def astype(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """Convert floats to a format's numpy/ml_dtypes dtype (e.g. ``ml_dtypes.float8_e4m3fn``).
 
@@ -554,7 +576,8 @@ def astype(
     if kind != "numpy":
         return _backends.call(
             kind, "astype", astype, (x, fmt), dict(saturate=saturate, rounding=rounding,
-            seed=seed, random_bits=random_bits),
+            seed=seed, random_bits=random_bits, flush_subnormals=flush_subnormals,
+            flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt = _args.format_arg(fmt)
     if fmt.dtype is None:
@@ -562,7 +585,10 @@ def astype(
             f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"
         )
     codes = np.asarray(
-        encode(x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits)
-    )
+        encode(
+            x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs,
+        )
+    )  # fmt: skip
     res = codes.view(fmt.dtype)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res

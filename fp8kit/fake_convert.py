@@ -10,7 +10,7 @@ import numpy as np
 from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import SPEC, fake_convert_kernel
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat
 
@@ -168,7 +168,7 @@ def fake_convert(
     ov = variant != SPEC
     rmode, key, rbits = _args.rounding(rounding, seed, random_bits, "fake_convert")
     # the flat index of x[0]: non-zero for a Dask block (the random stream is keyed by it)
-    offset = _args.current_offset() if rmode == STOCHASTIC else 0
+    offset = _args.current_offset() if is_stochastic(rmode) else 0
     if ov and rmode != NEAREST_EVEN:
         raise ValueError(
             f"fake_convert: mode={mode!r} rounds to nearest-even only; got rounding={rounding!r}"

@@ -37,7 +37,7 @@ from .codec import (
     source_version,
     with_globals,
 )
-from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
+from .rounding import NEAREST_EVEN, encode_mode, is_stochastic, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
 _BLOCK = 1024
@@ -203,7 +203,7 @@ def fake_convert_kernel(
     pm, _ = _params(fmt, "float32", True)
     # (-0 or not is read at run time: fnuz formats share the kernels)
     r8_magic, m_magic = bool(round_params(fmt)[6]), bool(pm[7])
-    stochastic = mode == STOCHASTIC
+    stochastic = is_stochastic(mode)
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)

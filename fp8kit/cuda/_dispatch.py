@@ -25,7 +25,7 @@ from .._args import rounding as _rounding
 from .._args import saturate as _saturate
 from .._casttypes import _cast_rules, cast_type
 from .._kernels.codec import FLOAT_DTYPES, bits_dtype
-from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from .._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .._kernels.tables import decode_table
 from ..formats import FloatFormat, get_format
 from . import _kernels
@@ -197,9 +197,9 @@ def _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, lookup, func)
     mode, key, rbits = _rounding(rounding, seed, random_bits, func)
     if mode == NEAREST_EVEN:
         return None, ()
-    if mode == STOCHASTIC and order != "C":
+    if is_stochastic(mode) and order != "C":
         raise ValueError(
-            f"{func}: rounding='stochastic' on the GPU needs C-contiguous arrays (random "
+            f"{func}: rounding={rounding!r} on the GPU needs C-contiguous arrays (random "
             "words are counted by C-order index); make a C-contiguous copy first"
         )
     kernel, _ = _kernels.encode_mode_kernel(fmt, dt, sat, mode, rbits, lookup)

@@ -26,10 +26,18 @@ import numpy as np
 from numba import cuda, njit
 
 from .._kernels.bits import cast_like, encode_fast, encode_generic, encode_unsigned
-from .._kernels.codec import LOAD_BF16, LOAD_DIRECT, LOAD_LUT, _params, mode_overflow, plan
+from .._kernels.codec import (
+    LOAD_BF16,
+    LOAD_DIRECT,
+    LOAD_LUT,
+    _params,
+    check_unsigned_mode,
+    mode_overflow,
+    plan,
+)
 from .._kernels.rounding import (
-    STOCHASTIC,
     encode_mode,
+    is_stochastic,
     encode_unsigned_mode,
     parts,
     random_word,
@@ -91,7 +99,8 @@ def mode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int
     o = mode_overflow(p, mode)
     load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
     widen, unsigned = pl.widen_first, pl.strategy == "unsigned"
-    stochastic, split = mode == STOCHASTIC, parts(rbits)
+    check_unsigned_mode(fmt, mode)
+    stochastic, split = is_stochastic(mode), parts(rbits)
 
     @njit(inline="always", error_model="numpy")
     def element(x, i, k0, k1):
