@@ -49,10 +49,10 @@ from .rounding import (
     encode_unsigned_mode,
     fill_block,
     flush_code,
-    parts,
-    philox4x32_10,
     mode_kind,
     mode_masks,
+    parts,
+    philox4x32_10,
     word_part,
 )
 
@@ -704,8 +704,8 @@ def encode_mode_kernel(
     sp_magic = bool(sp[0]) if fast else False
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
     flush = bool(flush) and not unsigned  # (no subnormals in the unsigned formats)
-    key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str, use_magic,
-           sp_magic, fmt.bits <= 8)  # fmt: skip
+    key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
+           use_magic, sp_magic, fmt.bits <= 8)  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
 
     def make(parallel):

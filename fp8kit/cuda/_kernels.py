@@ -37,8 +37,8 @@ from .._kernels.codec import (
 )
 from .._kernels.rounding import (
     encode_mode,
-    is_stochastic,
     encode_unsigned_mode,
+    is_stochastic,
     parts,
     random_word,
 )
