@@ -155,8 +155,9 @@ def rounding(rounding: Any, seed: Any, random_bits: Any, func: str):
     if not is_stochastic(mode):
         if seed is not None:
             raise ValueError(
-                f"{func}: seed is only used with the stochastic roundings "
-                f"({', '.join(STOCHASTIC_NAMES)}); got rounding={rounding!r}"
+                f"{func}: seed is only used with rounding='stochastic' and the other "
+                f"stochastic modes ({', '.join(STOCHASTIC_NAMES[1:])}); got "
+                f"rounding={rounding!r}"
             )
         return mode, NO_KEY, int(random_bits)
     s = seed_int(seed, func)
