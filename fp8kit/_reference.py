@@ -92,9 +92,12 @@ def encode_value(
     rounding: str = "nearest_even",
     rnd: int = 0,
     random_bits: int = 32,
+    flush_subnormals: bool = False,
 ) -> int:
     """Code of ``x`` in ``fmt``: one rounding of the exact value, nearest-even by default
-    (``rnd``: the element's 32-bit random word, for ``rounding="stochastic"``).
+    (``rnd``: the element's 32-bit random word, for the stochastic modes).  With
+    ``flush_subnormals`` a subnormal result becomes the zero of its sign (+0 in formats
+    without -0): tininess is judged after rounding.
 
     Examples
     --------
@@ -105,6 +108,14 @@ def encode_value(
     """
     if fmt.specials == "unsigned":
         return _encode_unsigned(x, fmt, saturate, rounding, rnd, random_bits)
+    code = _encode_signed(x, fmt, saturate, rounding, rnd, random_bits)
+    mag = code & ~fmt.sign_mask if code >= 0 else code
+    if flush_subnormals and 0 < mag < (1 << fmt.mantissa_bits):
+        return code & fmt.sign_mask if fmt.has_negative_zero else 0
+    return code
+
+
+def _encode_signed(x, fmt, saturate, rounding, rnd, random_bits) -> int:
     if isinstance(x, float) and math.isnan(x):
         if not fmt.has_nan:  # ml_dtypes: zero of the opposite sign
             return 0 if math.copysign(1.0, x) < 0 else fmt.sign_mask
@@ -158,7 +169,13 @@ def _encode_unsigned(
 
     Other modes: toward_positive rounds up to the next power of two, toward_zero and
     toward_negative down (to 2**-bias at least); stochastic goes up from 2**k with
-    probability (x - 2**k) / 2**k (0 below 2**-bias)."""
+    probability (x - 2**k) / 2**k (0 below 2**-bias).  The other modes are refused, as
+    by the kernels."""
+    if rounding not in (
+        "nearest_even", "nearest_away", "toward_zero", "toward_positive", "toward_negative",
+        "stochastic",
+    ):  # fmt: skip
+        raise ValueError(f"rounding={rounding!r} is not supported for {fmt.name}")
     if isinstance(x, float) and (math.isnan(x) or x == 0 or math.copysign(1.0, x) < 0):
         return fmt.nan_code
     if not isinstance(x, float) and x <= 0:

@@ -403,3 +403,22 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     code = inf_res if a == src_inf else code
     bad = (v != a) | (a == zero) | (a > src_inf)
     return nan_code if bad else code
+
+
+@njit(cache=True)
+def _words_from(n, offset, k0, k1, split):
+    out = np.empty(n, np.uint32)
+    for i in range(n):
+        out[i] = random_word(np.uint64(offset + i), k0, k1, split)
+    return out
+
+
+def random_words(n: int, seed: int, random_bits: int = 16, offset: int = 0) -> np.ndarray:
+    """(For tests and comparisons.)  The 32-bit random words the stochastic modes draw for
+    flat indices ``offset .. offset + n - 1`` with this int ``seed`` and ``random_bits``:
+    element ``i`` uses ``R = words[i] >> (32 - random_bits)`` (gfloat's and pychop's
+    ``srbits`` with ``srnumbits = random_bits``)."""
+    s = int(seed)
+    return _words_from(
+        int(n), int(offset), np.uint32(s & 0xFFFFFFFF), np.uint32(s >> 32), parts(random_bits)
+    )
