@@ -221,20 +221,30 @@ def test_modes_equal_pychop_p3109(name, mode, saturate):
 
 
 def test_pychop_lightchop_facts():
-    # pinned: where pychop 0.6.2's LightChop (IEEE-style E4M3, exp_bits=4, sig_bits=3)
-    # disagrees with the definitions of its rounding modes; fp8kit gives the definitions
-    pychop = pytest.importorskip("pychop")
-    x = np.array([2.0, 1.0625, 1.03, 11.5])
+    # pinned: where pychop 0.6.2's LightChop (numpy back end; IEEE-style E4M3, exp_bits=4,
+    # sig_bits=3) disagrees with the definitions of its rounding modes; fp8kit gives the
+    # definitions (float8_e4m3 has the same values)
+    pytest.importorskip("pychop")
+    from pychop.np.lightchop import LightChop_
+
+    x = np.array([2.0, 1.0, 1.0625 + 1e-7, 1.0625 - 1e-7, -1.0625, 1.0625])
 
     def lc(rmode):
-        return np.asarray(pychop.LightChop(exp_bits=4, sig_bits=3, rmode=rmode)(x.copy()))
+        return np.asarray(LightChop_(exp_bits=4, sig_bits=3, rmode=rmode)(x.copy()))
 
-    # rmode 9 "round-to-odd" moves exact values with an even last bit (2.0 -> 2.25)
-    assert lc(9)[0] != 2.0
-    assert fp8kit.round_to(x, "float8_e4m3", rounding="to_odd")[0] == 2.0
-    # rmode 7 "nearest, ties to zero" rounds ties of positive values down, as defined
-    assert lc(7)[1] == 1.0
-    assert fp8kit.round_to(x, "float8_e4m3", rounding="nearest_zero")[1] == 1.0
+    def ours(mode):
+        return fp8kit.round_to(x, "float8_e4m3", rounding=mode)
+
+    # rmode 9 "round-to-odd" moves exact values whose last bit is even: 2 -> 2.25, 1 -> 1.125
+    assert lc(9)[:2].tolist() == [2.25, 1.125]
+    assert ours("to_odd")[:2].tolist() == [2.0, 1.0]
+    # rmode 7 "nearest, ties to zero" takes values within 1e-6 of a tie for ties (1.0625 +
+    # 1e-7 -> 1.0) and rounds negative ties away from zero (-1.0625 -> -1.125)
+    assert lc(7)[[2, 4, 5]].tolist() == [1.0, -1.125, 1.0]
+    assert ours("nearest_zero")[[2, 4, 5]].tolist() == [1.125, -1.0, 1.0]
+    # rmode 8 "nearest, ties away": 1.0625 - 1e-7 -> 1.125, and -1.0625 -> -1.0
+    assert lc(8)[[3, 4, 5]].tolist() == [1.125, -1.0, 1.125]
+    assert ours("nearest_away")[[3, 4, 5]].tolist() == [1.0, -1.125, 1.125]
 
 
 # ------------------------------------------------------------------ streams and statistics
