@@ -206,38 +206,39 @@ def _variant_up(low, sh_true, rnd, random_bits, one, limit, mode):
     ``f = low / 2**sh_true`` is first rounded to ``B = random_bits`` bits (nearest-even,
     nearest ties up, nearest ties to odd) giving ``F`` in 0..2**B, then the value rounds up
     when ``F + R >= 2**B``; stochastic_half rounds an inexact value up when R's top bit is
-    set.  ``low < 2**limit``; shifts of ``limit`` or more give 0."""
+    set.  ``low < 2**limit``; shifts of ``limit`` or more give 0.  Branch-free (selects
+    only: the mode is read at run time and the loop must still vectorize), and every shift
+    stays below the lane width."""
     zero = zero_of(one)
     rb = cast_like(random_bits, one)
     r = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
     max_b = cast_like((np.uint64(1) << np.uint64(random_bits)) - np.uint64(1), one)
-    if mode == STOCHASTIC_HALF:
-        top = cast_like(r >> cast_like(random_bits - 1, one), one)
-        return one if (low != zero) & (top != zero) else zero
-    # F = floor(f * 2**B) (+1 by the mode's rule on the bits below)
-    if sh_true > rb:
-        d = cast_like(sh_true - rb, one)
-        far = d > limit  # every bit of low is below the half: F = 0, no tie
-        dd = limit if far else d
-        fl = shr(low, dd, one)
-        rem = cast_like(low - shl(fl, dd, one), one)
-        half = shl(one, cast_like(dd - one, one), one)
-        gt = (rem > half) & (d <= limit)
-        tie = (rem == half) & (d <= limit)
-    else:
-        fl = shl(low, cast_like(rb - sh_true, one), one)
-        gt = False
-        tie = False
+    # F = floor(f * 2**B), and the bits below it (when sh_true > B)
+    pos = sh_true > rb
+    d = cast_like(sh_true - rb, one) if pos else zero
+    far = d > limit  # every bit of low is below the half: F = 0, no tie
+    dd = limit if far else d
+    fl_down = shr(low, dd, one)
+    fl_up = shl(low, cast_like(rb - sh_true, one) if not pos else zero, one)
+    fl = fl_down if pos else fl_up
+    rem = cast_like(low - shl(fl_down, dd, one), one)
+    half = shl(one, cast_like(dd - one, one) if dd != zero else zero, one)
+    near = pos & (not far)
+    gt = near & (rem > half)
+    tie = near & (rem == half)
     odd = cast_like(fl & one, one) != zero
-    if mode == STOCHASTIC_C:
-        upf = gt | (tie & odd)
-    elif mode == STOCHASTIC_B:
-        upf = gt | tie
-    else:  # STOCHASTIC_ODD
-        upf = gt | (tie & (not odd))
+    tie_up = (
+        ((mode == STOCHASTIC_C) & odd)
+        | (mode == STOCHASTIC_B)
+        | ((mode == STOCHASTIC_ODD) & (not odd))
+    )
+    upf = gt | (tie & tie_up)
     full = upf & (fl == max_b)  # F == 2**B: always up
     f_b = cast_like(fl + (one if upf else zero), one)
-    return one if full | (r > cast_like(max_b - f_b, one)) else zero
+    up = full | (r > cast_like(max_b - f_b, one))
+    top = cast_like(r >> cast_like(random_bits - 1, one), one) != zero
+    half_up = (low != zero) & top
+    return one if (half_up if mode == STOCHASTIC_HALF else up) else zero
 
 
 @njit(inline="always")
