@@ -125,16 +125,16 @@ def _cuda(name: str, args: tuple, kwargs: dict):
         e8m0 = _is_e8m0(to)
         if kwargs["rounding"] != "nearest_even" or e8m0 or _flushes(kwargs):
             raise ValueError(
-                "cast: on the GPU, only rounding='nearest_even' to Cast-21 types (without "
-                "flush options) is implemented; use fp8kit.encode(x, fmt, rounding=...) for "
-                "the codes"
+                "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
+                "implemented (and no flush options); use fp8kit.encode(x, fmt, rounding=...) "
+                "for the codes"
             )
         return _dispatch.cast(x, to, saturate=kwargs["saturate"], rules=kwargs["rules"])
     if name == "fake_convert":
         if kwargs["rounding"] != "nearest_even" or _flushes(kwargs):
             raise ValueError(
-                "fake_convert: on the GPU, only rounding='nearest_even' (without flush "
-                "options) is implemented"
+                "fake_convert: on the GPU, only rounding='nearest_even' is implemented (and "
+                "no flush options)"
             )
         return _dispatch.fake_convert(*args, mode=kwargs["mode"], out=kwargs["out"])
     if name == "astype":
