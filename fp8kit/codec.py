@@ -232,21 +232,31 @@ def encode(
         Where to write the codes: dtype uint8 (formats of up to 8 bits) or uint16, or the
         format's ml_dtypes dtype; x is broadcast to its shape.
     rounding : str, default "nearest_even"
-        ``"nearest_even"``, ``"nearest_away"``, ``"toward_zero"``, ``"toward_positive"``,
-        ``"toward_negative"`` or ``"stochastic"`` (see docs/rounding.md).  Directed modes
-        overflow to +-max on the side they round toward zero, to Inf/NaN (or +-max with
-        ``saturate``) on the other.
+        ``"nearest_even"``, ``"nearest_away"``, ``"nearest_zero"`` (ties toward zero),
+        ``"toward_zero"``, ``"toward_positive"``, ``"toward_negative"``, ``"to_odd"``
+        (truncate; an inexact result takes the odd neighbour), or a stochastic mode:
+        ``"stochastic"``, ``"stochastic_c"``, ``"stochastic_b"``, ``"stochastic_odd"``,
+        ``"stochastic_half"`` (see docs/rounding.md; the unsigned float8_e8m0fnu takes the
+        first six of issue 8 only).  Directed modes overflow to +-max on the side they
+        round toward zero, to Inf/NaN (or +-max with ``saturate``) on the other.
     seed : int or numpy.random.Generator, optional
-        Stochastic rounding only: the key of the counter-based generator (an int in
+        Stochastic modes only: the key of the counter-based generator (an int in
         0..2**64-1, or a Generator, which is advanced by one draw).  Results depend only on
         (seed, element index in C order, value).  None draws a fresh seed.
     random_bits : int, default 16
-        Stochastic rounding only: random bits per element (1..32); a value is rounded up
-        with probability ``floor(f * 2**random_bits) / 2**random_bits``, ``f`` its
-        fractional position between the two neighbouring codes.  16 bits make the
+        Stochastic modes only: random bits per element (1..32); with ``"stochastic"`` a
+        value is rounded up with probability ``floor(f * 2**random_bits) / 2**random_bits``,
+        ``f`` its fractional position between the two neighbouring codes (the variants
+        round ``f`` to ``random_bits`` bits instead of truncating it).  16 bits make the
         probability exact for float16/bfloat16 sources; one 32-bit Philox word serves two
         elements up to 16 bits and four up to 8 (faster), so the bits drawn for an
         element depend on ``random_bits`` too.
+    flush_subnormals : bool, default False
+        A result that is subnormal in the format becomes the zero of its sign (+0 in
+        formats without -0); tininess is judged after rounding.
+    flush_subnormal_inputs : bool, default False
+        Inputs that are subnormal in their own dtype are taken as zeros of their sign
+        (denormals-are-zero).
 
     Returns
     -------
@@ -257,9 +267,11 @@ def encode(
     Raises
     ------
     TypeError
-        If x is not floating point, or ``out`` has the wrong type or dtype.
+        If x is not floating point, ``out`` has the wrong type or dtype, or a flush option
+        is not a bool.
     ValueError
-        If the format is unknown, or ``out`` has an incompatible shape or is read-only.
+        If the format or rounding mode is unknown, or ``out`` has an incompatible shape or
+        is read-only.
 
     Examples
     --------
@@ -268,6 +280,10 @@ def encode(
     array([ 56, 126, 126, 254], dtype=uint8)
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
+    >>> fp8kit.encode(np.array([1.01, 2.0**-8]), "float8_e4m3fn", rounding="to_odd")
+    array([57,  2], dtype=uint8)
+    >>> fp8kit.encode(np.array([1.01, 2.0**-8]), "float8_e4m3fn", flush_subnormals=True)
+    array([56,  0], dtype=uint8)
     """
     fast = (
         _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
@@ -462,6 +478,8 @@ def round_to(
         Output array of x's dtype; x is broadcast to its shape.
     rounding, seed, random_bits
         The rounding mode, as in :func:`encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        Flush subnormal results or inputs to zero, as in :func:`encode`.
 
     Returns
     -------
@@ -554,6 +572,8 @@ def astype(
         As in :func:`encode`.  (``x.astype(ml_dtypes.float8_e4m3fn)`` does not saturate.)
     rounding, seed, random_bits
         The rounding mode, as in :func:`encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        Flush subnormal results or inputs to zero, as in :func:`encode`.
 
     Returns
     -------
