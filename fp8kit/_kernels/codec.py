@@ -661,8 +661,8 @@ def encode_mode_kernel(
     Philox key of stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has
     index ``offset + c * step + i`` in the flat (C-order) array (``offset``: where ``x``
     starts in a larger array, such as a Dask block; 0 otherwise).  Returns
-    ``(kernel, plan)``.  The format's constants are a run-time argument; the mode, the
-    random bits and the format's two path flags are compiled in, and the mode's kind
+    ``(kernel, plan)``.  The format's constants are a run-time argument; the random
+    bits, ``flush`` and the format's two path flags are compiled in, and the mode's kind
     (:func:`fp8kit._kernels.rounding.mode_kind`): the mode number within its kind is read
     at run time, so one compiled function serves every deterministic mode, and one every
     stochastic variant.
