@@ -181,13 +181,15 @@ def _det_round(m, sh, one, negative, mm):
     """``m`` shifted right by ``sh`` in a deterministic mode given by its masks ``mm``
     (:func:`mode_masks`): what is added below the kept bits is ``2**(sh-1) - 1`` (nearest
     modes) plus the kept lowest bit (nearest_even) or 1 (nearest_away), ``2**sh - 1``
-    (directed away from zero on that side) or nothing; to_odd then sets the lowest kept bit
-    of an inexact result.  Branch-free, so that a run-time mode costs a few selects."""
+    (directed away from zero on that side, and to_odd where the kept lowest bit is 0: any
+    dropped bit then carries into it, and only into it) or nothing.  Branch-free, so that
+    a run-time mode costs a few selects."""
     half_m, lsb_m, one_m, pos_m, neg_m, odd_m = mm
     zero = zero_of(one)
     ones = cast_like(shl(one, sh, one) - one, one)
     kept_lsb = cast_like(shr(m, sh, one) & one, one)
-    dir_m = neg_m if negative else pos_m
+    even_m = odd_m if kept_lsb == zero else zero
+    dir_m = cast_like((neg_m if negative else pos_m) | even_m, one)
     inc = cast_like(
         cast_like(cast_like(ones >> one, one) & half_m, one)
         + cast_like(kept_lsb & lsb_m, one)
@@ -195,9 +197,7 @@ def _det_round(m, sh, one, negative, mm):
         + cast_like(ones & dir_m, one),
         one,
     )
-    r = shr(cast_like(m + inc, one), sh, one)
-    inexact = one if cast_like(m & ones, one) != zero else zero
-    return cast_like(r | cast_like(inexact & odd_m, one), one)
+    return shr(cast_like(m + inc, one), sh, one)
 
 
 @njit(inline="always")
