@@ -358,3 +358,13 @@ def test_modes_of_a_kind_share_one_compiled_kernel():
     for mode in ("stochastic_b", "stochastic_odd", "stochastic_half"):
         fp8kit.encode(x, "float6_e3m2fn", rounding=mode, seed=1, random_bits=RB)
     assert kcodec.compiled_count() == before
+
+
+@pytest.mark.parametrize("mode", ["to_odd", "stochastic_c"])
+def test_new_modes_in_fake_convert_cast_and_astype(mode):
+    x = (np.random.default_rng(8).standard_normal(3000) * 40).astype(np.float32)
+    kw = {"rounding": mode, "random_bits": RB} | ({"seed": 5} if mode != "to_odd" else {})
+    want = fp8kit.round_to(x, "float8_e4m3fn", **kw)
+    assert np.array_equal(fp8kit.fake_convert(x, np.float32(1.0), **kw), want)
+    assert np.array_equal(fp8kit.cast(x, "FLOAT8E4M3FN", **kw).astype(np.float32), want)
+    assert np.array_equal(fp8kit.astype(x, "float8_e4m3fn", **kw).astype(np.float32), want)
