@@ -37,7 +37,7 @@ from ._casttypes import (
 )
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .codec import decode, encode
 from .formats import P3109_FORMATS, FloatFormat, get_format
 
@@ -117,6 +117,8 @@ def cast(
     random_bits: int = 16,
     round_mode: str = "up",
     rules: Any = "conformance",
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """Cast ``x`` to another type, with ONNX Cast semantics.
 
@@ -154,6 +156,9 @@ def cast(
         float64).
     seed, random_bits
         Stochastic rounding only; see :func:`fp8kit.encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        As in :func:`fp8kit.encode`, for the destinations that take ``rounding``; inputs
+        that are subnormal in a float source type become zeros of their sign.
     round_mode : {"up", "down", "nearest"}, default "up"
         Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``) only: the ``round_mode`` attribute of
         Cast-24/25, bit-compatible with the ONNX reference (``onnx.reference``); see
@@ -209,7 +214,8 @@ def cast(
     if kind != "numpy":
         return _backends.call(
             kind, "cast", cast, (x, to), dict(saturate=saturate, rounding=rounding, seed=seed,
-            random_bits=random_bits, round_mode=round_mode, rules=rules),
+            random_bits=random_bits, round_mode=round_mode, rules=rules,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     to = _args.name_arg(to)
     arr = np.asarray(x)
@@ -221,21 +227,27 @@ def cast(
         return _to_codes(arr, src, codes_fmt, sat, rounding, seed, random_bits)
     dst = cast_type(to)
     arr = _args.native(arr)
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "cast")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "cast") and src.kind == "float":
+        arr = np.asarray(_args.flush_inputs(arr))
     if dst.name == _E8M0:
         if src.kind == "string" and not how.exact_strings:
             arr, src = _stod_all(arr), CAST_TYPES["float64"]
         return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
     mode = _args.rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
-    if mode != NEAREST_EVEN:
+    if ftz:
+        rnd["flush_subnormals"] = True
+    if mode != NEAREST_EVEN or ftz:
         if _format_of(dst) is None or src.kind not in ("float", "int"):
             raise ValueError(
-                f"cast: rounding={rounding!r} applies to casts from numbers to float16, "
+                f"cast: rounding={rounding!r}{' and flush_subnormals' if ftz else ''} applies "
+                "to casts from numbers to float16, "
                 f"bfloat16, float8, float6 and float4 types; got {src.name} -> {dst.name}"
             )
-        if mode == STOCHASTIC and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+        if is_stochastic(mode) and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise ValueError(
-                f"cast: rounding='stochastic' from {src.name} is not supported (its values "
+                f"cast: rounding={rounding!r} from {src.name} is not supported (its values "
                 "are not all exact in float64); cast to float64 first if that is acceptable"
             )
         return _numeric(arr, src, dst, sat, rnd, how)

@@ -83,25 +83,30 @@ ROUNDING_SAMPLES = [
     ("-1.0625", -1.0625),
     ("2^-10", 2.0**-10),  # half the smallest subnormal 2**-9: a tie with 0
     ("-2^-11", -(2.0**-11)),  # a quarter of the smallest subnormal
+    ("2^-7", 2.0**-7),  # a subnormal (the smallest normal is 2**-6)
+    ("0.99 · 2^-6", 0.99 * 2.0**-6),  # rounds up to the smallest normal (a subnormal to odd)
     ("460", 460.0),  # above max 448, below the overflow threshold 464
     ("500", 500.0),  # beyond the threshold
 ]
 
 
 def rounding_table() -> str:
-    """Each sample rounded to float8_e4m3fn in every deterministic mode, as fp8kit computes
-    it now; ``a (b)``: ``a`` with ``saturate=True``, ``b`` with ``saturate=False``."""
-    modes = [m for m in fp8kit.codec.ROUNDING_MODES if m != "stochastic"]
-    lines = [
-        "| x | " + " | ".join(f"`{m}`" for m in modes) + " |",
-        "|---:|" + "---:|" * len(modes),
-    ]
+    """Each sample rounded to float8_e4m3fn in every deterministic mode, and nearest-even
+    with ``flush_subnormals=True``, as fp8kit computes it now; ``a (b)``: ``a`` with
+    ``saturate=True``, ``b`` with ``saturate=False``."""
+    from fp8kit._kernels.rounding import MODES, is_stochastic
+
+    modes = [(m, False) for m in fp8kit.codec.ROUNDING_MODES if not is_stochastic(MODES[m])]
+    modes.append(("nearest_even", True))
+    heads = [f"`{m}`" if not flush else "`flush_subnormals`" for m, flush in modes]
+    lines = ["| x | " + " | ".join(heads) + " |", "|---:|" + "---:|" * len(modes)]
     for label, value in ROUNDING_SAMPLES:
         x = np.float64(value)
         cells = []
-        for mode in modes:
-            sat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode)
-            nosat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode, saturate=False)
+        for mode, flush in modes:
+            kw = {"rounding": mode, "flush_subnormals": flush}
+            sat = fp8kit.round_to(x, "float8_e4m3fn", **kw)
+            nosat = fp8kit.round_to(x, "float8_e4m3fn", saturate=False, **kw)
             cells.append(_num(sat) if _same(sat, nosat) else f"{_num(sat)} ({_num(nosat)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -40,14 +40,21 @@ from .bits import (
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
+    CLASSIC_MODES,
+    KIND_DET,
+    KIND_SR,
+    MODES,
     STOCHASTIC,
     TOWARD_POSITIVE,
     TOWARD_ZERO,
     K,
-    encode_mode,
+    encode_mode_kind,
     encode_stochastic_fast,
     encode_unsigned_mode,
     fill_block,
+    flush_code,
+    mode_kind,
+    mode_masks,
     parts,
     philox4x32_10,
     word_part,
@@ -603,6 +610,18 @@ def _make_bf16_to_f32(parallel):
     return kernel
 
 
+def check_unsigned_mode(fmt: FloatFormat, mode: int) -> None:
+    """The unsigned, power-of-two formats (float8_e8m0fnu) take the modes of issue 8 only:
+    a ValueError naming ``rounding`` for the others."""
+    if fmt.specials == "unsigned" and mode not in CLASSIC_MODES:
+        name = next(k for k, v in MODES.items() if v == mode)
+        allowed = ", ".join(k for k, v in MODES.items() if v in CLASSIC_MODES)
+        raise ValueError(
+            f"rounding={name!r} is not supported for the unsigned format {fmt.name}; "
+            f"use one of {allowed}"
+        )
+
+
 def mode_overflow(p, mode: int):
     """(overflow code of positive values, of negative values) in a rounding mode: directed
     modes stop at +-max on the side they round toward zero."""
@@ -675,23 +694,31 @@ def encode_mode_kernel(
     mode: int,
     random_bits: int = 32,
     table_dtype=None,
+    flush: bool = False,
 ):
-    """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`.
+    """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`
+    (nearest-even too: with ``flush``, subnormal results become zeros of their sign, see
+    :func:`fp8kit._kernels.rounding.flush_code`).
 
     Signature ``(x, lut, table, out, key, offset, nchunks)``: ``key`` is the uint32[2]
     Philox key of stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has
     index ``offset + c * step + i`` in the flat (C-order) array (``offset``: where ``x``
     starts in a larger array, such as a Dask block; 0 otherwise).  Returns
-    ``(kernel, plan)``.  The format's constants are a run-time argument; the mode, the
-    random bits and the format's two path flags are compiled in.
+    ``(kernel, plan)``.  The format's constants are a run-time argument; the random
+    bits, ``flush`` and the format's two path flags are compiled in, and the mode's kind
+    (:func:`fp8kit._kernels.rounding.mode_kind`): the mode number within its kind is read
+    at run time, so one compiled function serves every deterministic mode, and one every
+    stochastic variant.
     """
     pl = plan(fmt, np.dtype(in_dtype))
     p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
     unsigned = pl.strategy == "unsigned"
-    stochastic = mode == STOCHASTIC
-    sp = stochastic_params(fmt, pl.source, random_bits) if stochastic else None
+    check_unsigned_mode(fmt, mode)
+    kind = mode_kind(mode)
+    stochastic = kind != KIND_DET
+    sp = stochastic_params(fmt, pl.source, random_bits) if kind == KIND_SR else None
     fast = sp is not None
     lookup = table_dtype is not None
     width = _SOURCES[pl.source][0]
@@ -715,12 +742,14 @@ def encode_mode_kernel(
     block = streams * K
     # LLVM unrolls the stream loop of the fused path up to 8 streams (16 did not unroll,
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
-    fused = streams <= 8
+    # The variants' longer code does not unroll there either: buffered (measured 16x faster)
+    fused = streams <= 8 and kind == KIND_SR
     use_magic = bool(p[7])
     sp_magic = bool(sp[0]) if fast else False
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
-    key = ("mode", load, unsigned, mode, fast, rbits, width, lookup, out_dtype.str, use_magic,
-           sp_magic, fmt.bits <= 8)  # fmt: skip
+    flush = bool(flush) and not unsigned  # (no subnormals in the unsigned formats)
+    key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
+           use_magic, sp_magic, fmt.bits <= 8)  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
 
     def make(parallel):
@@ -741,6 +770,8 @@ def encode_mode_kernel(
             o = load_o(prm)
             sp = load_sp(prm, sp_magic)
             one = p[1]
+            rmode = prm[_MODE]  # the mode within the kernel's kind
+            mm = mode_masks(rmode, one)
             k0, k1 = key[0], key[1]
             n = x.size
             if not stochastic:
@@ -756,9 +787,11 @@ def encode_mode_kernel(
                         for j in range(xs.size):
                             v = load_bits(xs, j, lut, load, one)
                             if unsigned:
-                                code = encode_unsigned_mode(v, q, mode, k0, rbits)
+                                code = encode_unsigned_mode(v, q, rmode, k0, rbits)
                             else:
-                                code = encode_mode(v, p, q, o, mode, k0, rbits)
+                                code = encode_mode_kind(v, p, q, o, rmode, kind, mm, k0, rbits)
+                                if flush:
+                                    code = flush_code(code, p, q[5])
                             if lookup:
                                 buf[j] = code
                             else:
@@ -812,7 +845,9 @@ def encode_mode_kernel(
                                 elif fast:
                                     code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                                 else:
-                                    code = encode_mode(v, p, q, o, STOCHASTIC, rnd, rbits)
+                                    code = encode_mode_kind(v, p, q, o, rmode, kind, mm, rnd, rbits)
+                                if flush and not unsigned:
+                                    code = flush_code(code, p, q[5])
                                 store_code(os, j, table, code, lookup)
                     else:
                         # a partial block (at the ends), or any block where the fused loop
@@ -837,7 +872,11 @@ def encode_mode_kernel(
                                         elif fast:
                                             code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                                         else:
-                                            code = encode_mode(v, p, q, o, STOCHASTIC, rnd, rbits)
+                                            code = encode_mode_kind(
+                                                v, p, q, o, rmode, kind, mm, rnd, rbits
+                                            )
+                                        if flush and not unsigned:
+                                            code = flush_code(code, p, q[5])
                                         store_code(os, j, table, code, lookup)
                     gb += block
 

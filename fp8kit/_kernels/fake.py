@@ -39,7 +39,7 @@ from .codec import (
     source_version,
     with_globals,
 )
-from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
+from .rounding import NEAREST_EVEN, encode_mode, flush_code, is_stochastic, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
 _BLOCK = 1024
@@ -169,6 +169,7 @@ def fake_convert_kernel(
     mode: int = NEAREST_EVEN,
     random_bits: int = 32,
     stream: bool = False,
+    flush: bool = False,
 ) -> Kernel:
     """Kernel ``(x, scale, shift, lut, table, key, offset, shape, sstrides, out, nchunks)``.
 
@@ -190,6 +191,8 @@ def fake_convert_kernel(
     ``offset`` the flat index of ``x[0]`` in the whole array (0 but for Dask blocks).
     ``stream``: write ``out`` with non-temporal stores, for outputs much larger than the
     caches (a plain store first reads the line it writes: a third of the memory traffic).
+    ``flush``: subnormal results of the format become zeros of their sign (spec mode; the
+    integer path, as for other modes).
     """
     kind = _KIND[np.dtype(data_dtype).name]
     bits_dt = np.uint32 if kind == F32 else np.uint16
@@ -205,13 +208,15 @@ def fake_convert_kernel(
     pm, _ = _params(fmt, "float32", True)
     # (-0 or not is read at run time: fnuz formats share the kernels)
     r8_magic, m_magic = bool(round_params(fmt)[6]), bool(pm[7])
-    stochastic = mode == STOCHASTIC
+    stochastic = is_stochastic(mode)
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     flags = (r8_magic, m_magic)
-    consts_text = repr((kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version))
+    consts_text = repr(
+        (kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version, flush)
+    )
     # an int (a string's ``len`` compiles a unicode overload on a cold first call, ~20 ms)
     consts = int.from_bytes(hashlib.sha256(consts_text.encode()).digest()[:6], "little") + 1
     sig = types.void(
@@ -261,7 +266,7 @@ def fake_convert_kernel(
                     else:
                         orow[jj] = _to16(res, kind, q16)
                     continue
-                if mode == NEAREST_EVEN:
+                if mode == NEAREST_EVEN and not flush:
                     fq = as_float(round_in_place(as_bits(y), r8))
                 else:
                     yc = mx if y > mx else (-mx if y < -mx else y)
@@ -269,6 +274,8 @@ def fake_convert_kernel(
                     if stochastic:
                         rnd = random_word(np.uint64(ib + jj), k0, k1, split)
                     code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
+                    if flush:
+                        code = flush_code(code, pm, qm[5])
                     fq = as_float(table[code])
                 if has_shift:
                     hk = shift[k] if inner_runs else h0
