@@ -129,7 +129,9 @@ def encode_value(
         negative = (x < 0) if not isinstance(x, float) else math.copysign(1.0, x) < 0
         if not negative or (isinstance(x, float) and math.isnan(x)):
             return flushed(_encode_signed(x, fmt, saturate, rounding, rnd, random_bits))
-        mag = flushed(_encode_signed(-x, fmt, saturate, rounding, rnd, random_bits, flip=True))
+        # (the rule sees the rounded magnitude before any flush: a negative value that
+        # rounds to a subnormal is NaN when not saturating, as for any other magnitude)
+        mag = _encode_signed(-x, fmt, saturate, rounding, rnd, random_bits, flip=True)
         return _unsigned_negative(mag, x, fmt, saturate, rounding)
     return flushed(_encode_signed(x, fmt, saturate, rounding, rnd, random_bits))
 
@@ -170,6 +172,10 @@ def _encode_signed(x, fmt, saturate, rounding, rnd, random_bits, flip=False):
         # the codes of 2**e and 2**(e+1) differ by one (gfloat, the draft)
         low = math.floor(q / quantum)
         k = low if (low == 0 or (e - fmt.minexp + 1) % 2 == 0) else low + 1
+    if m == 0 and rounding == "to_odd" and q / quantum != math.floor(q / quantum):
+        # likewise to_odd takes the neighbour with the odd *code*
+        low = math.floor(q / quantum)
+        k = low if (low != 0 and (e - fmt.minexp + 1) % 2 == 1) else low + 1
     if k == 0:
         return sign if fmt.has_negative_zero else 0
     if k == 1 << (m + 1):  # the mantissa carried into the next binade

@@ -177,17 +177,18 @@ def mode_masks(mode, one):
 
 
 @njit(inline="always")
-def _det_round(m, sh, one, negative, mm):
+def _det_round(m, sh, one, negative, mm, kept_lsb):
     """``m`` shifted right by ``sh`` in a deterministic mode given by its masks ``mm``
     (:func:`mode_masks`): what is added below the kept bits is ``2**(sh-1) - 1`` (nearest
     modes) plus the kept lowest bit (nearest_even) or 1 (nearest_away), ``2**sh - 1``
     (directed away from zero on that side, and to_odd where the kept lowest bit is 0: any
     dropped bit then carries into it, and only into it) or nothing.  Branch-free, so that
-    a run-time mode costs a few selects."""
+    a run-time mode costs a few selects.  ``kept_lsb``: the parity of the truncated code
+    (the kept lowest bit of m, or with no mantissa bits, P3109's precision 1, the parity of
+    the exponent field: the codes of 2**e and 2**(e+1) differ by one)."""
     half_m, lsb_m, one_m, pos_m, neg_m, odd_m = mm
     zero = zero_of(one)
     ones = cast_like(shl(one, sh, one) - one, one)
-    kept_lsb = cast_like(shr(m, sh, one) & one, one)
     even_m = odd_m if kept_lsb == zero else zero
     dir_m = cast_like((neg_m if negative else pos_m) | even_m, one)
     inc = cast_like(
@@ -311,9 +312,10 @@ def encode_mode_kind(v, p, q, o, mode, kind, mm, rnd, random_bits):
         limit = cast_like(cap - one, one)  # low < 2**(cap - 1): that shift gives 0
         up = _variant_up(low, sh_full, rnd, random_bits, one, limit, mode)
         r = cast_like(shr(m, sh, one) + up, one)
-    else:
-        r = _det_round(m, sh, one, negative, mm)
     k = cast_like(ee - emin_field, one) if ee > emin_field else zero
+    if kind != KIND_SR and kind != KIND_VAR:
+        parity = cast_like(cast_like(shl(k, m_bits, one) + shr(m, sh, one), one) & one, one)
+        r = _det_round(m, sh, one, negative, mm, parity)
     code = cast_like(shl(k, m_bits, one) + r, one)
     return _finish_with(v, a, code, p, o[1] if negative else o[0])
 
@@ -327,8 +329,11 @@ def flush_code(code, p, m_bits):
     one = p[1]
     zero = zero_of(one)
     c = cast_like(code, one)
-    csign = cast_like(shr(p[13], p[14], one), one)  # the format's sign bit in a code
-    mag = cast_like(c & cast_like(csign - one, one), one)
+    # the format's sign bit in a code; for unsigned P3109 formats 0 (saturating) or the NaN
+    # code a negative value's magnitude is or-ed with (not a power of two): no sign to drop
+    csign = cast_like(shr(p[13], p[14], one), one)
+    single = cast_like(csign & cast_like(csign - one, one), one) == zero
+    mag = cast_like(c & cast_like(csign - one, one), one) if single else c
     signed_zero = cast_like(c & csign, one) if p[15] else zero
     sub = (mag != zero) & (mag < cast_like(shl(one, m_bits, one), one))
     return signed_zero if sub else c
