@@ -348,13 +348,17 @@ def test_bad_flush_arguments_name_the_argument():
 
 
 # ------------------------------------------------------------------------ compiled kernels
-def test_modes_of_a_kind_share_one_compiled_kernel():
+def test_stochastic_variants_share_one_kernel_and_modes_compile_once():
+    # a deterministic mode is compiled in (its masks fold away: 2x faster for toward_zero),
+    # once for every format; the stochastic variants read the mode at run time
     x = np.linspace(-3, 3, 101, dtype=np.float32)
-    fp8kit.encode(x, "float6_e3m2fn", rounding="toward_zero")
+    det = ("to_odd", "nearest_zero", "nearest_away", "toward_negative")
+    for mode in det:
+        fp8kit.encode(x, "float6_e3m2fn", rounding=mode)
     fp8kit.encode(x, "float6_e3m2fn", rounding="stochastic_c", seed=1, random_bits=RB)
     before = kcodec.compiled_count()
-    for mode in ("to_odd", "nearest_zero", "nearest_away", "toward_negative"):
-        fp8kit.encode(x, "float6_e3m2fn", rounding=mode)
+    for mode in det:
+        fp8kit.encode(x, "float8_e4m3fn", rounding=mode)
     for mode in ("stochastic_b", "stochastic_odd", "stochastic_half"):
         fp8kit.encode(x, "float6_e3m2fn", rounding=mode, seed=1, random_bits=RB)
     assert kcodec.compiled_count() == before

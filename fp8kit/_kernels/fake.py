@@ -292,7 +292,7 @@ def fake_convert_kernel(
             nchunks, c_first, c_stop = chunk_range(nchunks)
             # (nearest-even rounds in place: the integer path's 26 constants are not loaded,
             # which spares their typing and lowering on a cold first call)
-            if mode == NEAREST_EVEN:
+            if mode == NEAREST_EVEN and not flush:
                 fp = (load_r(prm, r8_magic, prm[49] != 0), 0, 0, 0, as_float(prm[_MX]))
             else:
                 fp = (load_r(prm, r8_magic, prm[49] != 0), load_p(prm, m_magic, prm[15] != 0),

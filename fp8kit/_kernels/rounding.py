@@ -57,8 +57,8 @@ STOCHASTIC_MODES = frozenset({STOCHASTIC, STOCHASTIC_C, STOCHASTIC_B, STOCHASTIC
 #: The modes of issue 8 (the unsigned, power-of-two formats take only these).
 CLASSIC_MODES = frozenset(range(6))
 
-#: How a kernel rounds (compiled in; the mode number within a kind is read at run time, so
-#: that one compiled kernel serves every mode of its kind): deterministic modes (an add and
+#: How a kernel rounds (compiled in; the stochastic variants' mode number is read at run
+#: time, so that one compiled kernel serves them all): deterministic modes (an add and
 #: a shift, with per-mode masks), ``stochastic`` (its own constant-shift path), and the
 #: other stochastic modes (the residual rounded to ``random_bits`` bits first).
 KIND_DET, KIND_SR, KIND_VAR = 0, 1, 2
