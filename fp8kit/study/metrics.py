@@ -257,9 +257,10 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
     from .._kernels.codec import dummy, f16_lut
 
     shape4, sstr4, sc = scale_layout(x.shape, scale)
-    kernel = km.quantize_metrics_kernel(fmt, narrow, bool(sstr4[3] == 1))
+    kernel = km.quantize_metrics_kernel(fmt, narrow)
     ovf, tie_up = km.overflow_threshold(fmt)
-    limits = np.array([ovf, float(tie_up), fmt.smallest_normal, np.nextafter(ovf, 0.0)])
+    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
     lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
     partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
     _parallel.launch(
