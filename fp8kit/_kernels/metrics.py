@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 from numba import from_dtype, types
 
@@ -180,12 +181,16 @@ def combine(partials: np.ndarray) -> np.ndarray:
 
 
 def _amax_constants(data_dtype):
-    """Bit constants for amax on the bits of float32 (uint32) or float64 (uint64) data:
+    """Bit constants for amax on the bits of bfloat16 (uint16), float32 (uint32) or float64
+    (uint64) data:
     the absolute value's bits order like its value, so the largest magnitude is an integer
     maximum, which LLVM vectorizes (a float maximum it may not reorder)."""
     if np.dtype(data_dtype) == np.float32:
         u = np.uint32
         return np.dtype(u), u(0x7FFFFFFF), u(0x7F800000), u(0), u(1)
+    if np.dtype(data_dtype) == np.dtype(ml_dtypes.bfloat16):
+        u = np.uint16
+        return np.dtype(u), u(0x7FFF), u(0x7F80), u(0), u(1)
     u = np.uint64
     return np.dtype(u), u(0x7FFFFFFFFFFFFFFF), u(0x7FF0000000000000), u(0), u(1)
 
@@ -227,13 +232,13 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
                     seg = bits[lo : lo + min(run, length - b * run)]
                     m = zero
                     for j in range(seg.size):  # every |x|; NaN and Inf are the largest
-                        m = max(m, seg[j] & mask)
+                        m = max(m, cast_like(seg[j] & mask, zero))
                     f = zero
                     if m >= inf_bits:  # (rare) the run again, without them
                         f = one
                         m = zero
                         for j in range(seg.size):
-                            a = seg[j] & mask
+                            a = cast_like(seg[j] & mask, zero)
                             m = max(m, a if a < inf_bits else zero)
                     amax[t] = m
                     bad[t] = f
@@ -284,7 +289,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
                     out = am[g : g + cols]
                     flags = bd[g : g + cols]
                     for k in range(cols):
-                        a = row[k] & mask
+                        a = cast_like(row[k] & mask, zero)
                         finite = a < inf_bits
                         out[k] = max(out[k], a if finite else zero)
                         flags[k] = max(flags[k], zero if finite else one)
@@ -312,7 +317,8 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     Per element: ``q = round(x * s) / s`` in float32 exactly as :mod:`fp8kit._kernels.fake`
     computes it for float32 data, then (``narrow`` ``"float16"`` or ``"bfloat16"``) rounded
     once to the data's dtype and back, as the study stores 16-bit results; then the figures
-    of :func:`metrics_kernel`.  x: float32, C-contiguous 1-D; scale: float32 read through
+    of :func:`metrics_kernel`.  x: C-contiguous 1-D, float32, or for ``narrow`` ``"bfloat16"``
+    the data's bits (uint16: widened in registers, no float32 copy); scale: float32 read through
     ``shape``/``sstr`` as there (any innermost stride); limits: float64 ``[overflow
     threshold, 1 if a tie at it rounds up, smallest normal]`` (see :func:`metrics_kernel`),
     the threshold and the smallest normal float32 values; lut: the float16 -> float32 table
@@ -327,8 +333,9 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r8
     version = source_version()
     sig = types.void(
-        _arr(np.float32), _arr(np.float32), _arr(np.int64), _arr(np.int64), _arr(np.float64),
-        _arr(np.uint32), _arr(np.float64, 2, readonly=False), types.intp,
+        _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32), _arr(np.int64),
+        _arr(np.int64), _arr(np.float64), _arr(np.uint32), _arr(np.float64, 2, readonly=False),
+        types.intp,
     )  # fmt: skip
     inf = np.float64(np.inf)
     zero = np.float64(0.0)

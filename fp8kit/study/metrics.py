@@ -6,6 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import _parallel
@@ -253,9 +254,12 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
     """:func:`metric_totals` of ``x`` against ``round(x * scale) / scale`` (FakeConvert's
     quantization of float32 data to an 8-bit format, then, for ``narrow`` ``"float16"`` or
     ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
-    quantized values.  x: C-contiguous float32; scale: float32, broadcasting to x."""
+    quantized values.  x: C-contiguous float32, or bfloat16 for ``narrow`` ``"bfloat16"``
+    (read as is: no widened copy); scale: float32, broadcasting to x."""
     from .._kernels.codec import dummy, f16_lut
 
+    if narrow == "bfloat16":  # (float32 data must hold bfloat16 values: exact then)
+        x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     kernel = km.quantize_metrics_kernel(fmt, narrow)
     ovf, tie_up = km.overflow_threshold(fmt)

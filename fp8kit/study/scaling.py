@@ -13,6 +13,7 @@ import math
 from collections import deque
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import _parallel
@@ -39,7 +40,12 @@ SCALINGS = ("none", "tensor", "channel", "block")
 ALGOS = ("max", "most_recent")
 DEFAULT_AXIS = {"channel": 0, "block": -1}
 
-_FLOAT_OF = {np.dtype(np.uint32): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.float64)}
+_FLOAT_OF = {
+    np.dtype(np.uint16): np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.uint32): np.dtype(np.float32),
+    np.dtype(np.uint64): np.dtype(np.float64),
+}
+_BITS_OF = {v: k for k, v in _FLOAT_OF.items()}
 
 # Exponent range of an E8M0 scale: codes 0..254 are 2**-127 .. 2**127, code 255 is NaN.
 E8M0_EMIN, E8M0_EMAX, E8M0_BIAS, E8M0_NAN = -127, 127, 127, 255
@@ -78,12 +84,13 @@ def compact_shape(shape: tuple[int, ...], kind: str, axis: int, block: int) -> t
 
 def group_amax(xw: np.ndarray, kind: str, axis: int = 0, block: int = 1):
     """``(amax, nonfinite)``: the largest finite ``|x|`` of each group of a working array
-    (float32/float64, C-contiguous) and whether the group holds a NaN or an Inf, both of
-    :func:`compact_shape` (float64 and bool).  One compiled pass over the data's bits."""
+    (float32/float64, C-contiguous; or bfloat16, read as is) and whether the group holds a
+    NaN or an Inf, both of :func:`compact_shape` (float64 and bool).  One compiled pass over
+    the data's bits."""
     shape = compact_shape(xw.shape, kind, axis, block)
     if xw.size == 0:
         return np.zeros(shape), np.zeros(shape, bool)
-    bits = xw.reshape(-1).view(np.uint32 if xw.dtype == np.float32 else np.uint64)
+    bits = xw.reshape(-1).view(_BITS_OF[xw.dtype])
     n = bits.size
     if xw.ndim == 0 or kind in ("none", "tensor"):
         # runs of at least 4K elements, several per thread; their maxima are combined here
@@ -757,7 +764,10 @@ def chunk_amax(y: Any, box: Box, shape: tuple[int, ...], groupings: list[Groupin
     """Per grouping, ``(amax, nonfinite)`` of one chunk (masked elements left out), in the
     chunk's own compact shape."""
     data, mask = _unmask(y)
-    xw = working(data)
+    if mask is None and data.dtype == ml_dtypes.bfloat16:  # (read as is: no widened copy)
+        xw = np.ascontiguousarray(data)
+    else:
+        xw = working(data)
     if mask is not None:
         xw = np.where(mask, xw.dtype.type(0), xw)
     out = []
