@@ -35,6 +35,7 @@ from .scaling import (
     broadcast_view,
     group_amax,
     local_grouping,
+    mx_biased,
     mx_exponents,
     mx_scale_from_codes,
 )
@@ -141,13 +142,16 @@ def chunk_totals(
     out = np.zeros((len(jobs), km.N_METRICS))
     stats = empty_stats(len(jobs))
     amaxes = {} if amaxes is None or mask is not None else dict(amaxes)
+    biased: dict = {}
     for j, (fmt, g, sc) in enumerate(jobs):
         lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
         if sc is None:  # MX blocks held whole by the chunk
             if lg not in amaxes:
                 amaxes[lg] = group_amax(xq, lg.kind, lg.axis, lg.block)
             am, bad = amaxes[lg]
-            codes = mx_exponents(am, bad, fmt)
+            if lg not in biased:  # (shared by the formats)
+                biased[lg] = mx_biased(am, bad)
+            codes = mx_exponents(am, bad, fmt, biased[lg])
             sc = mx_scale_from_codes(codes, wdt)
             if codes.size and codes.min() != E8M0_NAN:  # finite scales: codes below 0xFF
                 hi = np.max(codes, where=codes != E8M0_NAN, initial=0)

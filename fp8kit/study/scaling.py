@@ -153,8 +153,25 @@ def clamp_scale(s: Any, dtype) -> np.ndarray:
     return np.clip(np.asarray(s, np.float64), float(fi.smallest_normal), 2.0 ** (fi.maxexp - 1))
 
 
-def mx_exponents(amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """E8M0 codes of MX block scales from block amaxes (float64) and NaN/Inf flags.
+def mx_biased(amax: np.ndarray, bad: np.ndarray) -> np.ndarray | None:
+    """The float64 biased exponents (int16) of block amaxes (float64, at least 1-D), 0x7FFF
+    for blocks holding NaN/Inf, or None when an amax is a float64 subnormal: what
+    :func:`mx_exponents` needs of the amaxes for any format (computed once for several)."""
+    amax = np.ascontiguousarray(amax, np.float64)
+    if not amax.ndim:
+        return None
+    ex = (amax.view(np.uint64) >> 52).astype(np.int16)  # biased exponents (amax >= 0)
+    if np.any((ex == 0) & (amax > 0)):
+        return None
+    ex[np.asarray(bad)] = 0x7FFF
+    return ex
+
+
+def mx_exponents(
+    amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat, biased: np.ndarray | None = None
+) -> np.ndarray:
+    """E8M0 codes of MX block scales from block amaxes (float64) and NaN/Inf flags
+    (``biased``: their :func:`mx_biased`, when already computed).
 
     OCP Microscaling Formats v1.0, section 6.3 (conversion of a block of k scalars to MX),
     in our words: the shared exponent is floor(log2(amax of the block)) minus the exponent
@@ -169,15 +186,14 @@ def mx_exponents(amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat) -> np.ndar
     """
     emax_elem = fmt.maxexp - 1
     amax = np.ascontiguousarray(amax, np.float64)
-    ex = (amax.view(np.uint64) >> 52).astype(np.int16)  # biased exponents (amax >= 0)
-    if amax.ndim and not np.any((ex == 0) & (amax > 0)):
+    ex = mx_biased(amax, bad) if biased is None else biased
+    if ex is not None:
         # no float64 subnormal: floor(log2(amax)) = ex - 1023 for amax > 0, and 0 gives a
         # code below 0 (clamped to the smallest, as log2(0) = -Inf); codes above 254 are
-        # shared exponents above E8M0's largest: the NaN scale.  4x faster than frexp
+        # shared exponents above E8M0's largest, or blocks holding NaN/Inf: the NaN scale.
+        # 4x faster than frexp
         codes = ex - np.int16(1023 + emax_elem - E8M0_BIAS)
-        codes = np.clip(codes, 0, E8M0_NAN, out=codes).astype(np.uint8)
-        codes[np.asarray(bad)] = E8M0_NAN
-        return codes
+        return np.clip(codes, 0, E8M0_NAN, out=codes).astype(np.uint8)
     floor_log2 = np.frexp(amax)[1] - 1  # exact: amax = m * 2**e with 0.5 <= m < 1
     shared = np.maximum(np.where(amax > 0, floor_log2 - emax_elem, E8M0_EMIN), E8M0_EMIN)
     codes = (np.minimum(shared, E8M0_EMAX) + E8M0_BIAS).astype(np.uint8)
