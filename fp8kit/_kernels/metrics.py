@@ -299,6 +299,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
     return Kernel(make, sig)
 
 
+@functools.cache  # (a format's max is an exact Fraction computed anew on each access)
 def overflow_threshold(fmt) -> tuple[float, bool]:
     """``(threshold, tie_up)``: the magnitude from which rounding to nearest-even with an
     unbounded exponent goes above the format's max (max plus half its last step), and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -262,9 +263,7 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
         x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     kernel = km.quantize_metrics_kernel(fmt, narrow)
-    ovf, tie_up = km.overflow_threshold(fmt)
-    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
-    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
+    limits = _fused_limits(fmt)
     lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
     partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
     _parallel.launch(
@@ -272,6 +271,16 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
         limits, lut, partials,
     )  # fmt: skip
     return km.combine(partials)
+
+
+@functools.cache
+def _fused_limits(fmt: FloatFormat) -> np.ndarray:
+    """The ``limits`` argument of the fused kernel for ``fmt`` (read-only)."""
+    ovf, tie_up = km.overflow_threshold(fmt)
+    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
+    limits.flags.writeable = False
+    return limits
 
 
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:

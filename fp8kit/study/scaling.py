@@ -138,12 +138,18 @@ def amax_scale(amax: np.ndarray, fmt: FloatFormat, margin: float, pow2: bool, dt
     is 0, clamped to the normal range of ``dtype`` and returned in it."""
     amax = np.asarray(amax, np.float64)
     with np.errstate(divide="ignore", over="ignore"):
-        s = np.where(amax > 0, fmt.max / np.where(amax > 0, amax, 1.0), 1.0) / 2.0**margin
+        s = np.where(amax > 0, _max(fmt) / np.where(amax > 0, amax, 1.0), 1.0) / 2.0**margin
     s = clamp_scale(s, dtype)
     if pow2:
         # floor(log2(s)) exactly: frexp gives s = m * 2**e with 0.5 <= m < 1
         s = np.ldexp(1.0, np.frexp(s)[1] - 1)
     return s.astype(dtype)
+
+
+@functools.cache
+def _max(fmt: FloatFormat) -> float:
+    """``fmt.max``, computed once (it is an exact Fraction's value, 20 us each time)."""
+    return fmt.max
 
 
 def clamp_scale(s: Any, dtype) -> np.ndarray:
