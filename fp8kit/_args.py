@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from ._kernels.fake import OV_F32, OV_FP16, SPEC
-from ._kernels.rounding import MODES, STOCHASTIC
+from ._kernels.rounding import MODES, is_stochastic
 from .formats import _NUMPY_DTYPES, FloatFormat, get_format, registered_formats
 
 #: ml_dtypes/numpy dtype -> its format (float8, float6, float4, bfloat16, float16)
 FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
 FLOAT_NAMES = "float16, bfloat16, float32 or float64"
 ROUNDING_MODES = tuple(MODES)
+STOCHASTIC_NAMES = tuple(k for k, v in MODES.items() if is_stochastic(v))
 
 
 def on_device(*args: Any) -> bool:
@@ -64,13 +65,58 @@ def format_arg(fmt: Any, argname: str = "fmt") -> FloatFormat:
     return get_format(name_arg(fmt), argname=argname)
 
 
-def saturate(value: Any, func: str) -> bool:
-    """The ``saturate`` argument as a bool, or a TypeError."""
+def saturate(value: Any, func: str, propagate: bool = False) -> Any:
+    """The ``saturate`` argument as a bool, or a TypeError; with ``propagate``, the string
+    ``"propagate"`` too (P3109's SatPropagate: see :func:`fp8kit.encode`)."""
     if isinstance(value, (bool, np.bool_)) or (
         isinstance(value, (int, np.integer)) and value in (0, 1)
     ):
         return bool(value)
-    raise TypeError(f"{func}: saturate must be True or False (or 1/0); got {value!r}")
+    if propagate and isinstance(value, str) and value == "propagate":
+        return "propagate"
+    also = ", 'propagate'" if propagate else ""
+    raise TypeError(f"{func}: saturate must be True or False (or 1/0{also}); got {value!r}")
+
+
+def flag(value: Any, name: str, func: str) -> bool:
+    """A True/False option (``flush_subnormals``, ``flush_subnormal_inputs``), or a
+    TypeError naming it."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{func}: {name} must be True or False; got {value!r}")
+
+
+def _float_layout(dtype: np.dtype) -> tuple[int, int, bool] | None:
+    """(bits, mantissa bits, has -0) of a float dtype (numpy or ml_dtypes), or None."""
+    dtype = np.dtype(dtype)
+    if dtype in FORMAT_DTYPES:
+        f = FORMAT_DTYPES[dtype]
+        return f.bits, f.mantissa_bits, f.has_negative_zero
+    if dtype.kind == "f":
+        return dtype.itemsize * 8, np.finfo(dtype).nmant, True
+    return None
+
+
+def flush_inputs(x: Any) -> Any:
+    """``flush_subnormal_inputs`` (denormals-are-zero): values that are subnormal in their
+    own dtype (float16/bfloat16/float32/float64 or an ml_dtypes float8) become the zero of
+    their sign (+0 in dtypes without -0); other inputs are returned as they are (the caller
+    checks their dtype).  Works on the bits: one pass, no per-element Python."""
+    arr = np.asarray(x)
+    lay = _float_layout(arr.dtype)
+    if lay is None or arr.dtype.itemsize * 8 < lay[0] or arr.size == 0:
+        return x
+    bits, m, neg_zero = lay
+    u = arr.view(f"u{arr.dtype.itemsize}") if arr.ndim else arr.reshape(1).view(
+        f"u{arr.dtype.itemsize}")  # fmt: skip
+    sign = u.dtype.type(1 << (bits - 1))
+    mag = u & u.dtype.type((1 << (bits - 1)) - 1)
+    sub = (mag != 0) & (mag < u.dtype.type(1 << m))
+    if not sub.any():
+        return x
+    zeros = (u & sign) if neg_zero else np.zeros_like(u)
+    res = np.where(sub, zeros, u).view(arr.dtype)
+    return res.reshape(arr.shape)
 
 
 def check_rounding(rounding: Any, random_bits: Any, func: str) -> int:
@@ -110,9 +156,13 @@ def rounding(rounding: Any, seed: Any, random_bits: Any, func: str):
     ``key`` is a read-only uint32[2]: the Philox key (low, high word of the seed); the
     flat index of the first element is :func:`current_offset`."""
     mode = check_rounding(rounding, random_bits, func)
-    if mode != STOCHASTIC:
+    if not is_stochastic(mode):
         if seed is not None:
-            raise ValueError(f"{func}: seed is only used with rounding='stochastic'")
+            raise ValueError(
+                f"{func}: seed is only used with rounding='stochastic' and the other "
+                f"stochastic modes ({', '.join(STOCHASTIC_NAMES[1:])}); got "
+                f"rounding={rounding!r}"
+            )
         return mode, NO_KEY, int(random_bits)
     s = seed_int(seed, func)
     key = np.array([s & 0xFFFFFFFF, s >> 32], np.uint32)
@@ -150,10 +200,16 @@ def current_offset() -> int:
 
 # ---------------------------------------------------------------------- fake_convert
 def destination(name: Any) -> FloatFormat:
-    """FakeConvert's ``destination_type``: a signed 8-bit format."""
+    """FakeConvert's ``destination_type``: a signed 8-bit format with a mantissa bit."""
     # Signed 8-bit formats: float8_e8m0fnu (no sign, no zero) is a scale type, not a
     # destination a quantize-dequantize can round x * scale to.
-    eight_bit = [n for n, f in registered_formats().items() if f.bits == 8 and f.signed]
+    # P3109's precision-1 formats are left out: their ties go to the even *code*, which
+    # FakeConvert's in-place rounding on float bits does not compute.
+    eight_bit = [
+        n
+        for n, f in registered_formats().items()
+        if f.bits == 8 and f.signed and f.mantissa_bits > 0
+    ]
     try:
         fmt = get_format(name_arg(name), argname="destination_type")
     except (ValueError, TypeError):
@@ -218,3 +274,18 @@ def element_strides(operand: np.ndarray, shape: tuple[int, ...]) -> tuple[int, .
     """Strides, in elements, of ``operand`` broadcast to ``shape``."""
     full = np.broadcast_to(operand, shape)
     return tuple(st // operand.itemsize for st in full.strides)
+
+
+def study_format(spec: Any) -> FloatFormat:
+    """A format the study's fused kernels round to: any but the unsigned and the
+    precision-1 P3109 formats (the kernels round the magnitude in place on float bits, with
+    the sign kept, and break ties on the mantissa's lowest bit)."""
+    fmt = get_format(spec, argname="format")
+    if fmt.specials in ("unsigned_extended", "unsigned_finite") or (
+        fmt.signed and fmt.mantissa_bits == 0
+    ):
+        raise ValueError(
+            f"format {fmt.name!r} is not supported by the study (unsigned and precision-1 "
+            "P3109 formats are not); use fp8kit.round_to for it"
+        )
+    return fmt

@@ -109,6 +109,12 @@ def _is_e8m0(to: Any) -> bool:
         return False
 
 
+def _flushes(kwargs: dict) -> bool:
+    return kwargs.get("flush_subnormals") is not False or (
+        kwargs.get("flush_subnormal_inputs") is not False
+    )
+
+
 def _cuda(name: str, args: tuple, kwargs: dict):
     from .cuda import _dispatch
 
@@ -117,16 +123,18 @@ def _cuda(name: str, args: tuple, kwargs: dict):
     if name == "cast":
         x, to = args
         e8m0 = _is_e8m0(to)
-        if kwargs["rounding"] != "nearest_even" or e8m0:
+        if kwargs["rounding"] != "nearest_even" or e8m0 or _flushes(kwargs):
             raise ValueError(
                 "cast: on the GPU, only rounding='nearest_even' to Cast-21 types is "
-                "implemented; use fp8kit.encode(x, fmt, rounding=...) for the codes"
+                "implemented (and no flush options); use fp8kit.encode(x, fmt, rounding=...) "
+                "for the codes"
             )
         return _dispatch.cast(x, to, saturate=kwargs["saturate"], rules=kwargs["rules"])
     if name == "fake_convert":
-        if kwargs["rounding"] != "nearest_even":
+        if kwargs["rounding"] != "nearest_even" or _flushes(kwargs):
             raise ValueError(
-                "fake_convert: on the GPU, only rounding='nearest_even' is implemented"
+                "fake_convert: on the GPU, only rounding='nearest_even' is implemented (and "
+                "no flush options)"
             )
         return _dispatch.fake_convert(*args, mode=kwargs["mode"], out=kwargs["out"])
     if name == "astype":

@@ -37,7 +37,7 @@ def _meta_check(x, name: str) -> None:
 
 def _fixed_seed(name: str, kwargs: dict) -> tuple[bool, dict]:
     """(stochastic?, kwargs with an int seed): a seed drawn once serves every block."""
-    if kwargs.get("rounding") != "stochastic":
+    if kwargs.get("rounding") not in _args.STOCHASTIC_NAMES:
         return False, kwargs
     return True, {**kwargs, "seed": _args.seed_int(kwargs.get("seed"), name)}
 

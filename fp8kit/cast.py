@@ -37,9 +37,9 @@ from ._casttypes import (
 )
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .codec import decode, encode
-from .formats import get_format
+from .formats import P3109_FORMATS, FloatFormat, get_format
 
 __all__ = [
     "cast",
@@ -75,6 +75,38 @@ def _source_type(x: np.ndarray) -> CastType:
     return cast_type(dt, argname="x")
 
 
+def _codes_only(to: Any) -> FloatFormat | None:
+    """The format ``to`` names when it is a registered format without a dtype (the IEEE
+    P3109 formats but those equal to an ml_dtypes type): ``cast`` returns its codes."""
+    if not isinstance(to, (str, FloatFormat)):
+        return None
+    try:
+        fmt = get_format(to, argname="to")
+    except ValueError:
+        return None
+    return fmt if fmt.dtype is None and fmt in P3109_FORMATS else None
+
+
+def _to_codes(arr, src, fmt, sat, rounding, seed, random_bits) -> np.ndarray:
+    """Cast to a P3109 format (no ONNX type, no dtype): its uint8 codes, by the float8 rules
+    of Cast-21 as :func:`fp8kit.encode` has them (from the exact value, once)."""
+    if src.kind not in ("float", "int", "bool"):
+        raise ValueError(
+            f"cast: to {fmt.name} (a P3109 format: the result is its codes) takes numbers; "
+            f"got {src.name}"
+        )
+    if src.kind != "float":
+        if src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)) and np.any(
+            np.abs(arr.astype(np.float64)) >= 2**53
+        ):
+            raise ValueError(
+                f"cast: {src.name} values of 2**53 or more to {fmt.name} are not supported "
+                "(not exact in float64); cast to float64 first if that is acceptable"
+            )
+        arr = arr.astype(np.float64)
+    return encode(arr, fmt, saturate=sat, rounding=rounding, seed=seed, random_bits=random_bits)
+
+
 def cast(
     x: Any,
     to: Any,
@@ -85,6 +117,8 @@ def cast(
     random_bits: int = 16,
     round_mode: str = "up",
     rules: Any = "conformance",
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """Cast ``x`` to another type, with ONNX Cast semantics.
 
@@ -103,7 +137,10 @@ def cast(
         type) or string data.
     to : dtype or str
         numpy/ml_dtypes dtype, fp8kit format name or alias, or ONNX type name
-        (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).
+        (``"FLOAT8E4M3FN"``, ``"FLOAT4E2M1"``, ``"INT4"``, ``"STRING"``, ...).  An IEEE
+        P3109 format without an ml_dtypes type (``"p3109_k8p4se"``; no ONNX type either)
+        gives its uint8 codes, by :func:`fp8kit.encode`'s rules (the Cast-21 float8 tables,
+        rounded once from the exact value) from float, integer or bool data.
     saturate : bool, default True
         For float8 destinations, the Cast-21 saturate tables (float8_e4m3 and float8_e3m4
         take E5M2's column, float8_e4m3b11fnuz E4M3FNUZ's), with +-Inf -> +-max into the
@@ -119,6 +156,9 @@ def cast(
         float64).
     seed, random_bits
         Stochastic rounding only; see :func:`fp8kit.encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        As in :func:`fp8kit.encode`, for the destinations that take ``rounding``; inputs
+        that are subnormal in a float source type become zeros of their sign.
     round_mode : {"up", "down", "nearest"}, default "up"
         Casts to ``float8_e8m0fnu`` (``FLOAT8E8M0``) only: the ``round_mode`` attribute of
         Cast-24/25, bit-compatible with the ONNX reference (``onnx.reference``); see
@@ -174,30 +214,40 @@ def cast(
     if kind != "numpy":
         return _backends.call(
             kind, "cast", cast, (x, to), dict(saturate=saturate, rounding=rounding, seed=seed,
-            random_bits=random_bits, round_mode=round_mode, rules=rules),
+            random_bits=random_bits, round_mode=round_mode, rules=rules,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     to = _args.name_arg(to)
     arr = np.asarray(x)
     sat = _args.saturate(saturate, "cast")
     how = _cast_rules(rules, sat)
     src = _source_type(arr)
+    codes_fmt = _codes_only(to)
+    if codes_fmt is not None:
+        return _to_codes(arr, src, codes_fmt, sat, rounding, seed, random_bits)
     dst = cast_type(to)
     arr = _args.native(arr)
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "cast")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "cast") and src.kind == "float":
+        arr = np.asarray(_args.flush_inputs(arr))
     if dst.name == _E8M0:
         if src.kind == "string" and not how.exact_strings:
             arr, src = _stod_all(arr), CAST_TYPES["float64"]
         return _to_e8m0(arr, src, sat, round_mode, rounding, seed)
     mode = _args.rounding(rounding, seed, random_bits, "cast")[0]
     rnd = {"rounding": rounding, "seed": seed, "random_bits": random_bits}
-    if mode != NEAREST_EVEN:
+    if ftz:
+        rnd["flush_subnormals"] = True
+    if mode != NEAREST_EVEN or ftz:
         if _format_of(dst) is None or src.kind not in ("float", "int"):
             raise ValueError(
-                f"cast: rounding={rounding!r} applies to casts from numbers to float16, "
+                f"cast: rounding={rounding!r}{' and flush_subnormals' if ftz else ''} applies "
+                "to casts from numbers to float16, "
                 f"bfloat16, float8, float6 and float4 types; got {src.name} -> {dst.name}"
             )
-        if mode == STOCHASTIC and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
+        if is_stochastic(mode) and src.dtype in (np.dtype(np.int64), np.dtype(np.uint64)):
             raise ValueError(
-                f"cast: rounding='stochastic' from {src.name} is not supported (its values "
+                f"cast: rounding={rounding!r} from {src.name} is not supported (its values "
                 "are not all exact in float64); cast to float64 first if that is acceptable"
             )
         return _numeric(arr, src, dst, sat, rnd, how)

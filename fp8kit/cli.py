@@ -14,7 +14,7 @@ import numpy as np
 
 from . import __version__
 from ._parallel import num_threads
-from .formats import get_format, registered_formats
+from .formats import _valid_names, get_format
 
 __all__ = ["main"]
 
@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--formats", nargs="+", metavar="NAME", default=["float8_e4m3fn", "float8_e5m2"],
         help="formats to study (default: float8_e4m3fn float8_e5m2; any of: "
-        + ", ".join(registered_formats()) + ", or an alias)",
+        + _valid_names() + ", or an alias)",
     )  # fmt: skip
     p.add_argument(
         "--scaling", nargs="+", metavar="SPEC", default=["tensor", "channel", "block:32"],

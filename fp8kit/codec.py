@@ -17,7 +17,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
 
@@ -202,11 +202,13 @@ def encode(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """Round floats to a value of a format and return its codes.
 
@@ -222,29 +224,40 @@ def encode(
         exactly first), of any shape and memory layout.
     fmt : str, FloatFormat or dtype
         Target format, e.g. ``"float8_e4m3fn"``; see :func:`fp8kit.get_format`.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         True: values beyond the largest finite value become +-max; Inf becomes +-max too,
         except in ``fnuz`` formats (NaN).  False: they become +-Inf where the format has
-        Inf, NaN otherwise.
+        Inf, NaN otherwise.  ``"propagate"`` (P3109's SatPropagate, pychop's name): as True,
+        but +-Inf stays +-Inf where the format has Inf.
     out : ndarray, optional
         Where to write the codes: dtype uint8 (formats of up to 8 bits) or uint16, or the
         format's ml_dtypes dtype; x is broadcast to its shape.
     rounding : str, default "nearest_even"
-        ``"nearest_even"``, ``"nearest_away"``, ``"toward_zero"``, ``"toward_positive"``,
-        ``"toward_negative"`` or ``"stochastic"`` (see docs/rounding.md).  Directed modes
-        overflow to +-max on the side they round toward zero, to Inf/NaN (or +-max with
-        ``saturate``) on the other.
+        ``"nearest_even"``, ``"nearest_away"``, ``"nearest_zero"`` (ties toward zero),
+        ``"toward_zero"``, ``"toward_positive"``, ``"toward_negative"``, ``"to_odd"``
+        (truncate; an inexact result takes the odd neighbour), or a stochastic mode:
+        ``"stochastic"``, ``"stochastic_c"``, ``"stochastic_b"``, ``"stochastic_odd"``,
+        ``"stochastic_half"`` (see docs/rounding.md; the unsigned float8_e8m0fnu takes the
+        first six of issue 8 only).  Directed modes overflow to +-max on the side they
+        round toward zero, to Inf/NaN (or +-max with ``saturate``) on the other.
     seed : int or numpy.random.Generator, optional
-        Stochastic rounding only: the key of the counter-based generator (an int in
+        Stochastic modes only: the key of the counter-based generator (an int in
         0..2**64-1, or a Generator, which is advanced by one draw).  Results depend only on
         (seed, element index in C order, value).  None draws a fresh seed.
     random_bits : int, default 16
-        Stochastic rounding only: random bits per element (1..32); a value is rounded up
-        with probability ``floor(f * 2**random_bits) / 2**random_bits``, ``f`` its
-        fractional position between the two neighbouring codes.  16 bits make the
+        Stochastic modes only: random bits per element (1..32); with ``"stochastic"`` a
+        value is rounded up with probability ``floor(f * 2**random_bits) / 2**random_bits``,
+        ``f`` its fractional position between the two neighbouring codes (the variants
+        round ``f`` to ``random_bits`` bits instead of truncating it).  16 bits make the
         probability exact for float16/bfloat16 sources; one 32-bit Philox word serves two
         elements up to 16 bits and four up to 8 (faster), so the bits drawn for an
         element depend on ``random_bits`` too.
+    flush_subnormals : bool, default False
+        A result that is subnormal in the format becomes the zero of its sign (+0 in
+        formats without -0); tininess is judged after rounding.
+    flush_subnormal_inputs : bool, default False
+        Inputs that are subnormal in their own dtype are taken as zeros of their sign
+        (denormals-are-zero).
 
     Returns
     -------
@@ -255,9 +268,11 @@ def encode(
     Raises
     ------
     TypeError
-        If x is not floating point, or ``out`` has the wrong type or dtype.
+        If x is not floating point, ``out`` has the wrong type or dtype, or a flush option
+        is not a bool.
     ValueError
-        If the format is unknown, or ``out`` has an incompatible shape or is read-only.
+        If the format or rounding mode is unknown, or ``out`` has an incompatible shape or
+        is read-only.
 
     Examples
     --------
@@ -266,8 +281,15 @@ def encode(
     array([ 56, 126, 126, 254], dtype=uint8)
     >>> fp8kit.encode(np.array([1e9, np.inf]), "float8_e5m2", saturate=False)
     array([124, 124], dtype=uint8)
+    >>> fp8kit.encode(np.array([1.01, 2.0**-8]), "float8_e4m3fn", rounding="to_odd")
+    array([57,  2], dtype=uint8)
+    >>> fp8kit.encode(np.array([1.01, 2.0**-8]), "float8_e4m3fn", flush_subnormals=True)
+    array([56,  0], dtype=uint8)
     """
-    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    fast = (
+        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    )  # fmt: skip
     if fast:
         plan = _fast_lookup(_FAST_ENCODE, (fmt, x.dtype, saturate))
         if plan:
@@ -277,24 +299,28 @@ def encode(
     if kind != "numpy":
         return _backends.call(
             kind, "encode", encode, (x, fmt), dict(saturate=saturate, out=out,
-            rounding=rounding, seed=seed, random_bits=random_bits),
+            rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "encode")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "encode"):
+        x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "encode", allow_float8=True)
     code_dtype = fmt.code_dtype
     if out is not None:
         allowed = (code_dtype,) + ((fmt.dtype,) if fmt.dtype is not None else ())
         _check_out(out, x.shape, allowed, "encode")
-    sat = _saturate(saturate, "encode")
+    sat = _saturate(saturate, "encode", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
-    if mode == NEAREST_EVEN:
+    if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         extra = ()
     else:
-        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits)
+        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
-        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)
+        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
@@ -302,7 +328,7 @@ def encode(
     if fast and x is x_arg and not pl.widen_first:
         plan = (kernel.build(), lut, table, xb.dtype, code_dtype, None)
         _FAST_ENCODE[fmt_arg, x.dtype, saturate] = plan
-    res = _apply(kernel, xb, lut, table, code_dtype, out, extra, mode == STOCHASTIC)
+    res = _apply(kernel, xb, lut, table, code_dtype, out, extra, is_stochastic(mode))
     return _result(res, was_scalar)
 
 
@@ -427,11 +453,13 @@ def round_to(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     out: np.ndarray | None = None,
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """Round floats to a value of a format (nearest-even by default), keeping their dtype.
 
@@ -445,12 +473,14 @@ def round_to(
         float16, bfloat16, float32 or float64 data.
     fmt : str, FloatFormat or dtype
         The format to round to.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         As in :func:`encode`.
     out : ndarray, optional
         Output array of x's dtype; x is broadcast to its shape.
     rounding, seed, random_bits
         The rounding mode, as in :func:`encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        Flush subnormal results or inputs to zero, as in :func:`encode`.
 
     Returns
     -------
@@ -470,7 +500,10 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
-    fast = _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+    fast = (
+        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    )  # fmt: skip
     if fast:
         plan = _fast_lookup(_FAST_ROUND, (fmt, x.dtype, saturate))
         if plan:
@@ -480,30 +513,36 @@ def round_to(
     if kind != "numpy":
         return _backends.call(
             kind, "round_to", round_to, (x, fmt), dict(saturate=saturate, out=out,
-            rounding=rounding, seed=seed, random_bits=random_bits),
+            rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "round_to")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "round_to"):
+        x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "round_to", allow_float8=False)
     dt = x.dtype
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
     table = decode_table(fmt, dt)
-    sat = _saturate(saturate, "round_to")
+    sat = _saturate(saturate, "round_to", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
-    if mode == NEAREST_EVEN:
+    if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype)
         extra = ()
     else:
-        kernel, pl = encode_mode_kernel(fmt, dt, sat, mode, rbits, table_dtype=table.dtype)
-        extra = (key, _args.current_offset() if mode == STOCHASTIC else 0)  # as in encode
+        kernel, pl = encode_mode_kernel(
+            fmt, dt, sat, mode, rbits, table_dtype=table.dtype, flush=ftz
+        )
+        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
     if fast and x is x_arg and not pl.widen_first:
         plan = (kernel.build(), _lut_for(pl.load), table, xb.dtype, table.dtype, dt)
         _FAST_ROUND[fmt_arg, dt, saturate] = plan
-    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, mode == STOCHASTIC)
+    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, is_stochastic(mode))
     if out is None:
         res = res.view(dt)
     return _result(res, was_scalar)
@@ -513,10 +552,12 @@ def astype(
     x: Any,
     fmt: Any,
     *,
-    saturate: bool = True,
+    saturate: bool | str = True,
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """Convert floats to a format's numpy/ml_dtypes dtype (e.g. ``ml_dtypes.float8_e4m3fn``).
 
@@ -528,10 +569,12 @@ def astype(
         Floating-point data, as for :func:`encode`.
     fmt : str, FloatFormat or dtype
         A format that has a numpy or ml_dtypes dtype.
-    saturate : bool, default True
+    saturate : bool or "propagate", default True
         As in :func:`encode`.  (``x.astype(ml_dtypes.float8_e4m3fn)`` does not saturate.)
     rounding, seed, random_bits
         The rounding mode, as in :func:`encode`.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        Flush subnormal results or inputs to zero, as in :func:`encode`.
 
     Returns
     -------
@@ -554,7 +597,8 @@ def astype(
     if kind != "numpy":
         return _backends.call(
             kind, "astype", astype, (x, fmt), dict(saturate=saturate, rounding=rounding,
-            seed=seed, random_bits=random_bits),
+            seed=seed, random_bits=random_bits, flush_subnormals=flush_subnormals,
+            flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     fmt = _args.format_arg(fmt)
     if fmt.dtype is None:
@@ -562,7 +606,10 @@ def astype(
             f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"
         )
     codes = np.asarray(
-        encode(x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits)
-    )
+        encode(
+            x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits,
+            flush_subnormals=flush_subnormals, flush_subnormal_inputs=flush_subnormal_inputs,
+        )
+    )  # fmt: skip
     res = codes.view(fmt.dtype)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res

@@ -10,7 +10,7 @@ import numpy as np
 from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.fake import SPEC, fake_convert_kernel
-from ._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat
 
@@ -60,6 +60,8 @@ def fake_convert(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """FakeConvert-13: ``(round(data * scale - shift) + shift) / scale``, in one fused pass.
 
@@ -96,6 +98,11 @@ def fake_convert(
         data in C order draws the random word ``i``).  Saturation to +-max is unchanged.
     seed, random_bits
         Stochastic rounding only; see :func:`fp8kit.encode`.
+    flush_subnormals : bool, default False
+        ``round`` gives zero (of the value's sign) where its result is subnormal in
+        ``destination_type`` (``mode="spec"`` only); see :func:`fp8kit.encode`.
+    flush_subnormal_inputs : bool, default False
+        Subnormals of data's own dtype are taken as zeros of their sign.
 
     Returns
     -------
@@ -123,11 +130,16 @@ def fake_convert(
     if kind != "numpy":
         return _backends.call(
             kind, "fake_convert", fake_convert, (data, scale, shift, destination_type),
-            dict(mode=mode, out=out, rounding=rounding, seed=seed, random_bits=random_bits),
+            dict(mode=mode, out=out, rounding=rounding, seed=seed, random_bits=random_bits,
+                 flush_subnormals=flush_subnormals,
+                 flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
     arr = np.asarray(data)
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "fake_convert")
+    if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "fake_convert"):
+        arr = np.asarray(_args.flush_inputs(arr))
     fmt = _destination(destination_type)
     variant = openvino_variant(mode, fmt)
     sc = _operand(scale, arr.dtype, "scale")
@@ -168,17 +180,20 @@ def fake_convert(
     ov = variant != SPEC
     rmode, key, rbits = _args.rounding(rounding, seed, random_bits, "fake_convert")
     # the flat index of x[0]: non-zero for a Dask block (the random stream is keyed by it)
-    offset = _args.current_offset() if rmode == STOCHASTIC else 0
+    offset = _args.current_offset() if is_stochastic(rmode) else 0
     if ov and rmode != NEAREST_EVEN:
         raise ValueError(
             f"fake_convert: mode={mode!r} rounds to nearest-even only; got rounding={rounding!r}"
         )
+    if ov and ftz:
+        raise ValueError(f"fake_convert: mode={mode!r} does not take flush_subnormals=True")
     kernel = fake_convert_kernel(
         fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), variant, rmode, rbits,
         # (mode="openvino" is compute-bound: staging measured 1.4x slower there)
-        not ov and arr.nbytes >= STREAM_MIN_BYTES,
+        not ov and arr.nbytes >= STREAM_MIN_BYTES, ftz,
     )  # fmt: skip
-    table = dummy(np.uint32) if rmode == NEAREST_EVEN else decode_table(fmt, np.float32)
+    integer_path = rmode != NEAREST_EVEN or ftz
+    table = decode_table(fmt, np.float32) if integer_path else dummy(np.uint32)
     lut = f16_lut() if (arr.dtype == np.float16 or ov) else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)

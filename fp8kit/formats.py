@@ -31,10 +31,31 @@ __all__ = [
 #: NaN at all, every code is a number (the OCP MX element types float6/float4; ml_dtypes calls
 #: them ``fn`` too).  ``"unsigned"``: no sign bit, no zero and no subnormals; every code
 #: ``c`` is ``2**(c - bias)`` except all ones, the NaN (the MX scale type float8_e8m0fnu;
-#: mantissa_bits must be 0).
-SPECIALS = ("ieee", "fn", "fnuz", "finite", "unsigned")
+#: mantissa_bits must be 0).  The IEEE P3109 conventions (formats ``binaryKpP``; zero and
+#: subnormals everywhere, no -0, one NaN): ``"extended"``: signed, NaN at the code of -0 (the
+#: sign bit alone), +-Inf at the largest magnitude code (all ones but the sign); signed
+#: *finite* P3109 formats are exactly ``"fnuz"``.  ``"unsigned_extended"`` and
+#: ``"unsigned_finite"``: no sign bit, NaN at all ones, and for the extended ones +Inf just
+#: below it.
+SPECIALS = (
+    "ieee",
+    "fn",
+    "fnuz",
+    "finite",
+    "unsigned",
+    "extended",
+    "unsigned_extended",
+    "unsigned_finite",
+)
 
-Specials = Literal["ieee", "fn", "fnuz", "finite", "unsigned"]
+Specials = Literal[
+    "ieee", "fn", "fnuz", "finite", "unsigned", "extended", "unsigned_extended", "unsigned_finite"
+]
+
+#: The specials conventions without a sign bit.
+_UNSIGNED = ("unsigned", "unsigned_extended", "unsigned_finite")
+#: Conventions whose largest magnitude code is +Inf (below the NaN for unsigned ones).
+_EXTENDED = ("extended", "unsigned_extended")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,7 +77,8 @@ class FloatFormat:
     bias : int
         Exponent bias: a normal code with exponent field ``e`` has the value
         ``2**(e - bias) * (1 + m / 2**mantissa_bits)``.
-    specials : {"ieee", "fn", "fnuz", "finite", "unsigned"}
+    specials : {"ieee", "fn", "fnuz", "finite", "unsigned", "extended", \
+"unsigned_extended", "unsigned_finite"}
         How Inf, NaN and -0 are encoded; see :data:`SPECIALS`.
 
     Raises
@@ -108,6 +130,10 @@ class FloatFormat:
             )
         if self.specials == "fn" and self.exponent_bits + self.mantissa_bits < 2:
             raise ValueError("an 'fn' format needs at least 2 bits besides the sign")
+        if self.specials in _EXTENDED and self.bits < 3:
+            raise ValueError(
+                f"an {self.specials!r} format needs at least 3 bits (zero, Inf and NaN codes)"
+            )
         if self.specials == "unsigned" and self.mantissa_bits != 0:
             raise ValueError(
                 "an 'unsigned' format (powers of two, like float8_e8m0fnu) needs "
@@ -145,12 +171,12 @@ class FloatFormat:
     @property
     def signed(self) -> bool:
         """Whether the format has a sign bit (all but ``unsigned`` formats)."""
-        return self.specials != "unsigned"
+        return self.specials not in _UNSIGNED
 
     @property
     def has_inf(self) -> bool:
-        """Whether the format encodes +-Inf."""
-        return self.specials == "ieee"
+        """Whether the format encodes +-Inf (+Inf only, for ``unsigned_extended``)."""
+        return self.specials == "ieee" or self.specials in _EXTENDED
 
     @property
     def has_nan(self) -> bool:
@@ -164,8 +190,9 @@ class FloatFormat:
 
     @property
     def has_negative_zero(self) -> bool:
-        """Whether -0 is a distinct code (false for ``fnuz`` and ``unsigned`` formats)."""
-        return self.specials not in ("fnuz", "unsigned")
+        """Whether -0 is a distinct code (false for ``fnuz``, the P3109 and the unsigned
+        formats)."""
+        return self.specials not in ("fnuz", "extended", *_UNSIGNED)
 
     @property
     def max_exponent_field(self) -> int:
@@ -187,27 +214,33 @@ class FloatFormat:
     def max_code(self) -> int:
         """Code of the largest finite value (positive sign)."""
         top = (self.max_exponent_field << self.mantissa_bits) | ((1 << self.mantissa_bits) - 1)
-        return top - 1 if self.specials == "fn" else top
+        # fn, extended, unsigned_finite: one special code above max (NaN or Inf);
+        # unsigned_extended: two (+Inf, then NaN)
+        below = {"fn": 1, "extended": 1, "unsigned_finite": 1, "unsigned_extended": 2}
+        return top - below.get(self.specials, 0)
 
     @property
     def inf_code(self) -> int | None:
         """Code of +Inf, or None when the format has no Inf."""
         if not self.has_inf:
             return None
+        if self.specials in _EXTENDED:
+            return self.max_code + 1
         return ((1 << self.exponent_bits) - 1) << self.mantissa_bits
 
     @property
     def nan_code(self) -> int | None:
         """Code of the canonical (positive, quiet) NaN, or None when the format has no NaN.
 
-        ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz``: the
-        sign bit alone (this NaN has no sign); ``unsigned``: all ones.
+        ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz`` and
+        ``extended``: the sign bit alone (this NaN has no sign); the unsigned conventions:
+        all ones.
         """
         if self.specials == "finite":
             return None
-        if self.specials == "unsigned":
+        if self.specials in _UNSIGNED:
             return (1 << self.bits) - 1
-        if self.specials == "fnuz":
+        if self.specials in ("fnuz", "extended"):
             return self.sign_mask
         if self.specials == "fn":
             return self.sign_mask - 1
@@ -260,8 +293,10 @@ class FloatFormat:
     @property
     def min(self) -> float:
         """Most negative finite value, ``-max`` (the smallest value for ``unsigned``
-        formats, as ml_dtypes says)."""
-        return self.smallest_normal if self.specials == "unsigned" else -self.max
+        formats, as ml_dtypes says; 0.0 for the unsigned P3109 formats)."""
+        if self.specials == "unsigned":
+            return self.smallest_normal
+        return -self.max if self.signed else 0.0
 
     @property
     def smallest_normal(self) -> float:
@@ -340,10 +375,14 @@ class FloatFormat:
             return Fraction(2) ** (code - self.bias)
         sign = -1 if code & self.sign_mask else 1
         mag = code & (self.sign_mask - 1)
-        if self.specials == "fnuz" and code == self.sign_mask:
+        if self.specials in ("fnuz", "extended") and code == self.sign_mask:
             return math.nan
         if self.specials == "fn" and mag == self.sign_mask - 1:
             return math.copysign(math.nan, sign)
+        if self.specials in _UNSIGNED and code == self.nan_code:
+            return math.nan
+        if self.specials in _EXTENDED and mag == self.inf_code:
+            return math.copysign(math.inf, sign)
         e = mag >> self.mantissa_bits
         m = mag & ((1 << self.mantissa_bits) - 1)
         if self.specials == "ieee" and e == (1 << self.exponent_bits) - 1:
@@ -476,6 +515,55 @@ register_format(float6_e3m2fn, ["FLOAT6E3M2"])
 register_format(float4_e2m1fn, ["FLOAT4E2M1", "f4e2m1"])
 
 
+def _p3109_formats() -> tuple[FloatFormat, ...]:
+    """Register IEEE P3109's binaryKpP formats, K = 3..8, as gfloat 0.5 defines them
+    (``gfloat.formats.format_info_p3109``): precision P (the stored mantissa has P - 1 bits),
+    signed (P in 1..K-1, bias ``2**(K-P-1)``) or unsigned (P in 1..K, bias ``2**(K-P)``),
+    extended (+-Inf) or finite.  Canonical names are gfloat's (``p3109_k8p4se``), aliases the
+    draft's spelling (``binary8p4se``); a format with the fields of an existing one (the
+    signed finite P3109 formats are ``fnuz`` formats: ``p3109_k8p4sf`` is float8_e4m3fnuz,
+    ``p3109_k8p3sf`` float8_e5m2fnuz) gets both names as aliases instead."""
+    by_fields = {
+        (f.exponent_bits, f.mantissa_bits, f.bias, f.specials): f for f in _CANONICAL.values()
+    }
+    made = []
+    for k in range(8, 2, -1):
+        for signed in (True, False):
+            for p in range(1, k if signed else k + 1):
+                for extended in (True, False):
+                    s, d = "s" if signed else "u", "e" if extended else "f"
+                    specials = {
+                        (True, True): "extended",
+                        (True, False): "fnuz",
+                        (False, True): "unsigned_extended",
+                        (False, False): "unsigned_finite",
+                    }[signed, extended]
+                    e = k - p if signed else k - p + 1
+                    bias = 2 ** (k - p - 1) if signed else 2 ** (k - p)
+                    name, alias = f"p3109_k{k}p{p}{s}{d}", f"binary{k}p{p}{s}{d}"
+                    fmt = by_fields.get((e, p - 1, bias, specials))
+                    if fmt is None:
+                        fmt = _builtin(name, e, p - 1, bias, specials)  # type: ignore[arg-type]
+                        register_format(fmt, [alias])
+                    else:
+                        register_format(fmt, [name, alias])
+                    made.append(fmt)
+    return tuple(made)
+
+
+#: IEEE P3109 binaryKpP formats, K = 8 down to 3 (issue 20): 120 formats, two of them
+#: (``p3109_k8p4sf``, ``p3109_k8p3sf``) the float8 fnuz formats under their ml_dtypes names.
+P3109_FORMATS = _p3109_formats()
+_P3109_ONLY = frozenset(P3109_FORMATS) - frozenset(BUILTIN_FORMATS) - frozenset(MORE_FORMATS)
+
+
+def p3109_name(fmt: FloatFormat) -> str | None:
+    """gfloat's P3109 name of a format (``"p3109_k8p4sf"`` for float8_e4m3fnuz), or None."""
+    if fmt.name.startswith("p3109_"):
+        return fmt.name
+    return next((a for a in aliases_of(fmt) if a.startswith("p3109_")), None)
+
+
 def registered_formats() -> dict[str, FloatFormat]:
     """The registered formats by canonical name, in registration order.
 
@@ -499,7 +587,9 @@ def aliases_of(fmt: FloatFormat) -> tuple[str, ...]:
 
 
 def _valid_names() -> str:
-    return ", ".join(_CANONICAL)
+    # the 118 P3109 names by their pattern (a list of them all would bury the others)
+    names = [n for n, f in _CANONICAL.items() if f not in _P3109_ONLY]
+    return ", ".join(names) + ", or a P3109 name p3109_kKpP{s,u}{e,f} (K 3..8; binaryKpP...)"
 
 
 def get_format(spec: Any, *, argname: str = "format") -> FloatFormat:
@@ -570,7 +660,7 @@ def format_table(formats: Any = None) -> str:
     Parameters
     ----------
     formats : iterable of format specs, optional
-        Default: the built-in formats.
+        Default: the built-in formats (``fp8kit.formats.P3109_FORMATS``: the P3109 ones).
 
     Returns
     -------
@@ -601,6 +691,9 @@ def format_table(formats: Any = None) -> str:
             "fnuz": "-0 code",
             "finite": "none",
             "unsigned": "all ones",
+            "extended": "-0 code",
+            "unsigned_extended": "all ones",
+            "unsigned_finite": "all ones",
         }[fmt.specials]
         rows.append(
             f"| `{fmt.name}` | {fmt.bits} | {fmt.exponent_bits} | {fmt.mantissa_bits} "

@@ -1,4 +1,5 @@
-"""Dense storage of sub-byte codes: two 4-bit codes per byte, four 6-bit codes per 3 bytes.
+"""Dense storage of sub-byte codes: two 4-bit codes per byte, four 6-bit codes per 3 bytes,
+and generally ``n`` codes of ``b`` bits (3 to 7: the P3109 formats) in ``ceil(n * b / 8)``.
 
 fp8kit keeps one code per byte (what ml_dtypes does, and what the kernels index); files and
 devices store float4/int4 two per byte and float6 four per three bytes.  The bit order is
@@ -39,16 +40,32 @@ def _width(fmt: Any, func: str) -> tuple[int, np.dtype | None]:
     if dt is not None and dt in _INT4.values():
         return 4, dt
     f = _args.format_arg(fmt)
-    if f.bits not in (4, 6):
+    if not 3 <= f.bits <= 7:
         raise ValueError(
-            f"{func}: fmt {f.name!r} has {f.bits}-bit codes; packing is for 4-bit (float4, "
-            "int4, uint4) and 6-bit (float6) codes"
+            f"{func}: fmt {f.name!r} has {f.bits}-bit codes; packing is for 3- to 7-bit codes "
+            "(4-bit: float4, int4, uint4; 6-bit: float6; P3109 formats of 3 to 7 bits)"
         )
     return f.bits, f.dtype
 
 
+def _pack_bits(flat: np.ndarray, bits: int, nbytes: int) -> np.ndarray:
+    """Codes of any width as one little-endian bit stream (bit j of code i is bit
+    ``i * bits + j`` of the stream, bit ``t`` of the stream bit ``t % 8`` of byte ``t // 8``)."""
+    stream = ((flat[:, None] >> np.arange(bits, dtype=np.uint8)) & np.uint8(1)).reshape(-1)
+    padded = np.zeros(8 * nbytes, np.uint8)
+    padded[: stream.size] = stream
+    return np.packbits(padded, bitorder="little")
+
+
+def _unpack_bits(data: np.ndarray, bits: int, n: int) -> np.ndarray:
+    stream = np.unpackbits(data, bitorder="little")[: n * bits].reshape(n, bits)
+    weights = (np.uint8(1) << np.arange(bits, dtype=np.uint8)).astype(np.uint8)
+    return (stream * weights).sum(axis=1, dtype=np.uint8)
+
+
 def pack(codes: Any, fmt: Any) -> np.ndarray:
-    """Pack sub-byte codes densely: 4-bit codes two per byte, 6-bit codes four per 3 bytes.
+    """Pack sub-byte codes densely: 4-bit codes two per byte, 6-bit codes four per 3 bytes,
+    ``b``-bit codes (b = 3..7) ``8`` per ``b`` bytes.
 
     Parameters
     ----------
@@ -57,7 +74,8 @@ def pack(codes: Any, fmt: Any) -> np.ndarray:
         the format (``float4_e2m1fn``, ``float6_e2m3fn``, ``float6_e3m2fn``, ``int4``,
         ``uint4``).  Any shape; packed in C order.
     fmt : str, FloatFormat or dtype
-        A 4- or 6-bit format, or ``"int4"``/``"uint4"``.
+        A format of 3 to 7 bits (float4, float6, the P3109 formats of 3 to 7 bits), or
+        ``"int4"``/``"uint4"``.
 
     Returns
     -------
@@ -68,7 +86,7 @@ def pack(codes: Any, fmt: Any) -> np.ndarray:
     Raises
     ------
     ValueError
-        If fmt is not a 4- or 6-bit type, or a code does not fit its width.
+        If fmt is not a 3- to 7-bit type, or a code does not fit its width.
     TypeError
         If codes are neither unsigned integers nor an array of the format's dtype.
 
@@ -79,6 +97,8 @@ def pack(codes: Any, fmt: Any) -> np.ndarray:
     [33, 3]
     >>> fp8kit.pack(np.array([1, 2, 3, 63], np.uint8), "float6_e2m3fn").tolist()
     [129, 48, 252]
+    >>> fp8kit.pack(np.array([1, 2, 7], np.uint8), "p3109_k3p2se").tolist()  # 3-bit codes
+    [209, 1]
     """
     kind = _backends.kind_of(codes)
     if kind != "numpy":
@@ -103,6 +123,8 @@ def pack(codes: Any, fmt: Any) -> np.ndarray:
         padded = np.zeros(2 * nbytes, np.uint8)
         padded[:n] = flat
         return padded[0::2] | (padded[1::2] << np.uint8(4))
+    if bits != 6:
+        return _pack_bits(flat, bits, nbytes)
     groups = math.ceil(n / 4)
     padded = np.zeros(4 * groups, np.uint8)
     padded[:n] = flat
@@ -122,7 +144,7 @@ def unpack(packed: Any, fmt: Any, shape: int | tuple[int, ...]) -> np.ndarray:
     packed : array_like of uint8
         The packed bytes (at least ``ceil(n * bits / 8)`` of them).
     fmt : str, FloatFormat or dtype
-        A 4- or 6-bit format, or ``"int4"``/``"uint4"``.
+        A format of 3 to 7 bits, or ``"int4"``/``"uint4"``.
     shape : int or tuple of int
         Shape of the result; ``n`` is its number of elements.
 
@@ -130,12 +152,12 @@ def unpack(packed: Any, fmt: Any, shape: int | tuple[int, ...]) -> np.ndarray:
     -------
     ndarray
         An array of the format's ml_dtypes dtype (``float4_e2m1fn``, ``int4``, ...) of the
-        given shape, or uint8 codes for a user format without a dtype.
+        given shape, or uint8 codes for a format without one (P3109, user formats).
 
     Raises
     ------
     ValueError
-        If fmt is not a 4- or 6-bit type or there are too few bytes.
+        If fmt is not a 3- to 7-bit type or there are too few bytes.
     TypeError
         If packed is not an array of uint8.
 
@@ -167,6 +189,8 @@ def unpack(packed: Any, fmt: Any, shape: int | tuple[int, ...]) -> np.ndarray:
         codes = np.empty(2 * need, np.uint8)
         codes[0::2] = data & np.uint8(0x0F)
         codes[1::2] = data >> np.uint8(4)
+    elif bits != 6:
+        codes = _unpack_bits(data, bits, n)
     else:
         groups = math.ceil(n / 4)
         full = np.zeros(3 * groups, np.uint8)

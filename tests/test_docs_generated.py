@@ -36,6 +36,7 @@ def test_every_table_page_has_its_blocks():
     names = {m["name"] for p in PAGES for m in EXT.BLOCK.finditer(p.read_text())}
     assert {"format-table", "more-formats-table", "cast-table", "rounding-table"} <= names
     assert {"cast-to-more-table", "cast-from-more-table"} <= names
+    assert {"p3109-table", "compare-tables"} <= names
     assert {"promotion:knobs", "promotion:TORCH", "promotion:disagreements"} <= names
     assert {"study:demo", "api:formats", "api:promotion", "api:study"} <= names
     assert {f"api:{s}" for s in EXT.API_SECTIONS} | {"api:reexports"} <= names

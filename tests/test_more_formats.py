@@ -266,7 +266,7 @@ def test_pack_unpack_round_trip(codes, name):
 def test_pack_refuses_bad_input_clearly():
     with pytest.raises(ValueError, match="codes\\[1\\] = 16 does not fit in 4 bits"):
         fp8kit.pack(np.array([1, 16], np.uint8), "float4_e2m1fn")
-    with pytest.raises(ValueError, match="8-bit codes; packing is for 4-bit"):
+    with pytest.raises(ValueError, match="8-bit codes; packing is for 3- to 7-bit codes"):
         fp8kit.pack(np.zeros(2, np.uint8), "float8_e4m3fn")
     with pytest.raises(TypeError, match="codes must be unsigned integer codes"):
         fp8kit.pack(np.zeros(2, np.float32), "float4_e2m1fn")

@@ -24,7 +24,10 @@ except ImportError:  # torch is optional: its benchmarks are skipped
 SEED = 20240601
 SIZES = [1_000, 1_000_000, 16_000_000]
 FLOAT8_FORMATS = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
-FORMATS = FLOAT8_FORMATS + ["bfloat16"]
+#: an IEEE P3109 format (issue 20): fp8kit only (no ml_dtypes or torch dtype); the same
+#: compiled kernels as the float8 formats, its constants read at run time
+P3109_FORMAT = "p3109_k8p4se"
+FORMATS = FLOAT8_FORMATS + ["bfloat16", P3109_FORMAT]
 LIBRARIES = ["fp8kit", "ml_dtypes", "ml_dtypes_copyto", "torch"]
 
 
@@ -44,7 +47,10 @@ def _data(size, dtype=np.float32):
 
 
 def _ml_dtype(fmt):
-    return np.dtype(getattr(ml_dtypes, fmt))
+    dt = getattr(ml_dtypes, fmt, None)
+    if dt is None:
+        raise NotImplementedError(f"ml_dtypes has no dtype {fmt}")
+    return np.dtype(dt)
 
 
 def _bits_dtype(fmt):
@@ -107,6 +113,8 @@ def _decoder(library, fmt, codes):
 
 
 def _codes(fmt, size):
+    if not hasattr(ml_dtypes, fmt):
+        return np.ascontiguousarray(fp8kit.encode(_data(size), fmt))
     return np.ascontiguousarray(_data(size).astype(_ml_dtype(fmt)).view(_bits_dtype(fmt)))
 
 

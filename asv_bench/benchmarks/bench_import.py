@@ -69,6 +69,8 @@ timeraw_first_call_cached.param_names = ["op"]
 # Every public function that runs kernels, on 1M float32 elements (threaded), cold: each
 # one in a fresh process with an empty cache.  (Kept in step with benchmarks/compare.py.)
 _PUBLIC_COLD = {
+    # the floor: Numba's own first compile in a process, with a trivial kernel
+    "trivial_njit": "__import__('numba').njit(lambda a: a[0] + 1)(big)",
     "encode": "fp8kit.encode(big, 'float8_e4m3fn')",
     "decode": "fp8kit.decode(codes, 'float8_e4m3fn')",
     "round_to": "fp8kit.round_to(big, 'float8_e4m3fn')",

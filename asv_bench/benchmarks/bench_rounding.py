@@ -27,6 +27,13 @@ MODES = [
     "toward_positive",
     "toward_negative",
     "stochastic",
+    # issue 20
+    "to_odd",
+    "nearest_zero",
+    "stochastic_c",
+    "stochastic_b",
+    "stochastic_odd",
+    "stochastic_half",
 ]
 
 
@@ -76,15 +83,21 @@ class DecodeNewFormats:
 
 class RoundingModes:
     """float32 -> float8_e4m3fn and bfloat16 codes in each rounding mode (stochastic with
-    its default 16 random bits, and with 32)."""
+    its default 16 random bits, and with 32), and nearest-even with flush_subnormals."""
 
-    params = (MODES + ["stochastic_32bits"], ["float8_e4m3fn", "bfloat16"], SIZES)
+    params = (
+        MODES + ["stochastic_32bits", "nearest_even_flush"],
+        ["float8_e4m3fn", "bfloat16"],
+        SIZES,
+    )
     param_names = ["rounding", "format", "size"]
 
     def setup(self, rounding, fmt, size):
         self.x = _data(size)
         self.out = np.empty(size, fp8kit.get_format(fmt).code_dtype)
-        self.kw = {"rounding": rounding.removesuffix("_32bits")}
+        self.kw = {"rounding": rounding.removesuffix("_32bits").removesuffix("_flush")}
+        if rounding.endswith("_flush"):
+            self.kw.update(flush_subnormals=True)
         if rounding.startswith("stochastic"):
             self.kw.update(seed=1, random_bits=32 if rounding.endswith("32bits") else 16)
         self.time_encode(rounding, fmt, size)

@@ -20,6 +20,11 @@ Block names:
     and the further formats), and from those to the Cast-21 types.
 ``rounding-table``
     Sample values rounded to float8_e4m3fn in every rounding mode.
+``p3109-table``
+    :func:`fp8kit.format_table` of the IEEE P3109 formats.
+``compare-tables``
+    Edge inputs rounded by fp8kit, gfloat and pychop, one table per rounding mode fp8kit
+    has (docs/compare.md; :data:`COMPARE_MODES` maps the modes' names).
 ``cast-disputes``
     The disputed cases of ONNX Cast: the Cast text, ONNX's conformance suite, onnx.reference
     and ONNX Runtime as recorded in tests/data/cast/disputes.json
@@ -78,25 +83,30 @@ ROUNDING_SAMPLES = [
     ("-1.0625", -1.0625),
     ("2^-10", 2.0**-10),  # half the smallest subnormal 2**-9: a tie with 0
     ("-2^-11", -(2.0**-11)),  # a quarter of the smallest subnormal
+    ("2^-7", 2.0**-7),  # a subnormal (the smallest normal is 2**-6)
+    ("0.99 · 2^-6", 0.99 * 2.0**-6),  # rounds up to the smallest normal (a subnormal to odd)
     ("460", 460.0),  # above max 448, below the overflow threshold 464
     ("500", 500.0),  # beyond the threshold
 ]
 
 
 def rounding_table() -> str:
-    """Each sample rounded to float8_e4m3fn in every deterministic mode, as fp8kit computes
-    it now; ``a (b)``: ``a`` with ``saturate=True``, ``b`` with ``saturate=False``."""
-    modes = [m for m in fp8kit.codec.ROUNDING_MODES if m != "stochastic"]
-    lines = [
-        "| x | " + " | ".join(f"`{m}`" for m in modes) + " |",
-        "|---:|" + "---:|" * len(modes),
-    ]
+    """Each sample rounded to float8_e4m3fn in every deterministic mode, and nearest-even
+    with ``flush_subnormals=True``, as fp8kit computes it now; ``a (b)``: ``a`` with
+    ``saturate=True``, ``b`` with ``saturate=False``."""
+    from fp8kit._kernels.rounding import MODES, is_stochastic
+
+    modes = [(m, False) for m in fp8kit.codec.ROUNDING_MODES if not is_stochastic(MODES[m])]
+    modes.append(("nearest_even", True))
+    heads = [f"`{m}`" if not flush else "`flush_subnormals`" for m, flush in modes]
+    lines = ["| x | " + " | ".join(heads) + " |", "|---:|" + "---:|" * len(modes)]
     for label, value in ROUNDING_SAMPLES:
         x = np.float64(value)
         cells = []
-        for mode in modes:
-            sat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode)
-            nosat = fp8kit.round_to(x, "float8_e4m3fn", rounding=mode, saturate=False)
+        for mode, flush in modes:
+            kw = {"rounding": mode, "flush_subnormals": flush}
+            sat = fp8kit.round_to(x, "float8_e4m3fn", **kw)
+            nosat = fp8kit.round_to(x, "float8_e4m3fn", saturate=False, **kw)
             cells.append(_num(sat) if _same(sat, nosat) else f"{_num(sat)} ({_num(nosat)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -116,6 +126,148 @@ def _num(v) -> str:
     if abs(v) < 2**-4 and exponent == int(exponent):
         return f"{'-' if v < 0 else ''}2^{int(exponent)}"
     return f"{v:g}"
+
+
+# ---------------------------------------------------------------------------- compare.md
+#: fp8kit's rounding modes and their names in gfloat (``gfloat.RoundMode``) and pychop (the
+#: P3109 API's ``rounding=``; ``pychop.Chop``'s ``rmode`` for IEEE-style formats).  A mode
+#: appears on docs/compare.md once fp8kit has it; None: the library lacks it.  Stochastic
+#: modes are left out (their bits are random).
+COMPARE_MODES = {
+    "nearest_even": ("TiesToEven", "nearest_even", 1),
+    "nearest_away": ("TiesToAway", "nearest_away", 8),
+    "toward_zero": ("TowardZero", "toward_zero", 4),
+    "toward_positive": ("TowardPositive", "toward_positive", 2),
+    "toward_negative": ("TowardNegative", "toward_negative", 3),
+    "to_odd": (None, "to_odd", 9),
+    "nearest_zero": (None, None, 7),
+}
+#: the formats compared: P3109 ones (gfloat's and pychop's P3109 definitions) and an
+#: IEEE-style E4M3 (gfloat: a FormatInfo built for it; pychop: ``Chop(4, 3)``)
+COMPARE_FORMATS = ["p3109_k8p4se", "p3109_k8p3ue", "p3109_k8p1se", "float8_e4m3"]
+
+
+def _compare_inputs(fmt) -> list[tuple[str, float]]:
+    """Edge inputs of one format: a tie and the float32 below it, max, the overflow
+    threshold (the midpoint past max) and beyond, huge values, the smallest subnormal's half,
+    Inf, NaN, and a negative value (unsigned formats)."""
+    from fp8kit._kernels.tables import code_values
+
+    v = code_values(fmt)
+    v = np.unique(v[np.isfinite(v) & (v >= 0)])
+    i = int(np.searchsorted(v, 11.3))
+    tie = float((v[i - 1] + v[i]) / 2)
+    step = float(v[-1] - v[-2])
+    if fmt.mantissa_bits == 0:
+        step = float(v[-1])
+    past = float(v[-1] + step / 2)  # halfway to the next (missing) value
+    rows = [
+        ("tie", tie),
+        ("float32 below the tie", float(np.nextafter(np.float32(tie), np.float32(0)))),
+        ("max", float(v[-1])),
+        ("halfway past max", past),
+        ("beyond that", float(v[-1] + step)),
+        ("huge", 1e6),
+        ("huge, negative", -1e6),
+        ("smallest subnormal / 2", float(v[1] / 2)),
+        ("+Inf", np.inf),
+        ("NaN", np.nan),
+    ]
+    if fmt.name == "float8_e4m3":  # the cases of issue 20
+        rows[3:5] = [("halfway past max", 248.0), ("beyond that", 256.0)]
+        rows.insert(2, ("below the tie", 11.49999955))
+    if not fmt.signed:
+        rows.append(("-1", -1.0))
+    return rows
+
+
+def _gfloat_format(fmt):
+    import gfloat
+    from gfloat.formats import format_info_p3109
+
+    if fmt.name == "float8_e4m3":
+        return gfloat.FormatInfo(
+            name="ieee_e4m3", k=8, precision=4, bias=7, is_signed=True,
+            domain=gfloat.Domain.Extended, has_nz=True, num_high_nans=7, has_subnormals=True,
+            is_twos_complement=False,
+        )  # fmt: skip
+    k, rest = fmt.name.removeprefix("p3109_k").split("p")
+    return format_info_p3109(
+        int(k),
+        int(rest[:-2]),
+        gfloat.Signedness.Signed if rest[-2] == "s" else gfloat.Signedness.Unsigned,
+        gfloat.Domain.Extended if rest[-1] == "e" else gfloat.Domain.Finite,
+    )
+
+
+def _pychop_round(fmt, x, mode: str):
+    import warnings
+
+    import pychop
+
+    _, p3109_mode, rmode = COMPARE_MODES[mode]
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        if fmt.name == "float8_e4m3":
+            pychop.backend("numpy")
+            return pychop.Chop(exp_bits=4, sig_bits=3, rmode=rmode)(x)
+        if p3109_mode is None:
+            return None
+        k, rest = fmt.name.removeprefix("p3109_k").split("p")
+        pf = pychop.P3109Format(
+            int(k), int(rest[:-2]), rest[-2] == "s", "extended" if rest[-1] == "e" else "finite"
+        )
+        return pychop.p3109_quantize(x, pf, rounding=p3109_mode, saturate=False)
+
+
+def compare_table(mode: str) -> str:
+    """Edge inputs rounded by fp8kit, gfloat and pychop in one rounding mode (saturate=False;
+    pychop's Chop has no saturation), the cells that differ from fp8kit in bold."""
+    import gfloat
+
+    lines = [
+        "| format | case | x | fp8kit | gfloat | pychop |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    g_mode = COMPARE_MODES[mode][0]
+    for name in COMPARE_FORMATS:
+        fmt = fp8kit.get_format(name)
+        labels, xs = zip(*_compare_inputs(fmt), strict=True)
+        x = np.array(xs)
+        ours = fp8kit.round_to(x, fmt, saturate=False, rounding=mode)
+        theirs = []
+        with np.errstate(all="ignore"):
+            if g_mode is None:
+                theirs.append(None)
+            else:
+                rnd = getattr(gfloat.RoundMode, g_mode)
+                g = [gfloat.round_float(_gfloat_format(fmt), float(v), rnd) for v in x]
+                if not fmt.signed:  # gfloat: negative input to unsigned formats undefined
+                    g = [gv if v >= 0 or v != v else None for gv, v in zip(g, x, strict=True)]
+                theirs.append(g)
+        theirs.append(_pychop_round(fmt, x, mode))
+        for j, (label, v) in enumerate(zip(labels, x, strict=True)):
+            cells = [_num(ours[j])]
+            for t in theirs:
+                if t is None or t[j] is None:
+                    cells.append("—")
+                    continue
+                cell = _num(t[j])
+                agree = _same(ours[j], np.float64(t[j])) or (ours[j] != ours[j] and t[j] != t[j])
+                cells.append(cell if agree else f"**{cell}**")
+            shown = repr(float(v)) if np.isfinite(v) and abs(v) >= 2**-4 else _num(v)
+            lines.append(f"| `{name}` | {label} | {shown} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare_modes() -> list[str]:
+    """The modes of docs/compare.md: those of COMPARE_MODES that fp8kit has."""
+    return [m for m in COMPARE_MODES if m in fp8kit.codec.ROUNDING_MODES]
+
+
+def compare_page_blocks() -> str:
+    """One table per rounding mode fp8kit has (see :func:`compare_table`)."""
+    return "\n\n".join(f"### `{m}`\n\n{compare_table(m)}" for m in compare_modes())
 
 
 # ---------------------------------------------------------------------------- API reference
@@ -240,6 +392,8 @@ def generate(name: str) -> str:
         "cast-from-more-table": lambda: fp8kit.cast_table(MORE_CAST_TYPES, CAST_TYPES),
         "rounding-table": rounding_table,
         "cast-disputes": cast_disputes_table,
+        "p3109-table": lambda: fp8kit.format_table(fp8kit.formats.P3109_FORMATS),
+        "compare-tables": compare_page_blocks,
     }
     if name in makers:
         return makers[name]()

@@ -13,6 +13,7 @@ import platform
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
@@ -178,15 +179,23 @@ def _finish_with(v, a, code, p, ovf):
         neg_zero,
         zero,
     ) = p
-    mag = ovf if code > max_mag else code
+    # (``ovf`` is ``max_mag`` or ``max_mag + 1`` for every format and mode, checked by
+    # codec.pack_params, so this equals ``ovf if code > max_mag else code``; as an unsigned
+    # min it is one vector instruction less: encode float32 -> e4m3fn 8% faster)
+    mag = ovf if code > ovf else code
     mag = inf_res if a == src_inf else mag
-    mag = nan_mag if a > src_inf else mag
     if neg_zero:
+        mag = nan_mag if a > src_inf else mag
         # xor: formats without NaN give zero of the opposite sign for NaN (see _params)
         return mag ^ shr(v & sign_bit, sign_shift, zero)
-    # fnuz: no -0, so a negative value that rounds to zero gives +0; the NaN code already
-    # carries the sign bit.
-    return mag | (shr(sign_bit, sign_shift, zero) if (v > abs_mask and mag != zero) else zero)
+    # fnuz and P3109: no -0, so a negative value that rounds to zero gives +0; the NaN code
+    # already carries the sign bit.  Other negative values get ``s`` or-ed in: the sign bit,
+    # or for the unsigned P3109 formats the NaN code (all ones), or 0 with ``keep`` 0 (the
+    # result is then 0: saturation, inward directed rounding); see _params.
+    s = shr(sign_bit, sign_shift, zero)
+    keep = abs_mask if s != zero else zero  # (all the low bits, or none; loop-invariant)
+    mag = ((mag & keep) | s) if (v > abs_mask and mag != zero) else mag
+    return nan_mag if a > src_inf else mag
 
 
 @njit(inline="always")
@@ -224,7 +233,7 @@ def encode_fast(v, p):
     if use_magic:
         sub = cast_like(as_bits(as_float(a) + magic) - magic_bits, one)
         code = sub if a < min_normal else code
-    return _finish(v, a, code, p)
+    return _finish_with(v, a, code, p, p[10])  # (= _finish: one inlined call less)
 
 
 @njit(inline="always")
@@ -243,8 +252,12 @@ def encode_generic(v, p, q):
     # total keeps it below the lane width (a wider shift is undefined in LLVM)
     sh_full = base_sh + extra
     sh = sh_full if sh_full < cap else cap
-    r = shr(m + (shl(one, sh - one, one) - one) + (shr(m, sh, one) & one), sh, one)
     k = ee - emin_field if ee > emin_field else zero_of(one)
+    # ties go to the even code: the lowest kept bit of m, or with no mantissa bits (P3109's
+    # precision 1) the parity of the exponent field k + (m >> sh)
+    kept = shr(m, sh, one)
+    lsb = (shl(k, m_bits, one) + kept) & one
+    r = shr(m + (shl(one, sh - one, one) - one) + lsb, sh, one)
     code = shl(k, m_bits, one) + r
     return _finish(v, a, code, p)
 
@@ -290,7 +303,20 @@ def chunk(a, c, step):
     Loops index the returned slice from 0, which Numba knows is non-negative; indexing the
     whole array from ``c * step`` adds wraparound checks that stop vectorization.
     """
-    return a[c * step : min((c + 1) * step, a.size)]
+    hi = (c + 1) * step
+    # (a comparison, not ``min``: each builtin overload compiles on first use in a
+    # process, ~20 ms, on every cold first call)
+    return a[c * step : (hi if hi < a.size else a.size)]
+
+
+@njit(inline="always")
+def chunks(x, out, c, step):
+    """``(chunk(x, c, step), chunk(out, c, step))`` for arrays of one size, in one helper:
+    every inlined helper call costs ~20 ms of compile time on a cold first call."""
+    lo = c * step
+    hi = lo + step
+    hi = hi if hi < x.size else x.size
+    return x[lo:hi], out[lo:hi]
 
 
 @njit(inline="always")
@@ -367,6 +393,38 @@ def x86_nan(r, a, b):
     return r if r == r else nan
 
 
+@intrinsic
+def stack_buffer(typingctx, size, dtype):
+    """A 1-D C-contiguous array of ``size`` (a compile-time constant: a closure or global
+    int) uninitialized elements of ``dtype`` (a numpy scalar type) on the calling function's
+    stack, allocated once per call (in its entry block) and valid until it returns.
+
+    Replaces ``np.empty`` for the small scratch buffers of kernels: ``np.empty`` is free at
+    run time but its overloads compile on the first cold call of every process (~85 ms)."""
+    if not isinstance(size, types.IntegerLiteral) or not isinstance(dtype, types.NumberClass):
+        return None
+    count = size.literal_value
+    arrty = types.Array(dtype.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        llty = context.get_data_type(arrty.dtype)
+        itemsize = context.get_abi_sizeof(llty)
+        data = cgutils.alloca_once(builder, llty, size=count)
+        ary = context.make_array(arrty)(context, builder)
+        intp = context.get_value_type(types.intp)
+        context.populate_array(
+            ary,
+            data=data,
+            shape=[ir.Constant(intp, count)],
+            strides=[ir.Constant(intp, itemsize)],
+            itemsize=ir.Constant(intp, itemsize),
+            meminfo=None,
+        )
+        return ary._getvalue()
+
+    return arrty(size, dtype), codegen
+
+
 #: Bytes per streaming store: one AVX-512 register, one cache line.
 STREAM_BYTES = 64
 
@@ -436,7 +494,8 @@ def stream_copy(dst, start, src, count):
     addr = byte_address(dst, start)
     head = count
     if addr % size == 0:  # (always, for arrays numpy allocates)
-        head = min(count, ((STREAM_BYTES - addr % STREAM_BYTES) % STREAM_BYTES) // size)
+        head = ((STREAM_BYTES - addr % STREAM_BYTES) % STREAM_BYTES) // size
+        head = count if count < head else head  # (not min: see chunk)
     for j in range(head):
         dst[start + j] = src[j]
     k = head

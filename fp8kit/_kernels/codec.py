@@ -29,21 +29,32 @@ from .bits import (
     cast_like,
     chunk,
     chunk_range,
+    chunks,
     encode_fast,
     encode_generic,
     encode_unsigned,
     half_to_single_bits,
     prefer_512,
+    stack_buffer,
 )
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
+    CLASSIC_MODES,
+    KIND_DET,
+    KIND_SR,
+    MODES,
     STOCHASTIC,
+    TOWARD_POSITIVE,
+    TOWARD_ZERO,
     K,
-    encode_mode,
+    encode_mode_kind,
     encode_stochastic_fast,
     encode_unsigned_mode,
     fill_block,
+    flush_code,
+    mode_kind,
+    mode_masks,
     parts,
     philox4x32_10,
     word_part,
@@ -119,18 +130,40 @@ def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
             return Plan("float32", load, False, "unsigned")
         return Plan("float64", LOAD_DIRECT, in_dtype != np.float64, "unsigned")
     if in_dtype == np.float64:
-        return Plan("float64", LOAD_DIRECT, False, _strategy(fmt, "float64") or "generic")
+        return Plan("float64", LOAD_DIRECT, False, _strategy_f64(fmt))
     load = {
         np.dtype(np.float32): LOAD_DIRECT,
         np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
         np.dtype(np.float16): LOAD_LUT,
     }[in_dtype]
-    if _strategy(fmt, "float32") == "fast":
+    if _strategy(fmt, "float32") == "fast" and not _odd_parity(fmt, "float32"):
         return Plan("float32", load, False, "fast")
-    return Plan("float64", LOAD_DIRECT, True, _strategy(fmt, "float64") or "generic")
+    return Plan("float64", LOAD_DIRECT, True, _strategy_f64(fmt))
 
 
-def _params(fmt: FloatFormat, source: str, saturate: bool):
+def _odd_parity(fmt: FloatFormat, source: str) -> bool:
+    """Whether nearest-even on the source's bits would pick the wrong neighbour at a tie:
+    with no mantissa bits (P3109's precision 1) the kept lowest bit is the source's exponent
+    bit, and the code's parity differs from it when the two biases differ by an odd number
+    (gfloat and the draft: ties go to the even *code*).  The generic path rounds by the
+    code's parity; the fast path does not."""
+    return fmt.mantissa_bits == 0 and (_SOURCES[source][3] - fmt.bias) % 2 == 1
+
+
+def _strategy_f64(fmt: FloatFormat) -> str:
+    if _odd_parity(fmt, "float64"):
+        return "generic"
+    return _strategy(fmt, "float64") or "generic"
+
+
+#: Rounding modes (numbers of fp8kit._kernels.rounding) that round a negative value toward
+#: zero or up: into an unsigned format they give 0 (pychop's rule for P3109), not NaN.
+_INWARD_MODES = (TOWARD_ZERO, TOWARD_POSITIVE)
+
+
+def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = None):
+    """The kernels' constants for rounding ``source`` bits to ``fmt`` (tuples p and q);
+    ``mode``: the rounding mode's number, which only unsigned P3109 formats look at."""
     width, src_m, src_e, src_bias = _SOURCES[source]
     u = np.uint32 if width == 32 else np.uint64
     f = np.float32 if width == 32 else np.float64
@@ -154,12 +187,22 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
     if saturate:
         ovf = max_mag
         # ONNX Cast-21, saturate=True: "+/- Inf -> +/- FLT_MAX" for E4M3FN and E5M2, but
-        # "NaN" for the fnuz formats.
+        # "NaN" for the fnuz formats (so also for P3109's signed finite formats, which are
+        # fnuz formats; P3109's SatFinite and gfloat give +-max).
         inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
         if fmt.specials == "finite":
             inf_res = max_mag
+        if saturate == "propagate" and fmt.has_inf:  # P3109's SatPropagate
+            inf_res = inf_mag
     else:
         ovf = inf_res = inf_mag
+    # What a negative value's magnitude code gets or-ed with (see bits._finish_with): the
+    # sign bit; for unsigned P3109 formats the NaN code (all ones), or 0 (and the result is
+    # 0) when saturating or rounding toward zero or +Inf, as pychop does (gfloat leaves
+    # negative input to unsigned formats undefined).
+    sign_or = 1 << (fmt.bits - 1)
+    if fmt.specials in ("unsigned_extended", "unsigned_finite"):
+        sign_or = 0 if (saturate or mode in _INWARD_MODES) else nan_mag
     p = (
         u((1 << (width - 1)) - 1),  # abs_mask
         u(1),  # one
@@ -174,7 +217,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool):
         u(ovf),
         u(inf_res),
         u(nan_mag),
-        u(1 << (width - 1)),  # sign_bit
+        u(sign_or << (width - fmt.bits)),  # sign_bit (see sign_or)
         u(width - fmt.bits),  # sign_shift
         bool(fmt.has_negative_zero),
         u(0),  # zero
@@ -364,6 +407,9 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
             return int(np.array(v).view(f"u{v.itemsize}"))
         return int(v)
 
+    # bits._finish_with relies on every overflow code being max_mag or max_mag + 1
+    max_mag = int(p[9])
+    assert all(int(v) in (max_mag, max_mag + 1) for v in (p[10], *(o or ()))), (p, o)
     prm = np.zeros(_NPARAMS, u)
     prm[_P : _P + len(p)] = [word(v) for v in p]
     prm[_Q : _Q + len(q)] = [word(v) for v in q]
@@ -467,18 +513,22 @@ def encode_kernel(
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
             p = load_p(prm, use_magic, prm[15] != 0)
+            # (only the constants the strategy reads: fewer to type and lower when cold)
             if unsigned:
                 q = load_qu(prm)
-            else:
+            elif generic:
                 q = load_q(prm)
+            else:
+                q = 0
             one = p[1]
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()  # 512-bit vectors: float64 input 1.4-2x faster on 1 thread here
-                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                xc, oc = chunks(x, out, c, step)
                 if not lookup:
                     for j in range(xc.size):
-                        v = load_bits(xc, j, lut, load, one)
+                        # (a direct load without the helper: one inlined call less to compile)
+                        v = xc[j] if load == LOAD_DIRECT else load_bits(xc, j, lut, load, one)
                         if unsigned:
                             oc[j] = encode_unsigned(v, q)
                         elif generic:
@@ -490,11 +540,11 @@ def encode_kernel(
                 # their values from the table.  In one loop the table read is a gather,
                 # which LLVM's cost model declines here, and the whole loop stayed scalar:
                 # 4M float32 -> e4m3fn values, 1 thread, measured 26 ms in one loop
-                buf = np.empty(_LOOKUP_BLOCK, code_type)
+                buf = stack_buffer(_LOOKUP_BLOCK, code_type)  # (no np.empty to compile)
                 for b0 in range(0, xc.size, _LOOKUP_BLOCK):
                     xs, os = xc[b0 : b0 + _LOOKUP_BLOCK], oc[b0 : b0 + _LOOKUP_BLOCK]
                     for j in range(xs.size):
-                        v = load_bits(xs, j, lut, load, one)
+                        v = xs[j] if load == LOAD_DIRECT else load_bits(xs, j, lut, load, one)
                         if unsigned:
                             buf[j] = encode_unsigned(v, q)
                         elif generic:
@@ -528,7 +578,7 @@ def lookup_kernel(code_dtype: np.dtype, table_dtype: np.dtype, bf16_shift: bool 
             nchunks, c_first, c_stop = chunk_range(nchunks)
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
-                xc, oc = chunk(x, c, step), chunk(out, c, step)
+                xc, oc = chunks(x, out, c, step)
                 for j in range(xc.size):
                     oc[j] = table[xc[j]]
 
@@ -551,13 +601,25 @@ def _make_bf16_to_f32(parallel):
         nchunks, c_first, c_stop = chunk_range(nchunks)
         step = (x.size + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
-            xc, oc = chunk(x, c, step), chunk(out, c, step)
+            xc, oc = chunks(x, out, c, step)
             for j in range(xc.size):
                 v = cast_like(xc[j], one)
                 nan = cast_like(cast_like(v & sign, one) << 16, one) | qnan
                 oc[j] = nan if cast_like(v & abs_mask, one) > inf else cast_like(v << 16, one)
 
     return kernel
+
+
+def check_unsigned_mode(fmt: FloatFormat, mode: int) -> None:
+    """The unsigned, power-of-two formats (float8_e8m0fnu) take the modes of issue 8 only:
+    a ValueError naming ``rounding`` for the others."""
+    if fmt.specials == "unsigned" and mode not in CLASSIC_MODES:
+        name = next(k for k, v in MODES.items() if v == mode)
+        allowed = ", ".join(k for k, v in MODES.items() if v in CLASSIC_MODES)
+        raise ValueError(
+            f"rounding={name!r} is not supported for the unsigned format {fmt.name}; "
+            f"use one of {allowed}"
+        )
 
 
 def mode_overflow(p, mode: int):
@@ -632,23 +694,31 @@ def encode_mode_kernel(
     mode: int,
     random_bits: int = 32,
     table_dtype=None,
+    flush: bool = False,
 ):
-    """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`.
+    """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`
+    (nearest-even too: with ``flush``, subnormal results become zeros of their sign, see
+    :func:`fp8kit._kernels.rounding.flush_code`).
 
     Signature ``(x, lut, table, out, key, offset, nchunks)``: ``key`` is the uint32[2]
     Philox key of stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has
     index ``offset + c * step + i`` in the flat (C-order) array (``offset``: where ``x``
     starts in a larger array, such as a Dask block; 0 otherwise).  Returns
-    ``(kernel, plan)``.  The format's constants are a run-time argument; the mode, the
-    random bits and the format's two path flags are compiled in.
+    ``(kernel, plan)``.  The format's constants are a run-time argument; the random
+    bits, ``flush`` and the format's two path flags are compiled in, and the mode's kind
+    (:func:`fp8kit._kernels.rounding.mode_kind`); a deterministic mode is compiled in
+    too (its masks fold away), while the stochastic variants read theirs at run time, so
+    one compiled function serves them all.
     """
     pl = plan(fmt, np.dtype(in_dtype))
-    p, q = _params(fmt, pl.source, saturate)
+    p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
     unsigned = pl.strategy == "unsigned"
-    stochastic = mode == STOCHASTIC
-    sp = stochastic_params(fmt, pl.source, random_bits) if stochastic else None
+    check_unsigned_mode(fmt, mode)
+    kind = mode_kind(mode)
+    stochastic = kind != KIND_DET
+    sp = stochastic_params(fmt, pl.source, random_bits) if kind == KIND_SR else None
     fast = sp is not None
     lookup = table_dtype is not None
     width = _SOURCES[pl.source][0]
@@ -672,12 +742,18 @@ def encode_mode_kernel(
     block = streams * K
     # LLVM unrolls the stream loop of the fused path up to 8 streams (16 did not unroll,
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
-    fused = streams <= 8
+    # The variants' longer code does not unroll there either: buffered (measured 16x faster)
+    fused = streams <= 8 and kind == KIND_SR
     use_magic = bool(p[7])
     sp_magic = bool(sp[0]) if fast else False
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
-    key = ("mode", load, unsigned, mode, fast, rbits, width, lookup, out_dtype.str, use_magic,
-           sp_magic, fmt.bits <= 8)  # fmt: skip
+    flush = bool(flush) and not unsigned  # (no subnormals in the unsigned formats)
+    # A deterministic mode is compiled in (its masks fold away: toward_zero measured 2x
+    # faster than with the mode read at run time); the stochastic variants share a kernel.
+    mode_fixed = kind == KIND_DET
+    det_mode = np.dtype(f"uint{width}").type(mode if mode_fixed else 0)
+    key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
+           use_magic, sp_magic, fmt.bits <= 8, int(det_mode))  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
 
     def make(parallel):
@@ -698,6 +774,11 @@ def encode_mode_kernel(
             o = load_o(prm)
             sp = load_sp(prm, sp_magic)
             one = p[1]
+            if mode_fixed:
+                rmode = det_mode
+            else:
+                rmode = prm[_MODE]  # the mode within the kernel's kind
+            mm = mode_masks(rmode, one)
             k0, k1 = key[0], key[1]
             n = x.size
             if not stochastic:
@@ -713,9 +794,11 @@ def encode_mode_kernel(
                         for j in range(xs.size):
                             v = load_bits(xs, j, lut, load, one)
                             if unsigned:
-                                code = encode_unsigned_mode(v, q, mode, k0, rbits)
+                                code = encode_unsigned_mode(v, q, rmode, k0, rbits)
                             else:
-                                code = encode_mode(v, p, q, o, mode, k0, rbits)
+                                code = encode_mode_kind(v, p, q, o, rmode, kind, mm, k0, rbits)
+                                if flush:
+                                    code = flush_code(code, p, q[5])
                             if lookup:
                                 buf[j] = code
                             else:
@@ -769,7 +852,9 @@ def encode_mode_kernel(
                                 elif fast:
                                     code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                                 else:
-                                    code = encode_mode(v, p, q, o, STOCHASTIC, rnd, rbits)
+                                    code = encode_mode_kind(v, p, q, o, rmode, kind, mm, rnd, rbits)
+                                if flush and not unsigned:
+                                    code = flush_code(code, p, q[5])
                                 store_code(os, j, table, code, lookup)
                     else:
                         # a partial block (at the ends), or any block where the fused loop
@@ -794,7 +879,11 @@ def encode_mode_kernel(
                                         elif fast:
                                             code = encode_stochastic_fast(v, p, sp, o, rnd, rbits)
                                         else:
-                                            code = encode_mode(v, p, q, o, STOCHASTIC, rnd, rbits)
+                                            code = encode_mode_kind(
+                                                v, p, q, o, rmode, kind, mm, rnd, rbits
+                                            )
+                                        if flush and not unsigned:
+                                            code = flush_code(code, p, q[5])
                                         store_code(os, j, table, code, lookup)
                     gb += block
 

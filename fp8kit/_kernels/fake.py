@@ -8,6 +8,7 @@ to the size of the data.
 from __future__ import annotations
 
 import functools
+import hashlib
 
 import numpy as np
 from numba import from_dtype, njit, types
@@ -23,6 +24,7 @@ from .bits import (
     encode_fast,
     prefer_512,
     round_in_place,
+    stack_buffer,
     store_fence,
     stream_copy,
     x86_nan,
@@ -37,7 +39,7 @@ from .codec import (
     source_version,
     with_globals,
 )
-from .rounding import NEAREST_EVEN, STOCHASTIC, encode_mode, parts, random_word
+from .rounding import NEAREST_EVEN, encode_mode, flush_code, is_stochastic, parts, random_word
 
 #: Elements per block of a streaming kernel: its buffer (4 KiB for float32) stays in L1.
 _BLOCK = 1024
@@ -167,6 +169,7 @@ def fake_convert_kernel(
     mode: int = NEAREST_EVEN,
     random_bits: int = 32,
     stream: bool = False,
+    flush: bool = False,
 ) -> Kernel:
     """Kernel ``(x, scale, shift, lut, table, key, offset, shape, sstrides, out, nchunks)``.
 
@@ -188,6 +191,8 @@ def fake_convert_kernel(
     ``offset`` the flat index of ``x[0]`` in the whole array (0 but for Dask blocks).
     ``stream``: write ``out`` with non-temporal stores, for outputs much larger than the
     caches (a plain store first reads the line it writes: a third of the memory traffic).
+    ``flush``: subnormal results of the format become zeros of their sign (spec mode; the
+    integer path, as for other modes).
     """
     kind = _KIND[np.dtype(data_dtype).name]
     bits_dt = np.uint32 if kind == F32 else np.uint16
@@ -203,18 +208,24 @@ def fake_convert_kernel(
     pm, _ = _params(fmt, "float32", True)
     # (-0 or not is read at run time: fnuz formats share the kernels)
     r8_magic, m_magic = bool(round_params(fmt)[6]), bool(pm[7])
-    stochastic = mode == STOCHASTIC
+    stochastic = is_stochastic(mode)
     rbits = int(random_bits)
     split = parts(rbits)
     f32_one, f32_zero = np.float32(1.0), np.float32(0.0)
     version = source_version()
     flags = (r8_magic, m_magic)
-    consts = repr((kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version))
+    consts_text = repr(
+        (kind, has_shift, inner_runs, openvino, mode, rbits, stream, flags, version, flush)
+    )
+    # an int (a string's ``len`` compiles a unicode overload on a cold first call, ~20 ms)
+    consts = int.from_bytes(hashlib.sha256(consts_text.encode()).digest()[:6], "little") + 1
     sig = types.void(
         _arr(np.uint32), _arr(bits_dt), _arr(np.float32), _arr(np.float32), _arr(np.uint32),
         _arr(np.uint32), _arr(np.uint32), types.int64, _arr(np.int64), _arr(np.int64),
         _arr(bits_dt, readonly=False), types.intp,
     )  # fmt: skip
+
+    buf_size = _BLOCK if stream else 1
 
     def make(parallel):
         def segment_py(
@@ -255,7 +266,7 @@ def fake_convert_kernel(
                     else:
                         orow[jj] = _to16(res, kind, q16)
                     continue
-                if mode == NEAREST_EVEN:
+                if mode == NEAREST_EVEN and not flush:
                     fq = as_float(round_in_place(as_bits(y), r8))
                 else:
                     yc = mx if y > mx else (-mx if y < -mx else y)
@@ -263,6 +274,8 @@ def fake_convert_kernel(
                     if stochastic:
                         rnd = random_word(np.uint64(ib + jj), k0, k1, split)
                     code = encode_mode(as_bits(yc), pm, qm, om, mode, rnd, rbits)
+                    if flush:
+                        code = flush_code(code, pm, qm[5])
                     fq = as_float(table[code])
                 if has_shift:
                     hk = shift[k] if inner_runs else h0
@@ -274,21 +287,26 @@ def fake_convert_kernel(
                     orow[jj] = encode_fast(as_bits(res), q)
 
         def kernel(prm, x, scale, shift, lut, table, key, offset, shape, sstr, out, nchunks):
-            if version == 0 or parallel is None or len(consts) == 0:  # consts: see below
+            if version == 0 or parallel is None or consts == 0:  # consts: see below
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            pm = load_p(prm, m_magic, prm[15] != 0)
-            fp = (load_r(prm, r8_magic, prm[49] != 0), pm, load_q(prm), load_o(prm),
-                  as_float(prm[_MX]))  # fmt: skip
+            # (nearest-even rounds in place: the integer path's 26 constants are not loaded,
+            # which spares their typing and lowering on a cold first call)
+            if mode == NEAREST_EVEN and not flush:
+                fp = (load_r(prm, r8_magic, prm[49] != 0), 0, 0, 0, as_float(prm[_MX]))
+            else:
+                fp = (load_r(prm, r8_magic, prm[49] != 0), load_p(prm, m_magic, prm[15] != 0),
+                      load_q(prm), load_o(prm), as_float(prm[_MX]))  # fmt: skip
             k0, k1 = key[0], key[1]
             n1, n2, n3 = shape[1], shape[2], shape[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512
-                buf = np.empty(_BLOCK if stream else 1, bits_dt)
+                # (a stack buffer: np.empty's overloads cost ~85 ms on a cold first call)
+                buf = stack_buffer(buf_size, bits_dt)
                 i = c * step
-                hi = min(i + step, total)
+                hi = i + step if i + step < total else total  # (not min: see bits.chunk)
                 # Row coordinates (a, b, d) and offset j0 of the chunk's first element; later
                 # rows are reached by carrying, not by integer divisions (~300 cycles a row).
                 r, j0 = i // n3, i % n3
@@ -298,7 +316,7 @@ def fake_convert_kernel(
                 bstart = i
                 bend = i + _BLOCK - (byte_address(out, i) % STREAM_BYTES) // out.itemsize
                 while i < hi:  # the chunk, one row segment at a time
-                    j1 = min(n3, j0 + hi - i)
+                    j1 = n3 if n3 < j0 + hi - i else j0 + hi - i
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     s0 = scale[base]
                     h0 = shift[base] if has_shift else s0
@@ -318,7 +336,7 @@ def fake_convert_kernel(
                     while p0 < j1 - j0:
                         m = j1 - j0 - p0
                         if stream:
-                            m = min(m, bend - (i + p0))
+                            m = m if m < bend - (i + p0) else bend - (i + p0)
                             orow = buf[i + p0 - bstart : i + p0 - bstart + m]
                         else:
                             orow = out[i + p0 : i + p0 + m]
@@ -352,5 +370,5 @@ def fake_convert_kernel(
         # consts, in the kernel's closure, is all it depends on beyond the kernel's own
         return with_globals(kernel, consts, segment=njit(inline="always")(segment_py))
 
-    key = ("fake", consts)
+    key = ("fake", consts_text)
     return Kernel(make, sig, key, fake_params(fmt))

@@ -35,6 +35,8 @@ from numba import njit
 from .bits import _finish_with, as_float, cast_like, shl, shr, to_unsigned_truncated, zero_of
 
 NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE, STOCHASTIC = range(6)
+TO_ODD, NEAREST_ZERO = 6, 7
+STOCHASTIC_C, STOCHASTIC_B, STOCHASTIC_ODD, STOCHASTIC_HALF = 8, 9, 10, 11
 MODES = {
     "nearest_even": NEAREST_EVEN,
     "nearest_away": NEAREST_AWAY,
@@ -42,7 +44,37 @@ MODES = {
     "toward_positive": TOWARD_POSITIVE,
     "toward_negative": TOWARD_NEGATIVE,
     "stochastic": STOCHASTIC,
+    "to_odd": TO_ODD,
+    "nearest_zero": NEAREST_ZERO,
+    "stochastic_c": STOCHASTIC_C,
+    "stochastic_b": STOCHASTIC_B,
+    "stochastic_odd": STOCHASTIC_ODD,
+    "stochastic_half": STOCHASTIC_HALF,
 }
+#: Modes that draw a random word per element (take ``seed`` and ``random_bits``).
+STOCHASTIC_MODES = frozenset({STOCHASTIC, STOCHASTIC_C, STOCHASTIC_B, STOCHASTIC_ODD,
+                              STOCHASTIC_HALF})  # fmt: skip
+#: The modes of issue 8 (the unsigned, power-of-two formats take only these).
+CLASSIC_MODES = frozenset(range(6))
+
+#: How a kernel rounds (compiled in; the stochastic variants' mode number is read at run
+#: time, so that one compiled kernel serves them all): deterministic modes (an add and
+#: a shift, with per-mode masks), ``stochastic`` (its own constant-shift path), and the
+#: other stochastic modes (the residual rounded to ``random_bits`` bits first).
+KIND_DET, KIND_SR, KIND_VAR = 0, 1, 2
+
+
+def is_stochastic(mode: int) -> bool:
+    """Does the mode draw random words?"""
+    return mode in STOCHASTIC_MODES
+
+
+def mode_kind(mode: int) -> int:
+    """The kernel kind (KIND_*) of a mode number."""
+    if mode == STOCHASTIC:
+        return KIND_SR
+    return KIND_VAR if mode in STOCHASTIC_MODES else KIND_DET
+
 
 _M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
 _W0, _W1 = np.uint32(0x9E3779B9), np.uint32(0xBB67AE85)
@@ -127,21 +159,87 @@ def fill_block(buf, block, k0, k1):
 
 
 @njit(inline="always")
-def _increment(mode, sh, one, kept_lsb, negative):
-    """What a deterministic mode adds below the kept bits (see the module docstring).
-    Every step is truncated to the lane type (``cast_like``) so that LLVM keeps 32-bit
-    lanes for float32 sources (Numba widens integer arithmetic to 64 bits)."""
+def mode_masks(mode, one):
+    """Per-mode masks (all ones or 0) of the deterministic modes, for :func:`_det_round`:
+    (half, kept bit, one, ones if positive, ones if negative, odd).  Computed once per call
+    where the mode is read at run time; folded away where it is a compile-time constant."""
+    zero = zero_of(one)
+    ones = cast_like(zero - one, one)
+    nearest = mode == NEAREST_EVEN or mode == NEAREST_AWAY or mode == NEAREST_ZERO
+    return (
+        ones if nearest else zero,
+        ones if mode == NEAREST_EVEN else zero,
+        ones if mode == NEAREST_AWAY else zero,
+        ones if mode == TOWARD_POSITIVE else zero,
+        ones if mode == TOWARD_NEGATIVE else zero,
+        ones if mode == TO_ODD else zero,
+    )
+
+
+@njit(inline="always")
+def _det_round(m, sh, one, negative, mm, kept_lsb):
+    """``m`` shifted right by ``sh`` in a deterministic mode given by its masks ``mm``
+    (:func:`mode_masks`): what is added below the kept bits is ``2**(sh-1) - 1`` (nearest
+    modes) plus the kept lowest bit (nearest_even) or 1 (nearest_away), ``2**sh - 1``
+    (directed away from zero on that side, and to_odd where the kept lowest bit is 0: any
+    dropped bit then carries into it, and only into it) or nothing.  Branch-free, so that
+    a run-time mode costs a few selects.  ``kept_lsb``: the parity of the truncated code
+    (the kept lowest bit of m, or with no mantissa bits, P3109's precision 1, the parity of
+    the exponent field: the codes of 2**e and 2**(e+1) differ by one)."""
+    half_m, lsb_m, one_m, pos_m, neg_m, odd_m = mm
     zero = zero_of(one)
     ones = cast_like(shl(one, sh, one) - one, one)
-    if mode == NEAREST_EVEN:
-        return cast_like(cast_like(ones >> one, one) + kept_lsb, one)
-    if mode == NEAREST_AWAY:
-        return cast_like(cast_like(ones >> one, one) + one, one)
-    if mode == TOWARD_ZERO:
-        return zero
-    if mode == TOWARD_POSITIVE:
-        return zero if negative else ones
-    return ones if negative else zero  # TOWARD_NEGATIVE
+    even_m = odd_m if kept_lsb == zero else zero
+    dir_m = cast_like((neg_m if negative else pos_m) | even_m, one)
+    inc = cast_like(
+        cast_like(cast_like(ones >> one, one) & half_m, one)
+        + cast_like(kept_lsb & lsb_m, one)
+        + cast_like(one & one_m, one)
+        + cast_like(ones & dir_m, one),
+        one,
+    )
+    return shr(cast_like(m + inc, one), sh, one)
+
+
+@njit(inline="always")
+def _variant_up(low, sh_true, rnd, random_bits, one, limit, mode):
+    """1 if the value rounds up in stochastic_c / _b / _odd / _half: the exact fraction
+    ``f = low / 2**sh_true`` is first rounded to ``B = random_bits`` bits (nearest-even,
+    nearest ties up, nearest ties to odd) giving ``F`` in 0..2**B, then the value rounds up
+    when ``F + R >= 2**B``; stochastic_half rounds an inexact value up when R's top bit is
+    set.  ``low < 2**limit``; shifts of ``limit`` or more give 0.  Branch-free (selects
+    only: the mode is read at run time and the loop must still vectorize), and every shift
+    stays below the lane width."""
+    zero = zero_of(one)
+    rb = cast_like(random_bits, one)
+    r = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
+    max_b = cast_like((np.uint64(1) << np.uint64(random_bits)) - np.uint64(1), one)
+    # F = floor(f * 2**B), and the bits below it (when sh_true > B)
+    pos = sh_true > rb
+    d = cast_like(sh_true - rb, one) if pos else zero
+    far = d > limit  # every bit of low is below the half: F = 0, no tie
+    dd = limit if far else d
+    fl_down = shr(low, dd, one)
+    fl_up = shl(low, cast_like(rb - sh_true, one) if not pos else zero, one)
+    fl = fl_down if pos else fl_up
+    rem = cast_like(low - shl(fl_down, dd, one), one)
+    half = shl(one, cast_like(dd - one, one) if dd != zero else zero, one)
+    near = pos & (not far)
+    gt = near & (rem > half)
+    tie = near & (rem == half)
+    odd = cast_like(fl & one, one) != zero
+    tie_up = (
+        ((mode == STOCHASTIC_C) & odd)
+        | (mode == STOCHASTIC_B)
+        | ((mode == STOCHASTIC_ODD) & (not odd))
+    )
+    upf = gt | (tie & tie_up)
+    full = upf & (fl == max_b)  # F == 2**B: always up
+    f_b = cast_like(fl + (one if upf else zero), one)
+    up = full | (r > cast_like(max_b - f_b, one))
+    top = cast_like(r >> cast_like(random_bits - 1, one), one) != zero
+    half_up = (low != zero) & top
+    return one if (half_up if mode == STOCHASTIC_HALF else up) else zero
 
 
 @njit(inline="always")
@@ -162,11 +260,24 @@ def _stochastic_up(low, sh_true, rnd, random_bits, one, limit, min_shift):
 
 @njit(inline="always")
 def encode_mode(v, p, q, o, mode, rnd, random_bits):
-    """Round source bits ``v`` to a format code in ``mode`` (integer-only path).
+    """Round source bits ``v`` to a format code in ``mode`` (a compile-time constant;
+    integer-only path).
 
     ``o`` = (overflow code for positive values, for negative values): directed modes
     overflow to +-max on the side they round toward zero.
     """
+    kind = KIND_SR if mode == STOCHASTIC else (
+        KIND_VAR if (mode == STOCHASTIC_C) | (mode == STOCHASTIC_B) | (mode == STOCHASTIC_ODD)
+        | (mode == STOCHASTIC_HALF) else KIND_DET
+    )  # fmt: skip
+    return encode_mode_kind(v, p, q, o, mode, kind, mode_masks(mode, p[1]), rnd, random_bits)
+
+
+@njit(inline="always")
+def encode_mode_kind(v, p, q, o, mode, kind, mm, rnd, random_bits):
+    """:func:`encode_mode` with the kernel kind (KIND_*) a compile-time constant and the
+    mode (within the kind) possibly read at run time; ``mm``: :func:`mode_masks` of the
+    mode (unused by stochastic kinds)."""
     abs_mask, one = p[0], p[1]
     src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = q
     zero = zero_of(one)
@@ -180,7 +291,7 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
     # total keeps it below the lane width (a wider shift is undefined in LLVM)
     sh_full = cast_like(base_sh + extra, one)
     sh = sh_full if sh_full < cap else cap
-    if mode == STOCHASTIC and random_bits <= base_sh:
+    if kind == KIND_SR and random_bits <= base_sh:
         # (the common case, decided at compile time) add R's bits right below the kept
         # ones.  A shift past the lane's top bit first drops bits of m that cannot reach
         # the R's precision: floor(floor(m / 2**a) / 2**b) == floor(m / 2**(a + b)).
@@ -191,18 +302,41 @@ def encode_mode(v, p, q, o, mode, rnd, random_bits):
         r_b = cast_like(cast_like(rnd, one) >> cast_like(32 - random_bits, one), one)
         inc = shl(r_b, sh2 - cast_like(random_bits, one), one)
         r = shr(m2 + inc, sh2, one)
-    elif mode == STOCHASTIC:
+    elif kind == KIND_SR:
         low = cast_like(m & cast_like(shl(one, sh, one) - one, one), one)
         limit = cast_like(cap - one, one)  # low < 2**(cap - 1): that shift gives 0
         up = _stochastic_up(low, sh_full, rnd, random_bits, one, limit, base_sh)
         r = cast_like(shr(m, sh, one) + up, one)
-    else:
-        kept_lsb = cast_like(shr(m, sh, one) & one, one)
-        inc = _increment(mode, sh, one, kept_lsb, negative)
-        r = shr(m + inc, sh, one)
+    elif kind == KIND_VAR:
+        low = cast_like(m & cast_like(shl(one, sh, one) - one, one), one)
+        limit = cast_like(cap - one, one)  # low < 2**(cap - 1): that shift gives 0
+        up = _variant_up(low, sh_full, rnd, random_bits, one, limit, mode)
+        r = cast_like(shr(m, sh, one) + up, one)
     k = cast_like(ee - emin_field, one) if ee > emin_field else zero
+    if kind != KIND_SR and kind != KIND_VAR:
+        parity = cast_like(cast_like(shl(k, m_bits, one) + shr(m, sh, one), one) & one, one)
+        r = _det_round(m, sh, one, negative, mm, parity)
     code = cast_like(shl(k, m_bits, one) + r, one)
     return _finish_with(v, a, code, p, o[1] if negative else o[0])
+
+
+@njit(inline="always")
+def flush_code(code, p, m_bits):
+    """``flush_subnormals``: a subnormal code becomes the zero of its sign (+0 in formats
+    without -0); other codes are kept.  ``p``: the tuple of
+    :func:`fp8kit._kernels.codec._params` of a signed format, ``m_bits`` its mantissa
+    bits."""
+    one = p[1]
+    zero = zero_of(one)
+    c = cast_like(code, one)
+    # the format's sign bit in a code; for unsigned P3109 formats 0 (saturating) or the NaN
+    # code a negative value's magnitude is or-ed with (not a power of two): no sign to drop
+    csign = cast_like(shr(p[13], p[14], one), one)
+    single = cast_like(csign & cast_like(csign - one, one), one) == zero
+    mag = cast_like(c & cast_like(csign - one, one), one) if single else c
+    signed_zero = cast_like(c & csign, one) if p[15] else zero
+    sub = (mag != zero) & (mag < cast_like(shl(one, m_bits, one), one))
+    return signed_zero if sub else c
 
 
 @njit(inline="always")
@@ -275,3 +409,22 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     code = inf_res if a == src_inf else code
     bad = (v != a) | (a == zero) | (a > src_inf)
     return nan_code if bad else code
+
+
+@njit(cache=True)
+def _words_from(n, offset, k0, k1, split):
+    out = np.empty(n, np.uint32)
+    for i in range(n):
+        out[i] = random_word(np.uint64(offset + i), k0, k1, split)
+    return out
+
+
+def random_words(n: int, seed: int, random_bits: int = 16, offset: int = 0) -> np.ndarray:
+    """(For tests and comparisons.)  The 32-bit random words the stochastic modes draw for
+    flat indices ``offset .. offset + n - 1`` with this int ``seed`` and ``random_bits``:
+    element ``i`` uses ``R = words[i] >> (32 - random_bits)`` (gfloat's and pychop's
+    ``srbits`` with ``srnumbits = random_bits``)."""
+    s = int(seed)
+    return _words_from(
+        int(n), int(offset), np.uint32(s & 0xFFFFFFFF), np.uint32(s >> 32), parts(random_bits)
+    )

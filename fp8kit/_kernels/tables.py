@@ -40,12 +40,12 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
         values.flags.writeable = False
         return values
     m_bits = fmt.mantissa_bits
-    mag = codes & (fmt.sign_mask - 1)
+    mag = codes & fmt.magnitude_mask
     e = mag >> m_bits
     m = mag & ((1 << m_bits) - 1)
     with np.errstate(over="ignore"):  # the special codes' exponent; replaced below
         values = _finite_values(e, m, fmt)
-    negative = codes >= fmt.sign_mask
+    negative = (codes >= fmt.sign_mask) if fmt.signed else np.zeros(codes.size, bool)
     values = np.where(negative, -values, values)
     if fmt.specials == "ieee":
         top = e == (1 << fmt.exponent_bits) - 1
@@ -53,8 +53,12 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
         values = np.where(top & (m != 0), np.copysign(np.nan, values), values)
     elif fmt.specials == "fn":
         values = np.where(mag == fmt.sign_mask - 1, np.copysign(np.nan, values), values)
-    elif fmt.specials == "fnuz":
+    elif fmt.specials in ("fnuz", "extended"):
         values[fmt.sign_mask] = -np.nan  # the -0 code; the sign bit is set, as in ml_dtypes
+    elif not fmt.signed:  # unsigned_extended, unsigned_finite: NaN all ones
+        values[fmt.nan_code] = np.nan
+    if fmt.specials in ("extended", "unsigned_extended"):
+        values = np.where(mag == fmt.inf_code, np.copysign(np.inf, values), values)
     values.flags.writeable = False
     return values
 

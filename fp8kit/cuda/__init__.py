@@ -35,7 +35,14 @@ from ._scalar import fmul_rn
 
 __all__ = ["cast", "device_functions", "fake_convert", "is_device_array"]
 
-_SPECIALS = {"ieee": 0, "fn": 1, "fnuz": 2}
+_SPECIALS = {
+    "ieee": 0,
+    "fn": 1,
+    "fnuz": 2,
+    "extended": 3,  # P3109: NaN at the -0 code, +-Inf at the largest magnitude
+    "unsigned_extended": 4,  # P3109: NaN all ones, +Inf below it, no sign
+    "unsigned_finite": 5,  # P3109: NaN all ones, no sign
+}
 _LAYOUT = {np.dtype(np.float32): (32, 23, 127), np.dtype(np.float64): (64, 52, 1023)}
 
 
@@ -47,10 +54,15 @@ def _decode_params(fmt: FloatFormat, dtype: np.dtype):
             f"device_functions: {fmt.name} has values that {dtype} cannot hold exactly; "
             "use dtype=np.float64"
         )
+    if fmt.specials not in _SPECIALS:
+        raise ValueError(
+            f"device_functions: {fmt.name} ({fmt.specials!r} specials) is not supported; "
+            f"supported: {', '.join(_SPECIALS)}"
+        )
     u = np.uint32 if width == 32 else np.uint64
     f = np.float32 if width == 32 else np.float64
     return (
-        u(fmt.sign_mask - 1),  # magnitude mask
+        u(fmt.magnitude_mask),  # magnitude mask
         u(m),
         u((1 << m) - 1),
         u(fbias - fmt.bias),  # rebias (>= 0: fmt's normals are normals of dtype)
@@ -62,7 +74,7 @@ def _decode_params(fmt: FloatFormat, dtype: np.dtype):
         u(fmt.sign_mask),
         u(((1 << (width - fm - 1)) - 1) << fm),  # Inf bits
         u(((1 << (width - fm)) - 1) << (fm - 1)),  # canonical quiet NaN bits
-        u(fmt.bits - 1),  # sign position in the code
+        u(fmt.bits - 1 if fmt.signed else fmt.bits),  # sign position (unsigned: none set)
         u(width - 1),  # sign position in dtype
         u(1),
     )
@@ -140,8 +152,15 @@ def device_functions(fmt: Any, saturate: bool = True, dtype: Any = np.float32):
             bits = (inf_bits if f == zero_of(one) else qnan) if e == top else bits
         elif specials == 1:
             bits = qnan if mag == mag_mask else bits
-        else:
+        elif specials == 2:
             bits = qnan if c == sign_mask else bits
+        elif specials == 3:
+            bits = qnan if c == sign_mask else (inf_bits if mag == mag_mask else bits)
+        elif specials == 4:
+            top = cast_like(mag_mask - one, one)
+            bits = qnan if mag == mag_mask else (inf_bits if mag == top else bits)
+        else:
+            bits = qnan if mag == mag_mask else bits
         sign = cast_like(((c >> code_sign) & one) << sign_pos, one)
         return as_float(cast_like(bits | sign, one))
 

@@ -16,6 +16,7 @@ import ml_dtypes
 import numpy as np
 from numba import cuda
 
+from .. import _args
 from .._args import FORMAT_DTYPES as _FORMAT_DTYPES
 from .._args import destination as _destination
 from .._args import merge as _merge
@@ -25,7 +26,7 @@ from .._args import rounding as _rounding
 from .._args import saturate as _saturate
 from .._casttypes import _cast_rules, cast_type
 from .._kernels.codec import FLOAT_DTYPES, bits_dtype
-from .._kernels.rounding import NEAREST_EVEN, STOCHASTIC
+from .._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .._kernels.tables import decode_table
 from ..formats import FloatFormat, get_format
 from . import _kernels
@@ -192,17 +193,20 @@ def _float_input(x, func: str, *, allow_codes_of: bool):
     raise TypeError(f"{func}: x must have dtype {_FLOAT_NAMES}; got {dt}{hint}")
 
 
-def _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, lookup, func):
-    """The kernel and its extra arguments for a rounding mode (None for nearest-even)."""
+def _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, lookup, func, flush=(0, 0)):
+    """The kernel and its extra arguments for a rounding mode (None for nearest-even
+    without flush options); ``flush``: (flush_subnormals, flush_subnormal_inputs)."""
     mode, key, rbits = _rounding(rounding, seed, random_bits, func)
-    if mode == NEAREST_EVEN:
+    ftz = _args.flag(flush[0], "flush_subnormals", func)
+    daz = _args.flag(flush[1], "flush_subnormal_inputs", func)
+    if mode == NEAREST_EVEN and not ftz and not daz:
         return None, ()
-    if mode == STOCHASTIC and order != "C":
+    if is_stochastic(mode) and order != "C":
         raise ValueError(
-            f"{func}: rounding='stochastic' on the GPU needs C-contiguous arrays (random "
+            f"{func}: rounding={rounding!r} on the GPU needs C-contiguous arrays (random "
             "words are counted by C-order index); make a C-contiguous copy first"
         )
-    kernel, _ = _kernels.encode_mode_kernel(fmt, dt, sat, mode, rbits, lookup)
+    kernel, _ = _kernels.encode_mode_kernel(fmt, dt, sat, mode, rbits, lookup, ftz, daz)
     return kernel, (np.uint32(key[0]), np.uint32(key[1]))
 
 
@@ -215,12 +219,19 @@ def encode(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """``fp8kit.encode`` for device arrays: returns a uint8/uint16 device array of codes."""
     fmt = get_format(fmt, argname="fmt")
-    sat = _saturate(saturate, "encode")
+    sat = _saturate(saturate, "encode", propagate=True)
     d, own = _float_input(x, "encode", allow_codes_of=True)
     if own is not None:  # ml_dtypes float8 data: widening to float32 is exact
+        if flush_subnormal_inputs is True and own.mantissa_bits > 0:
+            raise ValueError(
+                "encode: flush_subnormal_inputs=True on the GPU takes float16, bfloat16, "
+                "float32 or float64 data, not float8 codes"
+            )
         d = decode(d, own, dtype=np.float32)
     order = _order(d, "x", "encode")
     code_dtype = fmt.code_dtype
@@ -230,7 +241,10 @@ def encode(
         d = _separate(d, target, order)
     else:
         target = _empty(d.shape, code_dtype, order)
-    mk, extra = _mode_kernel(fmt, d.dtype, sat, rounding, seed, random_bits, order, False, "encode")
+    flush = (flush_subnormals, flush_subnormal_inputs)
+    mk, extra = _mode_kernel(
+        fmt, d.dtype, sat, rounding, seed, random_bits, order, False, "encode", flush
+    )
     kernel = mk or _kernels.encode_kernel(fmt, d.dtype, sat, False)[0]
     xb = _flat(d, order, bits_dtype(d.dtype))
     ob = _flat(target, order, code_dtype)
@@ -299,10 +313,12 @@ def round_to(
     rounding: str = "nearest_even",
     seed: Any = None,
     random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ):
     """``fp8kit.round_to`` for device arrays."""
     fmt = get_format(fmt, argname="fmt")
-    sat = _saturate(saturate, "round_to")
+    sat = _saturate(saturate, "round_to", propagate=True)
     d, _ = _float_input(x, "round_to", allow_codes_of=False)
     order = _order(d, "x", "round_to")
     dt = d.dtype
@@ -311,7 +327,10 @@ def round_to(
         d = _separate(d, target, order)
     else:
         target = _empty(d.shape, dt, order)
-    mk, extra = _mode_kernel(fmt, dt, sat, rounding, seed, random_bits, order, True, "round_to")
+    flush = (flush_subnormals, flush_subnormal_inputs)
+    mk, extra = _mode_kernel(
+        fmt, dt, sat, rounding, seed, random_bits, order, True, "round_to", flush
+    )
     kernel = mk or _kernels.encode_kernel(fmt, dt, sat, True)[0]
     bits = bits_dtype(dt)
     _launch(

@@ -26,11 +26,20 @@ import numpy as np
 from numba import cuda, njit
 
 from .._kernels.bits import cast_like, encode_fast, encode_generic, encode_unsigned
-from .._kernels.codec import LOAD_BF16, LOAD_DIRECT, LOAD_LUT, _params, mode_overflow, plan
+from .._kernels.codec import (
+    LOAD_BF16,
+    LOAD_DIRECT,
+    LOAD_LUT,
+    _params,
+    check_unsigned_mode,
+    mode_overflow,
+    plan,
+)
 from .._kernels.rounding import (
-    STOCHASTIC,
     encode_mode,
     encode_unsigned_mode,
+    flush_code,
+    is_stochastic,
     parts,
     random_word,
 )
@@ -79,22 +88,43 @@ def encode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
 
 
 @functools.cache
-def mode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int, rbits: int):
+def mode_element(
+    fmt: FloatFormat,
+    in_dtype: np.dtype,
+    saturate: bool,
+    mode: int,
+    rbits: int,
+    flush: bool = False,
+    daz: bool = False,
+):
     """``element(x, i, k0, k1)`` -> code in a rounding mode of :mod:`fp8kit._kernels.rounding`
     (not nearest-even), by the CPU's scalar code; ``i`` is the element's C-order index and
     (k0, k1) the Philox key of stochastic rounding: each thread computes its own element's
     random word (:func:`fp8kit._kernels.rounding.random_word`), the word the CPU's blocked
-    generator gives that index.  Returns ``(element, plan)``."""
+    generator gives that index.  ``flush``: subnormal results become zeros of their sign
+    (``flush_subnormals``); ``daz``: inputs subnormal in their own dtype are taken as zeros
+    of their sign (``flush_subnormal_inputs``), as the CPU's pre-pass
+    (:func:`fp8kit._args.flush_inputs`).  Returns ``(element, plan)``."""
     in_dtype = np.dtype(in_dtype)
     pl = plan(fmt, in_dtype)
-    p, q = _params(fmt, pl.source, saturate)
+    p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = {_F16: LOAD_LUT, _BF16: LOAD_BF16}.get(in_dtype, LOAD_DIRECT)
     widen, unsigned = pl.widen_first, pl.strategy == "unsigned"
-    stochastic, split = mode == STOCHASTIC, parts(rbits)
+    check_unsigned_mode(fmt, mode)
+    flush = bool(flush) and not unsigned
+    ib = in_dtype.itemsize * 8
+    ub = np.dtype(f"uint{ib}").type
+    in_m = {_F16: 10, _BF16: 7}.get(in_dtype, np.finfo(in_dtype).nmant if ib > 16 else 0)
+    d_abs, d_sign, d_lim = ub((1 << (ib - 1)) - 1), ub(1 << (ib - 1)), ub(1 << in_m)
+    d_zero = ub(0)
+    stochastic, split = is_stochastic(mode), parts(rbits)
 
     @njit(inline="always", error_model="numpy")
     def element(x, i, k0, k1):
+        if daz:
+            mag = x & d_abs
+            x = (x & d_sign) if (mag != d_zero and mag < d_lim) else x
         if load == LOAD_BF16:
             v = cast_like(cast_like(x, _ONE32) << 16, _ONE32)
         elif load == LOAD_LUT:
@@ -106,20 +136,32 @@ def mode_element(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int
             w = widen_bits(v)
             if unsigned:
                 return encode_unsigned_mode(w, q, mode, rnd, rbits)
-            return encode_mode(w, p, q, o, mode, rnd, rbits)
-        if unsigned:
+            code = encode_mode(w, p, q, o, mode, rnd, rbits)
+        elif unsigned:
             return encode_unsigned_mode(v, q, mode, rnd, rbits)
-        return encode_mode(v, p, q, o, mode, rnd, rbits)
+        else:
+            code = encode_mode(v, p, q, o, mode, rnd, rbits)
+        if flush:
+            return flush_code(code, p, q[5])
+        return code
 
     return element, pl
 
 
 @functools.cache
 def encode_mode_kernel(
-    fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, mode: int, rbits: int, lookup: bool
+    fmt: FloatFormat,
+    in_dtype: np.dtype,
+    saturate: bool,
+    mode: int,
+    rbits: int,
+    lookup: bool,
+    flush: bool = False,
+    daz: bool = False,
 ):
-    """Kernel ``(x, table, out, k0, k1)``: :func:`encode_kernel` in a rounding mode."""
-    element, pl = mode_element(fmt, in_dtype, saturate, mode, rbits)
+    """Kernel ``(x, table, out, k0, k1)``: :func:`encode_kernel` in a rounding mode (and
+    the flush options, see :func:`mode_element`)."""
+    element, pl = mode_element(fmt, in_dtype, saturate, mode, rbits, flush, daz)
 
     @cuda.jit
     def kernel(x, table, out, k0, k1):

@@ -12,8 +12,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import _parallel
-from ..formats import FloatFormat, get_format
+from .. import _args, _parallel
+from ..formats import FloatFormat
 from ._arrays import (
     aligned,
     array_kind,
@@ -394,7 +394,7 @@ def sweep(
     True
     """
     tensors = _named(data)
-    fmts = [get_format(f, argname="format") for f in formats]
+    fmts = [_args.study_format(f) for f in formats]
     specs = [parse_scaling(s) for s in scalings]
     if not fmts or not specs:
         raise ValueError("sweep: formats and scalings must not be empty")

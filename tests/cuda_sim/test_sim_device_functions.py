@@ -32,7 +32,17 @@ def user_kernel(enc, dec):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
 @pytest.mark.parametrize(
-    "fmt", [*FLOAT8, "bfloat16", "float16", *USER], ids=lambda f: getattr(f, "name", f)
+    "fmt",
+    [
+        *FLOAT8,
+        "bfloat16",
+        "float16",
+        *USER,
+        "p3109_k8p3ue",
+        pytest.param("p3109_k8p4se", marks=pytest.mark.slow),
+        pytest.param("p3109_k6p3uf", marks=pytest.mark.slow),
+    ],  # fmt: skip
+    ids=lambda f: getattr(f, "name", f),
 )
 def test_encode_one_and_decode_one_match_the_array_functions(fmt, dtype):
     fmt = fp8kit.get_format(fmt)

@@ -76,3 +76,67 @@ def test_unsupported_rounding_on_the_gpu_is_refused_clearly():
     f = cuda.to_device(np.asfortranarray(np.ones((4, 3), np.float32)))
     with pytest.raises(ValueError, match="needs C-contiguous arrays"):
         fp8kit.encode(f, "float8_e4m3fn", rounding="stochastic", seed=1)
+
+
+#: IEEE P3109 formats (issue 20): signed extended, precision 1 (the integer-only path),
+#: unsigned extended and finite, a 5-bit one; formats are run-time data on the GPU too
+P3109 = ["p3109_k8p4se", "p3109_k8p1se", "p3109_k8p3ue", "p3109_k6p3uf"]
+_P3109_DEFAULT = {("p3109_k8p1se", "nearest_even"), ("p3109_k8p3ue", "toward_zero")}
+
+
+@pytest.mark.parametrize(
+    "fmt, mode",
+    [
+        pytest.param(f, m, marks=() if (f, m) in _P3109_DEFAULT else pytest.mark.slow)
+        for f in P3109
+        for m in ["nearest_even", *MODES]
+    ],
+)
+def test_p3109_formats_match_the_cpu(fmt, mode):
+    x = inputs(np.float32)[::4]
+    x = np.concatenate([x, -x[:64]])  # negative input to the unsigned formats
+    kw = {"rounding": mode, "seed": 1234 if mode == "stochastic" else None}
+    d = to_device(x)
+    with np.errstate(invalid="ignore"):
+        for sat in (True, False):
+            same_bits(
+                host(fp8kit.encode(d, fmt, saturate=sat, **kw)),
+                fp8kit.encode(x, fmt, saturate=sat, **kw),
+            )
+        same_bits(host(fp8kit.round_to(d, fmt, **kw)), fp8kit.round_to(x, fmt, **kw))
+    codes = np.arange(1 << fp8kit.get_format(fmt).bits, dtype=np.uint8)
+    same_bits(host(fp8kit.decode(to_device(codes), fmt)), fp8kit.decode(codes, fmt))
+
+
+# Issue 20: the new modes and the flush options, same bits as the CPU (one compiled kernel
+# per mode in the simulator: the default run takes two, -m slow all of them)
+NEW_MODES = ["to_odd", "nearest_zero", "stochastic_c", "stochastic_b", "stochastic_odd",
+             "stochastic_half"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=() if m in ("to_odd", "stochastic_c") else pytest.mark.slow)
+             for m in NEW_MODES],
+)  # fmt: skip
+def test_issue20_modes_match_the_cpu(mode):
+    x = inputs(np.float32)[::3]
+    kw = {"rounding": mode, "seed": 99 if mode.startswith("stochastic") else None,
+          "random_bits": 7}  # fmt: skip
+    with np.errstate(invalid="ignore"):
+        same_bits(host(fp8kit.encode(to_device(x), "float8_e4m3fn", **kw)),
+                  fp8kit.encode(x, "float8_e4m3fn", **kw))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float16, marks=pytest.mark.slow)])
+def test_flush_options_match_the_cpu(dtype):
+    fi = np.finfo(dtype)
+    x = np.array([fi.smallest_subnormal, -fi.smallest_subnormal, fi.smallest_normal, 2.0**-7,
+                  -(2.0**-9), 2.0**-6, 1.0, -0.0, np.inf, np.nan], dtype)  # fmt: skip
+    for kw in ({"flush_subnormals": True}, {"flush_subnormal_inputs": True},
+               {"flush_subnormals": True, "rounding": "toward_positive"},
+               {"flush_subnormal_inputs": True, "rounding": "toward_positive"}):  # fmt: skip
+        with np.errstate(invalid="ignore"):
+            same_bits(host(fp8kit.round_to(to_device(x), "float8_e4m3fn", **kw)),
+                      fp8kit.round_to(x, "float8_e4m3fn", **kw))  # fmt: skip
+    with pytest.raises(ValueError, match="no flush options"):
+        fp8kit.fake_convert(to_device(x), dtype(1.0), flush_subnormals=True)

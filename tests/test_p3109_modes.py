@@ -1,0 +1,70 @@
+"""The issue-20 rounding rules on the P3109 formats (issue 20: both halves together).
+
+Precision-1 formats have no mantissa bits, so "even" and "odd" are the parity of the *code*
+(the codes of 2**e and 2**(e+1) differ by one; gfloat, pychop and the draft), and the
+unsigned formats have no sign bit: ``flush_subnormals`` there must not mistake the top
+magnitude bit for a sign.  Checked against fp8kit's exact oracle on every value, midpoint and
+their neighbours, and ``to_odd``/``nearest_even`` against pychop's P3109 API.
+"""
+
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit import get_format
+from fp8kit._reference import encode_value
+
+pytestmark = pytest.mark.filterwarnings("ignore:(invalid value|overflow) encountered")
+
+FORMATS = ["p3109_k8p1se", "p3109_k8p3ue", "p3109_k6p2uf", "p3109_k5p1se"]
+MODES = ["to_odd", "nearest_zero", "nearest_even", "toward_negative"]
+
+
+def sweep(fmt):
+    vals = np.array([float(fmt.code_value(c)) for c in range(1 << fmt.bits)])
+    vals = np.sort(vals[np.isfinite(vals)])
+    mids = (vals[1:] + vals[:-1]) / 2
+    x = np.concatenate([vals, mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf), mids / 3])
+    return np.concatenate([x, -x, [np.inf, -np.inf, np.nan, 2 * vals[-1]]])
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("mode", MODES)
+def test_modes_and_flush_match_the_exact_oracle(name, mode):
+    fmt = get_format(name)
+    x = sweep(fmt)
+    for sat in (True, False):
+        for flush in (False, True):
+            got = np.asarray(
+                fp8kit.encode(x, fmt, rounding=mode, saturate=sat, flush_subnormals=flush)
+            ).view(np.uint8)
+            want = [
+                encode_value(float(v), fmt, saturate=sat, rounding=mode, flush_subnormals=flush)
+                for v in x
+            ]
+            np.testing.assert_array_equal(got, want, err_msg=f"{sat=} {flush=}")
+
+
+def test_flush_subnormals_in_unsigned_formats_keeps_the_top_bit():
+    # code 0x81 of p3109_k8p3ue is a normal number, not a "negative" subnormal
+    fmt = get_format("p3109_k8p3ue")
+    x = np.array([fmt.smallest_subnormal, float(fmt.code_value(0x81)), 1.0])
+    for sat in (True, False):
+        got = fp8kit.encode(x, fmt, rounding="toward_zero", saturate=sat, flush_subnormals=True)
+        assert got.tolist() == [0, 0x81, fp8kit.encode(1.0, fmt).item()]
+
+
+@pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p3ue", "p3109_k8p4se"])
+def test_to_odd_matches_pychop(name):
+    pychop = pytest.importorskip("pychop")
+    fmt = get_format(name)
+    x = sweep(fmt)
+    pf = pychop.P3109Format(
+        fmt.bits, fmt.mantissa_bits + 1, fmt.signed, "extended" if fmt.has_inf else "finite"
+    )
+    for mode in ("to_odd", "nearest_even"):
+        for sat in (True, False):
+            with np.errstate(all="ignore"):
+                want = pychop.p3109_quantize(x, pf, rounding=mode, saturate=sat)
+            got = fp8kit.round_to(x, fmt, rounding=mode, saturate=sat)
+            np.testing.assert_array_equal(got, want, err_msg=f"{mode} {sat=}")
