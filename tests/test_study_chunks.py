@@ -18,11 +18,15 @@ def tensors():
     rng = np.random.default_rng(3)
     a = rng.standard_normal((9, 5, 70)).astype(np.float32)
     a[2, 1, 3], a[7, 4, 69] = np.nan, -np.inf
+    d = rng.standard_normal((3, 64, 40)) * np.float32([[[1e-3]], [[1]], [[1e30]]])
+    d[1, 5, 7] = np.nan
+    d = d.astype(ml_dtypes.bfloat16)  # (read as is by the kernels)
     return {
         "a": a,
         "b": (rng.standard_normal(130) * 0.1).astype(ml_dtypes.bfloat16),
         "c": rng.standard_normal((40, 20)),
         "z": np.zeros((3, 64), np.float16),
+        "d": d,
     }
 
 
@@ -184,15 +188,18 @@ def test_widening_buffer_reused_within_a_sweep_and_freed(monkeypatch):
     sweep_mod = importlib.import_module("fp8kit.study.sweep")
     rng = np.random.default_rng(7)
     t = {
-        "big": rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16),
+        "big": rng.standard_normal((40, 64)).astype(np.float16),
         "small": (rng.standard_normal((8, 32)) * 1e3).astype(np.float16),
-        "big2": (rng.standard_normal((40, 64)) * 1e-3).astype(ml_dtypes.bfloat16),
+        "bf": rng.standard_normal((40, 64)).astype(ml_dtypes.bfloat16),
+        "big2": (rng.standard_normal((40, 64)) * 1e-3).astype(np.float16),
     }
     t["small"][1, 2] = np.nan
+    t["bf"][3, 4] = np.inf
     seen = []
     real = sweep_mod._widened
     monkeypatch.setattr(sweep_mod, "_widened", lambda x: seen.append(real(x)) or seen[-1])
     got = study.sweep(t, FORMATS, ["tensor", "channel", "block:32"])
+    assert len(seen) == 3  # bfloat16 is read as is: never widened
     assert seen[0][1] is not None and all(s[1] is seen[0][1] for s in seen)  # one buffer
     assert not sweep_mod._BUFFERS  # freed at the end of the sweep
     for k, name in enumerate(t):

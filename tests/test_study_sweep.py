@@ -90,6 +90,36 @@ def test_fused_pass_on_edge_values_equals_quantize_then_error_metrics(dtype):
     assert rows[0].metrics.n_saturated > 0 and rows[0].metrics.n_flushed > 0
 
 
+@pytest.mark.parametrize("narrow", ["float32", "bfloat16"])
+def test_fused_counts_where_float32_products_round_onto_the_limits(narrow):
+    # the fused kernel decides saturated (|x| * s > ovf) and subnormal (|q| * s < tiny) on
+    # float32 products; with a scale that is not a power of two they round onto ovf and
+    # tiny from both sides, and the counts must still be those of the exact products
+    from fp8kit._kernels.metrics import overflow_threshold
+    from fp8kit.study.metrics import fused_totals, metric_totals
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    ovf, _ = overflow_threshold(fmt)
+    s = np.float32(1.0 + 3 * 2.0**-23)
+    near = []
+    for limit in (ovf, fmt.smallest_normal, fmt.smallest_normal / 2):
+        c = np.float32(limit / np.float64(s))
+        near.append(c + np.arange(-40, 41, dtype=np.float32) * np.spacing(c))
+    x = np.concatenate(near * 4).astype(np.float32).reshape(-1, 12)
+    if narrow == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    for scale in (np.full((), s), np.full((x.shape[0], 1), s), np.full(x.shape, s)):
+        got = fused_totals(x, scale.astype(np.float32), fmt, narrow)
+        q = fp8kit.fake_convert(x, scale.astype(np.float32), destination_type=fmt)
+        if narrow == "bfloat16":
+            q = q.astype(ml_dtypes.bfloat16).astype(np.float32)
+        want = metric_totals(x, q, np.broadcast_to(scale, x.shape).astype(np.float64), fmt)
+        assert got.tolist() == pytest.approx(want.tolist(), rel=1e-13)
+        assert got[7:].tolist() == want[7:].tolist() and got[2:4].tolist() == want[2:4].tolist()
+        exact_sat = np.abs(x.astype(np.float64)) * np.float64(s) > ovf
+        assert got[8] == exact_sat.sum() > 0 and got[9] > 0
+
+
 def test_delayed_rows_replay_the_steps():
     rng = np.random.default_rng(2)
     steps = (rng.standard_normal((12, 50)) * np.exp2(np.arange(12))[:, None]).astype(np.float32)

@@ -66,6 +66,27 @@ def half_to_single_bits(typingctx, bits):
 
 
 @intrinsic
+def widen32(typingctx, value):
+    """A float32 as is, or bfloat16 bits (uint16) as the float32 they stand for (exact: the
+    bits shifted up by 16), so that one kernel body reads either."""
+    if value == types.float32:
+
+        def codegen(context, builder, signature, args):
+            return args[0]
+
+    elif value == types.uint16:
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            wide = builder.shl(builder.zext(args[0], i32), ir.Constant(i32, 16))
+            return builder.bitcast(wide, ir.FloatType())
+
+    else:
+        return None
+    return types.float32(value), codegen
+
+
+@intrinsic
 def to_unsigned_truncated(typingctx, value, like):
     """A float32 (float64) truncated toward zero to uint32 (uint64), the type of ``like``:
     one signed conversion (cvttps2dq), so exact only for values in [0, 2**31) ([0, 2**63));
@@ -322,16 +343,17 @@ def round_in_place(v, r):
 @intrinsic
 def fma(typingctx, a, b, c):
     """``a * b + c`` rounded once (LLVM's ``llvm.fma``: a vector FMA instruction where the
-    CPU has one, else a correctly rounded library call), for float64 arguments."""
-    if not (a == b == c == types.float64):
+    CPU has one, else a correctly rounded library call), for float64 or float32 arguments
+    (all three of one type)."""
+    if not (a == b == c and a in (types.float64, types.float32)):
         return None
 
     def codegen(context, builder, signature, args):
-        d = ir.DoubleType()
+        d = ir.DoubleType() if a == types.float64 else ir.FloatType()
         fn = builder.module.declare_intrinsic("llvm.fma", [d], ir.FunctionType(d, [d, d, d]))
         return builder.call(fn, args)
 
-    return types.float64(a, b, c), codegen
+    return a(a, b, c), codegen
 
 
 @intrinsic

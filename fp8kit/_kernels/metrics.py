@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 from numba import from_dtype, types
 
@@ -22,6 +23,7 @@ from .bits import (
     fma,
     prefer_512,
     round_in_place,
+    widen32,
 )
 from .codec import Kernel, _params, source_version
 from .fake import _KIND, BF16, F32, _from16, round_params
@@ -179,12 +181,16 @@ def combine(partials: np.ndarray) -> np.ndarray:
 
 
 def _amax_constants(data_dtype):
-    """Bit constants for amax on the bits of float32 (uint32) or float64 (uint64) data:
+    """Bit constants for amax on the bits of bfloat16 (uint16), float32 (uint32) or float64
+    (uint64) data:
     the absolute value's bits order like its value, so the largest magnitude is an integer
     maximum, which LLVM vectorizes (a float maximum it may not reorder)."""
     if np.dtype(data_dtype) == np.float32:
         u = np.uint32
         return np.dtype(u), u(0x7FFFFFFF), u(0x7F800000), u(0), u(1)
+    if np.dtype(data_dtype) == np.dtype(ml_dtypes.bfloat16):
+        u = np.uint16
+        return np.dtype(u), u(0x7FFF), u(0x7F80), u(0), u(1)
     u = np.uint64
     return np.dtype(u), u(0x7FFFFFFFFFFFFFFF), u(0x7FF0000000000000), u(0), u(1)
 
@@ -226,13 +232,13 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
                     seg = bits[lo : lo + min(run, length - b * run)]
                     m = zero
                     for j in range(seg.size):  # every |x|; NaN and Inf are the largest
-                        m = max(m, seg[j] & mask)
+                        m = max(m, cast_like(seg[j] & mask, zero))
                     f = zero
                     if m >= inf_bits:  # (rare) the run again, without them
                         f = one
                         m = zero
                         for j in range(seg.size):
-                            a = seg[j] & mask
+                            a = cast_like(seg[j] & mask, zero)
                             m = max(m, a if a < inf_bits else zero)
                     amax[t] = m
                     bad[t] = f
@@ -283,7 +289,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
                     out = am[g : g + cols]
                     flags = bd[g : g + cols]
                     for k in range(cols):
-                        a = row[k] & mask
+                        a = cast_like(row[k] & mask, zero)
                         finite = a < inf_bits
                         out[k] = max(out[k], a if finite else zero)
                         flags[k] = max(flags[k], zero if finite else one)
@@ -293,6 +299,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
     return Kernel(make, sig)
 
 
+@functools.cache  # (a format's max is an exact Fraction computed anew on each access)
 def overflow_threshold(fmt) -> tuple[float, bool]:
     """``(threshold, tie_up)``: the magnitude from which rounding to nearest-even with an
     unbounded exponent goes above the format's max (max plus half its last step), and
@@ -303,7 +310,7 @@ def overflow_threshold(fmt) -> tuple[float, bool]:
 
 
 @functools.cache
-def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
+def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     """Kernel ``(x, scale, shape, sstr, limits, lut, out, nchunks)``: FakeConvert's
     quantization (nearest-even, saturating) of float32 data and the metrics of the result
     in one pass, the quantized values never stored.
@@ -311,16 +318,25 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
     Per element: ``q = round(x * s) / s`` in float32 exactly as :mod:`fp8kit._kernels.fake`
     computes it for float32 data, then (``narrow`` ``"float16"`` or ``"bfloat16"``) rounded
     once to the data's dtype and back, as the study stores 16-bit results; then the figures
-    of :func:`metrics_kernel`.  x: float32, C-contiguous 1-D; scale: float32 read through
-    ``shape``/``sstr`` as there; lut: the float16 -> float32 table (float16 data).
+    of :func:`metrics_kernel`.  x: C-contiguous 1-D, float32, or for ``narrow`` ``"bfloat16"``
+    the data's bits (uint16: widened in registers, no float32 copy); scale: float32 read through
+    ``shape``/``sstr`` as there (any innermost stride); limits: float64 ``[overflow
+    threshold, 1 if a tie at it rounds up, smallest normal]`` (see :func:`metrics_kernel`),
+    the threshold and the smallest normal float32 values; lut: the float16 -> float32 table
+    (float16 data).
+
+    The data is worked on in segments of at most :data:`SUM_BLOCK` elements, each summed on
+    its own: the rest of a row, or whole rows when the scale is constant along rows shorter
+    than that (MX blocks: 32 rows of 32).
     """
     kind = _KIND[narrow]
     r8 = round_params(fmt)
     q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r8
     version = source_version()
     sig = types.void(
-        _arr(np.float32), _arr(np.float32), _arr(np.int64), _arr(np.int64), _arr(np.float64),
-        _arr(np.uint32), _arr(np.float64, 2, readonly=False), types.intp,
+        _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32), _arr(np.int64),
+        _arr(np.int64), _arr(np.float64), _arr(np.uint32), _arr(np.float64, 2, readonly=False),
+        types.intp,
     )  # fmt: skip
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
@@ -329,6 +345,7 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
     near_half = np.float64(0.5 * (1.0 - 2.0**-40))
     bf_half, bf_keep = np.uint32(0x7FFF), np.uint32(0xFFFF0000)
     sh16, one32 = np.uint32(16), np.uint32(1)
+    f0, f1 = np.float32(0.0), np.float32(1.0)
 
     def make(parallel):
         def kernel(x, scale, shape, sstr, limits, lut, out, nchunks):
@@ -336,13 +353,15 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
             ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
-            # y > ovf or (y == ovf and tie_up) as one comparison: the float64 below ovf
-            ovf_lo = limits[3] if tie_up else ovf
+            # (float32 values: checked by the caller)
+            neg_ovf32, neg_tiny32 = -np.float32(ovf), -np.float32(tiny)
             n1, n2, n3 = shape[1], shape[2], shape[3]
+            st2, st3 = sstr[2], sstr[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
             buf = np.empty(SUM_BLOCK, np.float64)
             qbuf = np.empty(SUM_BLOCK, np.float32)
+            sbuf = np.empty(SUM_BLOCK, np.float32)
             for c in range(c_first, c_stop):
                 prefer_512()  # measured 7% faster than LLVM's 256-bit default here
                 se = zero
@@ -360,14 +379,38 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                 r, j0 = i // n3, i % n3
                 a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:
-                    # segments of at most SUM_BLOCK elements, each summed on its own and then
+                    # a segment of at most SUM_BLOCK elements, summed on its own and then
                     # added to the chunk's sums: rounding errors do not grow with the chunk's
-                    # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14
-                    j1 = min(n3, j0 + hi - i, j0 + SUM_BLOCK)
-                    base = a * sstr[0] + b * sstr[1] + d * sstr[2]
-                    xr = x[i : i + j1 - j0]
-                    sr = scale[base + j0 : base + j0 + xr.size] if inner_runs else scale
-                    s0 = scale[base]
+                    # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14;
+                    # its scales first, into sbuf: k whole rows of one scale each, or one row
+                    # (segment)
+                    base = a * sstr[0] + b * sstr[1] + d * st2
+                    k = 0
+                    if st3 == 0 and j0 == 0 and n3 < SUM_BLOCK:
+                        k = min(SUM_BLOCK // n3, n2 - d, (hi - i) // n3)
+                    if k >= 1:
+                        m = k * n3
+                        if n3 % 16 == 0:  # (a fixed-length inner loop: vector stores)
+                            for rr in range(k):
+                                sv = scale[base + rr * st2]
+                                for t0 in range(rr * n3, rr * n3 + n3, 16):
+                                    for t in range(16):
+                                        sbuf[t0 + t] = sv
+                        else:
+                            for rr in range(k):
+                                sv = scale[base + rr * st2]
+                                for t in range(rr * n3, rr * n3 + n3):
+                                    sbuf[t] = sv
+                    else:
+                        m = min(n3 - j0, hi - i, SUM_BLOCK)
+                        if st3 == 0:
+                            sv = scale[base]
+                            for t in range(m):
+                                sbuf[t] = sv
+                        else:
+                            for t in range(m):
+                                sbuf[t] = scale[base + (j0 + t) * st3]
+                    xr = x[i : i + m]
                     # the fast path: the block's values all finite (checked after the loop
                     # on the sums), so no masks; max_rel without a division per element:
                     # fl(ae / ax) > mr needs ae / ax >= mr + h (the midpoint to the next
@@ -382,14 +425,19 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                     bss = zero
                     bmabs = bits0
                     hit = False
-                    bfl = 0
-                    bsat = 0
-                    bsub = 0
-                    # quantized first (float32 only: twice the vector lanes of the float64
-                    # loop below), into a buffer that stays in L1
-                    for jj in range(xr.size):
-                        s32 = sr[jj] if inner_runs else s0
-                        fq = as_float(round_in_place(as_bits(xr[jj] * s32), r8))
+                    # quantized first, in float32 (16 lanes: twice those of the float64 loop
+                    # below), into a buffer that stays in L1, with the counts: saturated
+                    # |x| * s > ovf (or == with tie_up) and subnormal |q| * s < tiny from the
+                    # sign of one float32 FMA each, |x| * s - ovf and |q| * s - tiny rounded
+                    # once: the sign of the exact difference (no underflow near ovf or tiny);
+                    # counts of at most SUM_BLOCK are exact in float32
+                    bfl = f0
+                    bsat = f0
+                    bsub = f0
+                    for jj in range(m):
+                        s32 = sbuf[jj]
+                        v = widen32(xr[jj])
+                        fq = as_float(round_in_place(as_bits(v * s32), r8))
                         res = fq / s32
                         if kind == BF16:
                             # nearest-even to bfloat16 by the integer formula, exact for
@@ -403,12 +451,15 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         elif kind != F32:
                             res = _from16(encode_fast(as_bits(res), q), kind, lut)
                         qbuf[jj] = res
-                    for jj in range(xr.size):
-                        s = np.float64(sr[jj] if inner_runs else s0)
-                        xv = np.float64(xr[jj])
+                        over = fma(abs(v), s32, neg_ovf32)
+                        bsat += f1 if (over > f0) | ((over == f0) & tie_up) else f0
+                        under = fma(abs(res), s32, neg_tiny32) < f0
+                        bsub += f1 if (res != f0) & under else f0
+                        bfl += f1 if (v != f0) & (res == f0) else f0
+                    for jj in range(m):
+                        xv = np.float64(widen32(xr[jj]))
                         qv = np.float64(qbuf[jj])
                         ax = abs(xv)
-                        aq = abs(qv)
                         e = qv - xv
                         bse += e * e
                         bss += xv * xv
@@ -416,26 +467,22 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                         buf[jj] = ae
                         bmabs = max(bmabs, as_bits(ae))
                         hit |= fma(neg_mr, ax, ae) > hh * ax
-                        bfl += (ax != zero) & (qv == zero)
-                        y = ax * s
-                        bsat += y > ovf_lo
-                        bsub += (qv != zero) & (aq * s < tiny)
                     if bse + bss < inf:  # (sums of at most 1024 finite squares stay finite)
                         mabs = max(mabs, bmabs)
-                        flushed += bfl
-                        sat += bsat
-                        sub += bsub
+                        flushed += int(bfl)
+                        sat += int(bsat)
+                        sub += int(bsub)
                         if hit:
-                            for jj in range(xr.size):
-                                ax = abs(np.float64(xr[jj]))
+                            for jj in range(m):
+                                ax = abs(np.float64(widen32(xr[jj])))
                                 if fma(neg_mr, ax, buf[jj]) > hh * ax and ax != zero:
                                     mr = max(mr, buf[jj] / ax)
                     else:  # NaN or Inf in the block: every element checked
                         bse = zero
                         bss = zero
-                        for jj in range(xr.size):
-                            s32 = sr[jj] if inner_runs else s0
-                            v = xr[jj]
+                        for jj in range(m):
+                            s32 = sbuf[jj]
+                            v = widen32(xr[jj])
                             fq = as_float(round_in_place(as_bits(v * s32), r8))
                             res = fq / s32
                             if kind != F32:
@@ -465,12 +512,15 @@ def quantize_metrics_kernel(fmt, narrow: str, inner_runs: bool) -> Kernel:
                             lost += finite_x & (not aq < inf)
                     se += bse
                     ss += bss
-                    i += j1 - j0
-                    if j1 < n3:  # (the row goes on in the next segment)
-                        j0 = j1
+                    i += m
+                    if k >= 1:
+                        d += k
+                    elif j0 + m < n3:  # (the row goes on in the next segment)
+                        j0 += m
                         continue
-                    j0 = 0
-                    d += 1
+                    else:
+                        j0 = 0
+                        d += 1
                     if d == n2:
                         d = 0
                         b += 1

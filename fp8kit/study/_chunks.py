@@ -35,6 +35,7 @@ from .scaling import (
     broadcast_view,
     group_amax,
     local_grouping,
+    mx_biased,
     mx_exponents,
     mx_scale_from_codes,
 )
@@ -120,12 +121,19 @@ def chunk_totals(
     elements are quantized as zeros and left out of every figure.  ``widened``: the
     unmasked chunk already in the working dtype, when the caller has it (no second copy);
     ``amaxes``: ``{local grouping: (amax, nonfinite)}`` of MX groupings already computed
-    on that unmasked chunk."""
+    on that unmasked chunk.  Unmasked bfloat16 data without ``widened`` is read as is by
+    the amax and fused kernels (widened only for a job of another width)."""
     data, mask = _unmask(y)
     narrow = data.dtype
-    xw = working(data) if widened is None else widened
-    xq = xw if mask is None else np.where(mask, xw.dtype.type(0), xw)
-    xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
+    wdt = work_dtype(narrow)
+    direct = mask is None and widened is None and narrow == np.dtype(ml_dtypes.bfloat16)
+    if direct:
+        xw = None
+        xq = xm = data = np.ascontiguousarray(data)
+    else:
+        xw = working(data) if widened is None else widened
+        xq = xw if mask is None else np.where(mask, xw.dtype.type(0), xw)
+        xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
     nmasked = 0 if mask is None else int(np.count_nonzero(mask))
     qbuf = None
     narrow_name = {np.dtype(np.float16): "float16"}.get(narrow, narrow.name)
@@ -134,24 +142,31 @@ def chunk_totals(
     out = np.zeros((len(jobs), km.N_METRICS))
     stats = empty_stats(len(jobs))
     amaxes = {} if amaxes is None or mask is not None else dict(amaxes)
+    biased: dict = {}
     for j, (fmt, g, sc) in enumerate(jobs):
         lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
         if sc is None:  # MX blocks held whole by the chunk
             if lg not in amaxes:
                 amaxes[lg] = group_amax(xq, lg.kind, lg.axis, lg.block)
             am, bad = amaxes[lg]
-            codes = mx_exponents(am, bad, fmt)
-            sc = mx_scale_from_codes(codes, xw.dtype)
+            if lg not in biased:  # (shared by the formats)
+                biased[lg] = mx_biased(am, bad)
+            codes = mx_exponents(am, bad, fmt, biased[lg])
+            sc = mx_scale_from_codes(codes, wdt)
             if codes.size and codes.min() != E8M0_NAN:  # finite scales: codes below 0xFF
                 hi = np.max(codes, where=codes != E8M0_NAN, initial=0)
-                ends = mx_scale_from_codes(np.array([hi, codes.min()], np.uint8), xw.dtype)
+                ends = mx_scale_from_codes(np.array([hi, codes.min()], np.uint8), wdt)
                 stats[j, SCALE_MIN], stats[j, SCALE_MAX] = ends  # (2**-(code - 127))
             stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
-        if xw.dtype == np.float32 and fmt.bits == 8 and xm is xq:
+        if wdt == np.float32 and fmt.bits == 8 and xm is xq:
             # one pass: quantize and measure, the quantized values never stored
             out[j] = fused_totals(xv, sv, fmt, narrow_name)
             continue
+        if xw is None:  # (bfloat16 read as is so far)
+            xw = working(data)
+        if direct:
+            xv, sv = broadcast_view(xw, sc, lg.kind, lg.axis, lg.block)
         if qbuf is None:
             qbuf = np.empty_like(xw)
         qv = apply_scale(xv, fmt, sv, out=qbuf.reshape(xv.shape))
@@ -161,4 +176,4 @@ def chunk_totals(
         out[j] = metric_totals(mv, qv, sv.astype(np.float64), fmt)
     if nmasked:
         out[:, km.NAN_IN] -= nmasked
-    return xw.size - nmasked, out, stats
+    return data.size - nmasked, out, stats

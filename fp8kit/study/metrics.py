@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import _parallel
@@ -253,13 +255,15 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
     """:func:`metric_totals` of ``x`` against ``round(x * scale) / scale`` (FakeConvert's
     quantization of float32 data to an 8-bit format, then, for ``narrow`` ``"float16"`` or
     ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
-    quantized values.  x: C-contiguous float32; scale: float32, broadcasting to x."""
+    quantized values.  x: C-contiguous float32, or bfloat16 for ``narrow`` ``"bfloat16"``
+    (read as is: no widened copy); scale: float32, broadcasting to x."""
     from .._kernels.codec import dummy, f16_lut
 
+    if narrow == "bfloat16":  # (float32 data must hold bfloat16 values: exact then)
+        x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
-    kernel = km.quantize_metrics_kernel(fmt, narrow, bool(sstr4[3] == 1))
-    ovf, tie_up = km.overflow_threshold(fmt)
-    limits = np.array([ovf, float(tie_up), fmt.smallest_normal, np.nextafter(ovf, 0.0)])
+    kernel = km.quantize_metrics_kernel(fmt, narrow)
+    limits = _fused_limits(fmt)
     lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
     partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
     _parallel.launch(
@@ -267,6 +271,16 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
         limits, lut, partials,
     )  # fmt: skip
     return km.combine(partials)
+
+
+@functools.cache
+def _fused_limits(fmt: FloatFormat) -> np.ndarray:
+    """The ``limits`` argument of the fused kernel for ``fmt`` (read-only)."""
+    ovf, tie_up = km.overflow_threshold(fmt)
+    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
+    limits.flags.writeable = False
+    return limits
 
 
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:

@@ -13,6 +13,7 @@ import math
 from collections import deque
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .. import _parallel
@@ -39,7 +40,12 @@ SCALINGS = ("none", "tensor", "channel", "block")
 ALGOS = ("max", "most_recent")
 DEFAULT_AXIS = {"channel": 0, "block": -1}
 
-_FLOAT_OF = {np.dtype(np.uint32): np.dtype(np.float32), np.dtype(np.uint64): np.dtype(np.float64)}
+_FLOAT_OF = {
+    np.dtype(np.uint16): np.dtype(ml_dtypes.bfloat16),
+    np.dtype(np.uint32): np.dtype(np.float32),
+    np.dtype(np.uint64): np.dtype(np.float64),
+}
+_BITS_OF = {v: k for k, v in _FLOAT_OF.items()}
 
 # Exponent range of an E8M0 scale: codes 0..254 are 2**-127 .. 2**127, code 255 is NaN.
 E8M0_EMIN, E8M0_EMAX, E8M0_BIAS, E8M0_NAN = -127, 127, 127, 255
@@ -78,12 +84,13 @@ def compact_shape(shape: tuple[int, ...], kind: str, axis: int, block: int) -> t
 
 def group_amax(xw: np.ndarray, kind: str, axis: int = 0, block: int = 1):
     """``(amax, nonfinite)``: the largest finite ``|x|`` of each group of a working array
-    (float32/float64, C-contiguous) and whether the group holds a NaN or an Inf, both of
-    :func:`compact_shape` (float64 and bool).  One compiled pass over the data's bits."""
+    (float32/float64, C-contiguous; or bfloat16, read as is) and whether the group holds a
+    NaN or an Inf, both of :func:`compact_shape` (float64 and bool).  One compiled pass over
+    the data's bits."""
     shape = compact_shape(xw.shape, kind, axis, block)
     if xw.size == 0:
         return np.zeros(shape), np.zeros(shape, bool)
-    bits = xw.reshape(-1).view(np.uint32 if xw.dtype == np.float32 else np.uint64)
+    bits = xw.reshape(-1).view(_BITS_OF[xw.dtype])
     n = bits.size
     if xw.ndim == 0 or kind in ("none", "tensor"):
         # runs of at least 4K elements, several per thread; their maxima are combined here
@@ -131,12 +138,18 @@ def amax_scale(amax: np.ndarray, fmt: FloatFormat, margin: float, pow2: bool, dt
     is 0, clamped to the normal range of ``dtype`` and returned in it."""
     amax = np.asarray(amax, np.float64)
     with np.errstate(divide="ignore", over="ignore"):
-        s = np.where(amax > 0, fmt.max / np.where(amax > 0, amax, 1.0), 1.0) / 2.0**margin
+        s = np.where(amax > 0, _max(fmt) / np.where(amax > 0, amax, 1.0), 1.0) / 2.0**margin
     s = clamp_scale(s, dtype)
     if pow2:
         # floor(log2(s)) exactly: frexp gives s = m * 2**e with 0.5 <= m < 1
         s = np.ldexp(1.0, np.frexp(s)[1] - 1)
     return s.astype(dtype)
+
+
+@functools.cache
+def _max(fmt: FloatFormat) -> float:
+    """``fmt.max``, computed once (it is an exact Fraction's value, 20 us each time)."""
+    return fmt.max
 
 
 def clamp_scale(s: Any, dtype) -> np.ndarray:
@@ -146,8 +159,25 @@ def clamp_scale(s: Any, dtype) -> np.ndarray:
     return np.clip(np.asarray(s, np.float64), float(fi.smallest_normal), 2.0 ** (fi.maxexp - 1))
 
 
-def mx_exponents(amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    """E8M0 codes of MX block scales from block amaxes (float64) and NaN/Inf flags.
+def mx_biased(amax: np.ndarray, bad: np.ndarray) -> np.ndarray | None:
+    """The float64 biased exponents (int16) of block amaxes (float64, at least 1-D), 0x7FFF
+    for blocks holding NaN/Inf, or None when an amax is a float64 subnormal: what
+    :func:`mx_exponents` needs of the amaxes for any format (computed once for several)."""
+    amax = np.ascontiguousarray(amax, np.float64)
+    if not amax.ndim:
+        return None
+    ex = (amax.view(np.uint64) >> 52).astype(np.int16)  # biased exponents (amax >= 0)
+    if np.any((ex == 0) & (amax > 0)):
+        return None
+    ex[np.asarray(bad)] = 0x7FFF
+    return ex
+
+
+def mx_exponents(
+    amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat, biased: np.ndarray | None = None
+) -> np.ndarray:
+    """E8M0 codes of MX block scales from block amaxes (float64) and NaN/Inf flags
+    (``biased``: their :func:`mx_biased`, when already computed).
 
     OCP Microscaling Formats v1.0, section 6.3 (conversion of a block of k scalars to MX),
     in our words: the shared exponent is floor(log2(amax of the block)) minus the exponent
@@ -162,15 +192,14 @@ def mx_exponents(amax: np.ndarray, bad: np.ndarray, fmt: FloatFormat) -> np.ndar
     """
     emax_elem = fmt.maxexp - 1
     amax = np.ascontiguousarray(amax, np.float64)
-    ex = (amax.view(np.uint64) >> 52).astype(np.int16)  # biased exponents (amax >= 0)
-    if amax.ndim and not np.any((ex == 0) & (amax > 0)):
+    ex = mx_biased(amax, bad) if biased is None else biased
+    if ex is not None:
         # no float64 subnormal: floor(log2(amax)) = ex - 1023 for amax > 0, and 0 gives a
         # code below 0 (clamped to the smallest, as log2(0) = -Inf); codes above 254 are
-        # shared exponents above E8M0's largest: the NaN scale.  4x faster than frexp
+        # shared exponents above E8M0's largest, or blocks holding NaN/Inf: the NaN scale.
+        # 4x faster than frexp
         codes = ex - np.int16(1023 + emax_elem - E8M0_BIAS)
-        codes = np.clip(codes, 0, E8M0_NAN, out=codes).astype(np.uint8)
-        codes[np.asarray(bad)] = E8M0_NAN
-        return codes
+        return np.clip(codes, 0, E8M0_NAN, out=codes).astype(np.uint8)
     floor_log2 = np.frexp(amax)[1] - 1  # exact: amax = m * 2**e with 0.5 <= m < 1
     shared = np.maximum(np.where(amax > 0, floor_log2 - emax_elem, E8M0_EMIN), E8M0_EMIN)
     codes = (np.minimum(shared, E8M0_EMAX) + E8M0_BIAS).astype(np.uint8)
@@ -757,7 +786,10 @@ def chunk_amax(y: Any, box: Box, shape: tuple[int, ...], groupings: list[Groupin
     """Per grouping, ``(amax, nonfinite)`` of one chunk (masked elements left out), in the
     chunk's own compact shape."""
     data, mask = _unmask(y)
-    xw = working(data)
+    if mask is None and data.dtype == ml_dtypes.bfloat16:  # (read as is: no widened copy)
+        xw = np.ascontiguousarray(data)
+    else:
+        xw = working(data)
     if mask is not None:
         xw = np.where(mask, xw.dtype.type(0), xw)
     out = []

@@ -607,9 +607,15 @@ def study_tensor(
     derived = _derived_tensor(groupings)
     passes = [g for g in groupings if g != derived]
     glob = empty_amax(plan.work_shape, passes)
-    # one chunk of unmasked data: widened once for both passes (amax, then the metrics)
-    xw, buf = _widened(x) if len(boxes) == 1 and not masked else (None, None)
-    if buf is None:  # (a chunked tensor: no buffer kept beside its chunks)
+    # one chunk of unmasked data: widened once for both passes (amax, then the metrics);
+    # bfloat16 is read as is by the kernels of both (no widened copy)
+    one = len(boxes) == 1 and not masked
+    direct = one and x.dtype == ml_dtypes.bfloat16
+    if direct:
+        xw, buf = np.ascontiguousarray(x), None
+    else:
+        xw, buf = _widened(x) if one else (None, None)
+    if buf is None and not direct:  # (a chunked tensor: no buffer kept beside its chunks)
         _BUFFERS.pop(threading.get_ident(), None)
     # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
     # amaxes when its blocks lie along another axis (one amax pass instead of two)
@@ -627,7 +633,7 @@ def study_tensor(
     for box in boxes:
         n, t, st = chunk_totals(
             x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape),
-            widened=xw, amaxes=pre,
+            widened=None if direct else xw, amaxes=pre,
         )  # fmt: skip
         count += n
         totals = t if totals is None else add_totals(totals, t)
