@@ -184,6 +184,14 @@ def test_zero_tensor_row():
     assert row.metrics.sqnr_db == math.inf and row.scale_min == row.scale_max == 1.0
 
 
+@pytest.mark.parametrize("shape", [(0, 32), (0,), (4, 0), (0, 2, 32)])
+def test_empty_tensors_give_rows(shape):
+    # every scaling, including per-channel (whose per-tensor amax is the channels' largest)
+    rows = study.sweep({"w": np.zeros(shape, np.float32)}, formats=["float8_e4m3fn"])
+    assert [r.scaling for r in rows] == ["tensor", "channel", "block:32"]
+    assert all(r.shape == shape and r.metrics.count == 0 for r in rows)
+
+
 def test_progress_callback_and_axes():
     calls = []
     x = np.ones((3, 4, 64), np.float32)

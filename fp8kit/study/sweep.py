@@ -694,7 +694,8 @@ def _with_tensor(plan: _Plan, passes, glob, derived):
     out = [glob[passes.index(g)] if g in passes else None for g in plan.groupings]
     if derived is not None:
         am, bad = next(glob[k] for k, g in enumerate(passes) if g.kind == "channel")
-        out[plan.groupings.index(derived)] = (am.max().reshape(()), bad.any().reshape(()))
+        # (initial=0: a tensor with no elements, such as 0 x 32, has no channels either)
+        out[plan.groupings.index(derived)] = (am.max(initial=0).reshape(()), bad.any().reshape(()))
     return out
 
 
