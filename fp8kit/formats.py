@@ -246,8 +246,8 @@ class FloatFormat:
         """Code of the canonical (positive, quiet) NaN, or None when the format has no NaN.
 
         ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz``,
-        ``signed_finite`` and ``extended``: the sign bit alone (this NaN has no sign); the unsigned conventions:
-        all ones.
+        ``signed_finite`` and ``extended``: the sign bit alone (this NaN has no sign); the
+        unsigned conventions: all ones.
         """
         if self.specials == "finite":
             return None
