@@ -22,7 +22,8 @@ from ._kernels.rounding import MODES, is_stochastic
 from .formats import _NUMPY_DTYPES, FloatFormat, get_format, registered_formats
 
 #: ml_dtypes/numpy dtype -> its format (float8, float6, float4, bfloat16, float16)
-FORMAT_DTYPES = {dt: fmt for fmt, dt in _NUMPY_DTYPES.items()}
+FORMAT_DTYPES = {dt: fmt for fmt, dt in reversed(_NUMPY_DTYPES.items())}
+# (reversed: a dtype shared by two formats, float8_e4m3fnuz and p3109_k8p4sf, names the first)
 FLOAT_NAMES = "float16, bfloat16, float32 or float64"
 ROUNDING_MODES = tuple(MODES)
 STOCHASTIC_NAMES = tuple(k for k, v in MODES.items() if is_stochastic(v))

@@ -37,7 +37,7 @@ def _special_codes(fmt: FloatFormat, negative: bool) -> tuple[int, int | None, i
     if fmt.nan_code is None:  # "finite": never asked for (no overflow to NaN)
         nan = -1
     else:
-        nan = fmt.nan_code if fmt.specials in ("fnuz", "extended") else fmt.nan_code | sign
+        nan = fmt.nan_code if not fmt.has_negative_zero else fmt.nan_code | sign
     inf = None if fmt.inf_code is None else fmt.inf_code | sign
     return nan, inf, fmt.max_code | sign
 
@@ -45,8 +45,10 @@ def _special_codes(fmt: FloatFormat, negative: bool) -> tuple[int, int | None, i
 def _unsigned_negative(code: int, x, fmt: FloatFormat, saturate: bool, rounding: str) -> int:
     """A negative input to an unsigned P3109 format (pychop's rule; gfloat leaves it
     undefined): 0 if it rounds to zero, when saturating, or when rounding toward zero or
-    +Inf (the nearest value in that direction); NaN otherwise (also -Inf, saturating
-    aside)."""
+    +Inf (the nearest value in that direction); NaN otherwise.  -Inf follows nearest-even's
+    rule in every mode, as pychop does: 0 when saturating, NaN otherwise."""
+    if isinstance(x, float) and math.isinf(x):
+        return 0 if saturate else fmt.nan_code
     if code == 0 or saturate or rounding in ("toward_zero", "toward_positive"):
         return 0
     return fmt.nan_code

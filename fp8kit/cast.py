@@ -39,7 +39,7 @@ from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from .codec import decode, encode
-from .formats import P3109_FORMATS, FloatFormat, get_format
+from .formats import _P3109_ONLY, FloatFormat, get_format
 
 __all__ = [
     "cast",
@@ -76,15 +76,16 @@ def _source_type(x: np.ndarray) -> CastType:
 
 
 def _codes_only(to: Any) -> FloatFormat | None:
-    """The format ``to`` names when it is a registered format without a dtype (the IEEE
-    P3109 formats but those equal to an ml_dtypes type): ``cast`` returns its codes."""
+    """The format ``to`` names when it is an IEEE P3109 format (not an ONNX type):
+    ``cast`` returns its codes (as its ml_dtypes dtype for ``p3109_k8p4sf`` and
+    ``p3109_k8p3sf``, which have the codes of float8_e4m3fnuz and float8_e5m2fnuz)."""
     if not isinstance(to, (str, FloatFormat)):
         return None
     try:
         fmt = get_format(to, argname="to")
     except ValueError:
         return None
-    return fmt if fmt.dtype is None and fmt in P3109_FORMATS else None
+    return fmt if fmt in _P3109_ONLY else None
 
 
 def _to_codes(arr, src, fmt, sat, rounding, seed, random_bits) -> np.ndarray:
@@ -104,7 +105,8 @@ def _to_codes(arr, src, fmt, sat, rounding, seed, random_bits) -> np.ndarray:
                 "(not exact in float64); cast to float64 first if that is acceptable"
             )
         arr = arr.astype(np.float64)
-    return encode(arr, fmt, saturate=sat, rounding=rounding, seed=seed, random_bits=random_bits)
+    codes = encode(arr, fmt, saturate=sat, rounding=rounding, seed=seed, random_bits=random_bits)
+    return codes if fmt.dtype is None else codes.view(fmt.dtype)
 
 
 def cast(

@@ -337,7 +337,7 @@ def _code_input(codes: Any, fmt: FloatFormat | None) -> tuple[np.ndarray, FloatF
     dt = arr.dtype
     if dt in _FORMAT_DTYPES:
         own = _FORMAT_DTYPES[dt]
-        if fmt is not None and fmt != own:
+        if fmt is not None and fmt != own and fmt.dtype != dt:
             raise ValueError(f"decode: codes have dtype {dt} but fmt is {fmt.name!r}")
         return arr.view(own.code_dtype), own
     if fmt is None:

@@ -33,8 +33,10 @@ __all__ = [
 #: ``c`` is ``2**(c - bias)`` except all ones, the NaN (the MX scale type float8_e8m0fnu;
 #: mantissa_bits must be 0).  The IEEE P3109 conventions (formats ``binaryKpP``; zero and
 #: subnormals everywhere, no -0, one NaN): ``"extended"``: signed, NaN at the code of -0 (the
-#: sign bit alone), +-Inf at the largest magnitude code (all ones but the sign); signed
-#: *finite* P3109 formats are exactly ``"fnuz"``.  ``"unsigned_extended"`` and
+#: sign bit alone), +-Inf at the largest magnitude code (all ones but the sign);
+#: ``"signed_finite"``: the codes of ``"fnuz"`` (NaN at the -0 code, no Inf, no -0), but
+#: saturating conversions send +-Inf to +-max (P3109's SatFinite, gfloat) where ``"fnuz"``
+#: gives NaN (ONNX Cast-21's rule for its FNUZ types).  ``"unsigned_extended"`` and
 #: ``"unsigned_finite"``: no sign bit, NaN at all ones, and for the extended ones +Inf just
 #: below it.
 SPECIALS = (
@@ -44,18 +46,29 @@ SPECIALS = (
     "finite",
     "unsigned",
     "extended",
+    "signed_finite",
     "unsigned_extended",
     "unsigned_finite",
 )
 
 Specials = Literal[
-    "ieee", "fn", "fnuz", "finite", "unsigned", "extended", "unsigned_extended", "unsigned_finite"
+    "ieee",
+    "fn",
+    "fnuz",
+    "finite",
+    "unsigned",
+    "extended",
+    "signed_finite",
+    "unsigned_extended",
+    "unsigned_finite",
 ]
 
 #: The specials conventions without a sign bit.
 _UNSIGNED = ("unsigned", "unsigned_extended", "unsigned_finite")
 #: Conventions whose largest magnitude code is +Inf (below the NaN for unsigned ones).
 _EXTENDED = ("extended", "unsigned_extended")
+#: Conventions whose single NaN is the code of -0 (the sign bit alone), with no -0.
+_NAN_AT_NEG_ZERO = ("fnuz", "signed_finite", "extended")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,7 +90,7 @@ class FloatFormat:
     bias : int
         Exponent bias: a normal code with exponent field ``e`` has the value
         ``2**(e - bias) * (1 + m / 2**mantissa_bits)``.
-    specials : {"ieee", "fn", "fnuz", "finite", "unsigned", "extended", \
+    specials : {"ieee", "fn", "fnuz", "finite", "unsigned", "extended", "signed_finite", \
 "unsigned_extended", "unsigned_finite"}
         How Inf, NaN and -0 are encoded; see :data:`SPECIALS`.
 
@@ -192,7 +205,7 @@ class FloatFormat:
     def has_negative_zero(self) -> bool:
         """Whether -0 is a distinct code (false for ``fnuz``, the P3109 and the unsigned
         formats)."""
-        return self.specials not in ("fnuz", "extended", *_UNSIGNED)
+        return self.specials not in (*_NAN_AT_NEG_ZERO, *_UNSIGNED)
 
     @property
     def max_exponent_field(self) -> int:
@@ -232,15 +245,15 @@ class FloatFormat:
     def nan_code(self) -> int | None:
         """Code of the canonical (positive, quiet) NaN, or None when the format has no NaN.
 
-        ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz`` and
-        ``extended``: the sign bit alone (this NaN has no sign); the unsigned conventions:
-        all ones.
+        ``ieee``: exponent all ones, top mantissa bit set; ``fn``: all ones; ``fnuz``,
+        ``signed_finite`` and ``extended``: the sign bit alone (this NaN has no sign); the
+        unsigned conventions: all ones.
         """
         if self.specials == "finite":
             return None
         if self.specials in _UNSIGNED:
             return (1 << self.bits) - 1
-        if self.specials in ("fnuz", "extended"):
+        if self.specials in _NAN_AT_NEG_ZERO:
             return self.sign_mask
         if self.specials == "fn":
             return self.sign_mask - 1
@@ -375,7 +388,7 @@ class FloatFormat:
             return Fraction(2) ** (code - self.bias)
         sign = -1 if code & self.sign_mask else 1
         mag = code & (self.sign_mask - 1)
-        if self.specials in ("fnuz", "extended") and code == self.sign_mask:
+        if self.specials in _NAN_AT_NEG_ZERO and code == self.sign_mask:
             return math.nan
         if self.specials == "fn" and mag == self.sign_mask - 1:
             return math.copysign(math.nan, sign)
@@ -520,9 +533,11 @@ def _p3109_formats() -> tuple[FloatFormat, ...]:
     (``gfloat.formats.format_info_p3109``): precision P (the stored mantissa has P - 1 bits),
     signed (P in 1..K-1, bias ``2**(K-P-1)``) or unsigned (P in 1..K, bias ``2**(K-P)``),
     extended (+-Inf) or finite.  Canonical names are gfloat's (``p3109_k8p4se``), aliases the
-    draft's spelling (``binary8p4se``); a format with the fields of an existing one (the
-    signed finite P3109 formats are ``fnuz`` formats: ``p3109_k8p4sf`` is float8_e4m3fnuz,
-    ``p3109_k8p3sf`` float8_e5m2fnuz) gets both names as aliases instead."""
+    draft's spelling (``binary8p4se``); a format with the fields of an existing one gets both
+    names as aliases instead.  The signed finite ones use ``specials="signed_finite"`` (the
+    codes of ``fnuz``, P3109's SatFinite for +-Inf), so they are formats of their own; the two
+    with an ml_dtypes twin (``p3109_k8p4sf``: float8_e4m3fnuz, ``p3109_k8p3sf``:
+    float8_e5m2fnuz, the same codes) keep that dtype for array output."""
     by_fields = {
         (f.exponent_bits, f.mantissa_bits, f.bias, f.specials): f for f in _CANONICAL.values()
     }
@@ -534,7 +549,7 @@ def _p3109_formats() -> tuple[FloatFormat, ...]:
                     s, d = "s" if signed else "u", "e" if extended else "f"
                     specials = {
                         (True, True): "extended",
-                        (True, False): "fnuz",
+                        (True, False): "signed_finite",
                         (False, True): "unsigned_extended",
                         (False, False): "unsigned_finite",
                     }[signed, extended]
@@ -551,14 +566,17 @@ def _p3109_formats() -> tuple[FloatFormat, ...]:
     return tuple(made)
 
 
-#: IEEE P3109 binaryKpP formats, K = 8 down to 3 (issue 20): 120 formats, two of them
-#: (``p3109_k8p4sf``, ``p3109_k8p3sf``) the float8 fnuz formats under their ml_dtypes names.
+#: IEEE P3109 binaryKpP formats, K = 8 down to 3 (issue 20): 120 formats.
 P3109_FORMATS = _p3109_formats()
+# The signed finite binary8 formats have the codes of the float8 fnuz types, so they share
+# their ml_dtypes dtype (after them: get_format(dtype) still gives the fnuz format).
+_NUMPY_DTYPES[_REGISTRY["p3109_k8p4sf"]] = np.dtype(ml_dtypes.float8_e4m3fnuz)
+_NUMPY_DTYPES[_REGISTRY["p3109_k8p3sf"]] = np.dtype(ml_dtypes.float8_e5m2fnuz)
 _P3109_ONLY = frozenset(P3109_FORMATS) - frozenset(BUILTIN_FORMATS) - frozenset(MORE_FORMATS)
 
 
 def p3109_name(fmt: FloatFormat) -> str | None:
-    """gfloat's P3109 name of a format (``"p3109_k8p4sf"`` for float8_e4m3fnuz), or None."""
+    """gfloat's P3109 name of a format (``"p3109_k8p4se"`` for binary8p4se), or None."""
     if fmt.name.startswith("p3109_"):
         return fmt.name
     return next((a for a in aliases_of(fmt) if a.startswith("p3109_")), None)
@@ -692,6 +710,7 @@ def format_table(formats: Any = None) -> str:
             "finite": "none",
             "unsigned": "all ones",
             "extended": "-0 code",
+            "signed_finite": "-0 code",
             "unsigned_extended": "all ones",
             "unsigned_finite": "all ones",
         }[fmt.specials]

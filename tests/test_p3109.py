@@ -5,10 +5,10 @@ of 3- to 7-bit codes, and no new compiled kernels per format.
 
 The facts where the libraries differ are pinned here (docs/formats.md, "P3109 formats"):
 gfloat leaves negative input to unsigned formats undefined (pychop: NaN, 0 when saturating
-or rounding toward zero or +Inf; fp8kit follows pychop); with ``saturate=True`` the signed
-finite formats (fp8kit's ``fnuz`` formats) give NaN for +-Inf (ONNX Cast-21's fnuz rule)
-where gfloat and pychop give +-max; and fp8kit rounds -Inf toward zero or +Inf into an
-unsigned format to 0 (pychop: NaN).
+or rounding toward zero or +Inf, -Inf NaN unless saturating; fp8kit follows pychop).  The
+signed finite formats (``specials="signed_finite"``) follow P3109's SatFinite as gfloat and
+pychop do (+-Inf -> +-max with ``saturate=True``), while the float8 fnuz formats with the
+same codes keep ONNX Cast-21's rule (NaN).
 """
 
 import math
@@ -102,10 +102,24 @@ def test_registry_has_every_binary_k_p():
     "p3109, name",
     [("p3109_k8p4sf", "float8_e4m3fnuz"), ("p3109_k8p3sf", "float8_e5m2fnuz")],
 )
-def test_signed_finite_binary8_are_the_fnuz_formats(p3109, name):
-    assert get_format(p3109) is get_format(name)
-    assert p3109_name(get_format(name)) == p3109
-    assert p3109 in fp8kit.formats.aliases_of(get_format(name))
+def test_signed_finite_binary8_have_the_codes_of_the_fnuz_formats(p3109, name):
+    fmt, fnuz = get_format(p3109), get_format(name)
+    assert fmt is not fnuz and fmt.name == p3109 and fmt.specials == "signed_finite"
+    assert p3109_name(fnuz) is None and p3109 not in fp8kit.formats.aliases_of(fnuz)
+    codes = np.arange(256, dtype=np.uint8)
+    assert same(fp8kit.decode(codes, fmt), fp8kit.decode(codes, fnuz)).all()
+    assert (fmt.nan_code, fmt.max_code, fmt.has_inf) == (fnuz.nan_code, fnuz.max_code, False)
+    # same ml_dtypes dtype; the dtype still names the fnuz format
+    assert fmt.dtype == fnuz.dtype and get_format(fnuz.dtype) is fnuz
+    x = np.array([np.inf, -np.inf, 1e30, -np.nan, -0.0, 1.0])
+    a = fp8kit.astype(x, fmt)
+    assert a.dtype == fnuz.dtype and same(fp8kit.decode(a, fmt), fp8kit.decode(a)).all()
+    assert fp8kit.decode(a).tolist()[:3] == [fmt.max, -fmt.max, fmt.max]
+    # the sweeps' values go the same way but +-Inf with saturate=True
+    s = sweep(fmt)
+    for sat in (True, False):
+        ok = fp8kit.encode(s, fmt, saturate=sat) == fp8kit.encode(s, fnuz, saturate=sat)
+        assert (ok | (np.isinf(s) & sat)).all() and ok[~np.isinf(s)].all()
 
 
 def test_unknown_name_lists_p3109_pattern_not_all_names():
@@ -149,14 +163,9 @@ def check_gfloat(fmt, dtype=np.float64):
             got = fp8kit.round_to(x, fmt, saturate=sat, rounding=mode)
             want = gfloat.round_ndarray(fi, x.astype(np.float64), rnd, sat)
             ok = same(got.astype(np.float64), want)
-            if sat and fmt.specials == "fnuz":
-                # Cast-21's fnuz rule: +-Inf -> NaN (gfloat: +-max); pinned below
-                assert np.isnan(got[np.isinf(x)]).all()
-                ok |= np.isinf(x)
             assert ok.all(), (p3109_name(fmt), mode, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])
             codes = fp8kit.encode(x, fmt, saturate=sat, rounding=mode)
-            pinned = np.isinf(x) if (sat and fmt.specials == "fnuz") else False
-            assert ((codes == gfloat.encode_ndarray(fi, want)) | pinned).all()
+            assert (codes == gfloat.encode_ndarray(fi, want)).all()
 
 
 @pytest.mark.parametrize("fmt", K8)
@@ -177,13 +186,27 @@ def test_small_formats_match_gfloat(fmt):
 
 
 @pytest.mark.parametrize("name", ["p3109_k8p4sf", "p3109_k8p3sf", "p3109_k6p3sf"])
-def test_inf_with_saturate_into_signed_finite_is_nan_not_gfloat_max(name):
+def test_inf_with_saturate_into_signed_finite_is_max_as_gfloat(name):
     fmt = get_format(name)
     x = np.array([np.inf, -np.inf])
-    assert np.isnan(fp8kit.round_to(x, fmt, saturate=True)).all()
+    for dtype in (np.float64, np.float32):
+        got = fp8kit.round_to(x.astype(dtype), fmt, saturate=True)
+        assert got.tolist() == [fmt.max, -fmt.max]
+        assert np.isnan(fp8kit.round_to(x.astype(dtype), fmt, saturate=False)).all()
     assert gfloat.round_ndarray(gfloat_format(fmt), x, sat=True).tolist() == [fmt.max, -fmt.max]
     # beyond max (finite) saturates as in gfloat
     assert fp8kit.round_to(np.array([1e30, -1e30]), fmt).tolist() == [fmt.max, -fmt.max]
+
+
+def test_inf_with_saturate_into_fnuz_is_still_nan():
+    # ONNX Cast-21's table for its FNUZ types: +-Inf -> NaN when saturating (the codec;
+    # fp8kit.cast's conformance rules give +-max, see test_cast21_tables)
+    x = np.array([np.inf, -np.inf, 1e30], np.float32)
+    for name in ("float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz"):
+        got = fp8kit.round_to(x, name, saturate=True)
+        assert np.isnan(got[:2]).all() and got[2] == get_format(name).max
+        assert fp8kit.encode(x[:2], name).tolist() == [0x80, 0x80]
+        assert np.isnan(fp8kit.round_to(x, name, saturate="propagate")[:2]).all()
 
 
 @pytest.mark.parametrize("name", ["p3109_k8p4se", "p3109_k8p3ue", "p3109_k8p4uf"])
@@ -210,21 +233,18 @@ def test_precision_one_ties_go_to_the_even_code(dtype):
 @pytest.mark.parametrize("name", ["p3109_k8p3ue", "p3109_k8p4uf", "p3109_k5p5uf"])
 def test_negative_input_to_unsigned(name):
     # pychop's rule (gfloat leaves it undefined): NaN, or 0 when saturating, when rounding
-    # toward zero or +Inf (the nearest value in that direction), or when |x| rounds to 0
+    # toward zero or +Inf (the nearest value in that direction), or when |x| rounds to 0;
+    # -Inf follows nearest-even's rule in every mode (NaN unless saturating)
     fmt = get_format(name)
     nan = fmt.nan_code
     x = np.array([-1.0, -fmt.max * 4, -np.inf, -0.0, -fmt.smallest_subnormal / 4, -np.nan])
     assert fp8kit.encode(x, fmt, saturate=False).tolist() == [nan, nan, nan, 0, 0, nan]
     assert fp8kit.encode(x, fmt, saturate=True).tolist() == [0, 0, 0, 0, 0, nan]
     for mode in ("toward_zero", "toward_positive"):
-        assert fp8kit.encode(x, fmt, saturate=False, rounding=mode).tolist() == [
-            0,
-            0,
-            0,  # pychop: NaN (its rule is for finite x); fp8kit: 0, the value toward +Inf
-            0,
-            0,
-            nan,
-        ]
+        for dtype in (np.float64, np.float32):
+            got = fp8kit.encode(x.astype(dtype), fmt, saturate=False, rounding=mode)
+            assert got.tolist() == [0, 0, nan, 0, 0, nan]
+            assert fp8kit.encode(x.astype(dtype), fmt, saturate=True, rounding=mode)[2] == 0
     got = fp8kit.encode(x, fmt, saturate=False, rounding="toward_negative").tolist()
     assert got == [nan, nan, nan, 0, nan, nan]
 
@@ -268,17 +288,11 @@ def check_pychop(fmt):
             got = fp8kit.round_to(x, fmt, saturate=sat, rounding=mode)
             want = pychop.p3109_quantize(x, pf, rounding=mode, saturate=sat)
             ok = same(got, want)
-            known = np.zeros_like(ok)
-            if sat and fmt.specials == "fnuz":  # fp8kit NaN, pychop +-max (as gfloat)
-                known |= np.isinf(x)
-            if not fmt.signed and not sat and mode in ("toward_zero", "toward_positive"):
-                known |= x == -np.inf  # fp8kit 0, pychop NaN
-            assert (ok | known).all(), (p3109_name(fmt), mode, sat, x[~(ok | known)][:4])
-            assert not ok[known].any()  # the differences are still there
+            assert ok.all(), (p3109_name(fmt), mode, sat, x[~ok][:4])
 
 
 @pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p4sf", "p3109_k8p5ue", "p3109_k6p3uf"])
-def test_matches_pychop_but_for_pinned_edges(name):
+def test_matches_pychop(name):
     check_pychop(get_format(name))
 
 
@@ -385,8 +399,16 @@ def test_cast_to_p3109_gives_the_codes_of_encode():
     assert fp8kit.cast(np.array([3, -1], np.int64), "p3109_k8p3ue").tolist() == [134, 0]
     assert fp8kit.cast(np.array([True, False]), "p3109_k8p4se").tolist() == [64, 0]
     assert fp8kit.cast(np.float64([1.4]), "p3109_k8p4se", rounding="toward_zero").tolist() == [67]
-    # the fnuz aliases stay ml_dtypes types
-    assert fp8kit.cast(np.float32([1.0]), "p3109_k8p4sf").dtype == np.dtype("float8_e4m3fnuz")
+    # the signed finite binary8 formats have the fnuz types' dtypes, and P3109's SatFinite
+    got = fp8kit.cast(np.float32([1.0, np.inf, -np.inf]), "p3109_k8p4sf")
+    assert got.dtype == np.dtype("float8_e4m3fnuz") and got.view(np.uint8).tolist() == [
+        64,
+        127,
+        255,
+    ]
+    for rules in ("conformance", "fnuz-inf-nan"):
+        got = fp8kit.cast(np.float32([np.inf]), "binary8p3sf", rules=rules)
+        assert got.view(np.uint8).tolist() == [127]
     with pytest.raises(ValueError, match="takes numbers; got string"):
         fp8kit.cast(np.array(["1.0"]), "p3109_k8p4se")
     with pytest.raises(ValueError, match="2\\*\\*53 or more"):
@@ -403,9 +425,7 @@ def test_saturate_propagate_matches_pychop(fmt):
     for mode in ("nearest_even", "toward_zero", "toward_negative"):
         got = fp8kit.round_to(x, fmt, saturate="propagate", rounding=mode)
         want = pychop.p3109_quantize(x, pf, rounding=mode, saturate="propagate")
-        # pinned: fnuz formats give NaN for +-Inf (as with saturate=True); pychop +-max
-        known = np.isinf(x) if fmt.specials == "fnuz" else np.zeros(x.size, bool)
-        assert (same(got, want) | known).all(), (p3109_name(fmt), mode)
+        assert same(got, want).all(), (p3109_name(fmt), mode)
         codes = fp8kit.encode(x, fmt, saturate="propagate", rounding=mode)
         ref = [encode_value(float(v), fmt, saturate="propagate", rounding=mode) for v in x[::7]]
         assert codes[::7].tolist() == ref

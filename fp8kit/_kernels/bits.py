@@ -171,7 +171,7 @@ def _finish_with(v, a, code, p, ovf):
         _,
         src_inf,
         max_mag,
-        _,
+        nominal_ovf,
         inf_res,
         nan_mag,
         sign_bit,
@@ -195,7 +195,10 @@ def _finish_with(v, a, code, p, ovf):
     s = shr(sign_bit, sign_shift, zero)
     keep = abs_mask if s != zero else zero  # (all the low bits, or none; loop-invariant)
     mag = ((mag & keep) | s) if (v > abs_mask and mag != zero) else mag
-    return nan_mag if a > src_inf else mag
+    # ... but -Inf, not saturating (the nominal overflow code is not max), is NaN in every
+    # rounding mode (nearest-even's rule; pychop's too)
+    neg_inf_nan = s == zero and nominal_ovf != max_mag
+    return nan_mag if (a > src_inf or (neg_inf_nan and a == src_inf and v > abs_mask)) else mag
 
 
 @njit(inline="always")

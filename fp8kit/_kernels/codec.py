@@ -187,8 +187,8 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
     if saturate:
         ovf = max_mag
         # ONNX Cast-21, saturate=True: "+/- Inf -> +/- FLT_MAX" for E4M3FN and E5M2, but
-        # "NaN" for the fnuz formats (so also for P3109's signed finite formats, which are
-        # fnuz formats; P3109's SatFinite and gfloat give +-max).
+        # "NaN" for the fnuz formats.  P3109's signed finite formats ("signed_finite", the
+        # codes of fnuz) follow P3109's SatFinite, as gfloat does: +-max.
         inf_res = nan_mag if fmt.specials == "fnuz" else max_mag
         if fmt.specials == "finite":
             inf_res = max_mag
@@ -199,7 +199,8 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
     # What a negative value's magnitude code gets or-ed with (see bits._finish_with): the
     # sign bit; for unsigned P3109 formats the NaN code (all ones), or 0 (and the result is
     # 0) when saturating or rounding toward zero or +Inf, as pychop does (gfloat leaves
-    # negative input to unsigned formats undefined).
+    # negative input to unsigned formats undefined); -Inf, not saturating, is NaN in every
+    # mode (bits._finish_with).
     sign_or = 1 << (fmt.bits - 1)
     if fmt.specials in ("unsigned_extended", "unsigned_finite"):
         sign_or = 0 if (saturate or mode in _INWARD_MODES) else nan_mag

@@ -53,7 +53,7 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
         values = np.where(top & (m != 0), np.copysign(np.nan, values), values)
     elif fmt.specials == "fn":
         values = np.where(mag == fmt.sign_mask - 1, np.copysign(np.nan, values), values)
-    elif fmt.specials in ("fnuz", "extended"):
+    elif fmt.specials in ("fnuz", "signed_finite", "extended"):
         values[fmt.sign_mask] = -np.nan  # the -0 code; the sign bit is set, as in ml_dtypes
     elif not fmt.signed:  # unsigned_extended, unsigned_finite: NaN all ones
         values[fmt.nan_code] = np.nan

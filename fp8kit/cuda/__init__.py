@@ -39,6 +39,7 @@ _SPECIALS = {
     "ieee": 0,
     "fn": 1,
     "fnuz": 2,
+    "signed_finite": 2,  # P3109: the codes of fnuz (saturation differs: encoding only)
     "extended": 3,  # P3109: NaN at the -0 code, +-Inf at the largest magnitude
     "unsigned_extended": 4,  # P3109: NaN all ones, +Inf below it, no sign
     "unsigned_finite": 5,  # P3109: NaN all ones, no sign
