@@ -39,6 +39,7 @@ def user_kernel(enc, dec):
         "float16",
         *USER,
         "p3109_k8p3ue",
+        "p3109_k8p4sf",
         pytest.param("p3109_k8p4se", marks=pytest.mark.slow),
         pytest.param("p3109_k6p3uf", marks=pytest.mark.slow),
     ],  # fmt: skip

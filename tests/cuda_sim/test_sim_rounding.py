@@ -79,9 +79,14 @@ def test_unsupported_rounding_on_the_gpu_is_refused_clearly():
 
 
 #: IEEE P3109 formats (issue 20): signed extended, precision 1 (the integer-only path),
-#: unsigned extended and finite, a 5-bit one; formats are run-time data on the GPU too
-P3109 = ["p3109_k8p4se", "p3109_k8p1se", "p3109_k8p3ue", "p3109_k6p3uf"]
-_P3109_DEFAULT = {("p3109_k8p1se", "nearest_even"), ("p3109_k8p3ue", "toward_zero")}
+#: unsigned extended and finite, a 5-bit one, signed finite (SatFinite: +-Inf -> +-max);
+#: formats are run-time data on the GPU too
+P3109 = ["p3109_k8p4se", "p3109_k8p1se", "p3109_k8p3ue", "p3109_k6p3uf", "p3109_k8p4sf"]
+_P3109_DEFAULT = {
+    ("p3109_k8p1se", "nearest_even"),
+    ("p3109_k8p3ue", "toward_zero"),
+    ("p3109_k8p4sf", "nearest_even"),
+}
 
 
 @pytest.mark.parametrize(
