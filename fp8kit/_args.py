@@ -278,15 +278,6 @@ def element_strides(operand: np.ndarray, shape: tuple[int, ...]) -> tuple[int, .
 
 
 def study_format(spec: Any) -> FloatFormat:
-    """A format the study's fused kernels round to: any but the unsigned and the
-    precision-1 P3109 formats (the kernels round the magnitude in place on float bits, with
-    the sign kept, and break ties on the mantissa's lowest bit)."""
-    fmt = get_format(spec, argname="format")
-    if fmt.specials in ("unsigned_extended", "unsigned_finite") or (
-        fmt.signed and fmt.mantissa_bits == 0
-    ):
-        raise ValueError(
-            f"format {fmt.name!r} is not supported by the study (unsigned and precision-1 "
-            "P3109 formats are not); use fp8kit.round_to for it"
-        )
-    return fmt
+    """A format of the study: any format (those FakeConvert's in-place rounding cannot take,
+    the unsigned and precision-1 ones, are rounded by fp8kit.round_to's kernels)."""
+    return get_format(spec, argname="format")

@@ -352,12 +352,30 @@ def test_fake_convert_to_signed_binary8(name):
 
 
 @pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p4ue"])
-def test_fake_convert_and_study_reject_unsigned_and_precision_one(name):
+def test_fake_convert_rejects_unsigned_and_precision_one_the_study_takes_them(name):
     x = np.ones(4, np.float32)
     with pytest.raises(ValueError, match="unknown destination_type"):
         fp8kit.fake_convert(x, np.float32(1.0), destination_type=name)
-    with pytest.raises(ValueError, match="not supported by the study"):
-        fp8kit.study.sweep({"x": x}, [name], ["tensor"])
+    # the study rounds them with round_to's kernels: quantize equals the steps by hand, and
+    # sweep's rows equal quantize then error_metrics
+    fmt = get_format(name)
+    x = np.random.default_rng(5).standard_normal((16, 64)).astype(np.float32) * 3
+    for scaling in ("tensor", "channel", "block"):
+        sc = fp8kit.study.scale_for(x, fmt, scaling)
+        sc = np.repeat(sc, 32, axis=-1) if scaling == "block" else sc  # (one per MX block)
+        with np.errstate(over="ignore", invalid="ignore"):
+            by_hand = fp8kit.round_to(np.clip(x * sc, -fmt.max, fmt.max), fmt) / sc
+        q = fp8kit.study.quantize(x, fmt, scaling)
+        np.testing.assert_array_equal(q, by_hand)
+    rows = fp8kit.study.sweep({"x": x}, [name], ["tensor", "block"])
+    for row, scaling in zip(rows, ["tensor", "block"]):
+        sc = fp8kit.study.scale_for(x, fmt, scaling)
+        sc = np.repeat(sc, 32, axis=-1) if scaling == "block" else sc
+        m = fp8kit.study.error_metrics(x, fp8kit.study.quantize(x, fmt, scaling), fmt=fmt,
+                                       scale=sc)  # fmt: skip
+        assert (row.metrics.count, row.metrics.n_saturated, row.metrics.n_flushed) == (
+            m.count, m.n_saturated, m.n_flushed)  # fmt: skip
+        assert row.metrics.sqnr_db == pytest.approx(m.sqnr_db, rel=1e-12)
 
 
 def test_study_sweep_and_quantize_with_p3109_formats():

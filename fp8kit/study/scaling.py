@@ -260,15 +260,24 @@ def broadcast_view(xw: np.ndarray, scale: np.ndarray, kind: str, axis: int, bloc
     return xw.reshape(pre, length, post), expanded
 
 
+def rounds_in_place(fmt: FloatFormat) -> bool:
+    """Whether FakeConvert's kernel (and the study's fused kernel, which rounds the same
+    way) takes ``fmt``: 8-bit formats with a sign bit and at least one mantissa bit.  It
+    rounds the magnitude in place on float32 bits and breaks ties on the mantissa's lowest
+    bit; the unsigned formats and P3109's precision-1 formats (ties on the code's parity)
+    take :func:`fp8kit.round_to` instead."""
+    return fmt.bits == 8 and fmt.signed and fmt.mantissa_bits > 0
+
+
 def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None) -> np.ndarray:
     """``round(x * scale) / scale`` of a working array with a scale that broadcasts to it.
 
-    float32 data and 8-bit formats: FakeConvert's fused kernel.  Otherwise (float64 data,
-    formats of other widths) the same steps in numpy and :func:`fp8kit.round_to`, in the
-    data's dtype: multiply, clamp to +-max (FakeConvert saturates Inf too; NaN stays),
-    round once, divide.
+    float32 data and the formats of :func:`rounds_in_place`: FakeConvert's fused kernel.
+    Otherwise (float64 data, formats of other widths, unsigned and precision-1 formats) the
+    same steps in numpy and :func:`fp8kit.round_to`, in the data's dtype: multiply, clamp to
+    +-max (FakeConvert saturates Inf too; NaN stays), round once, divide.
     """
-    if xw.dtype == np.float32 and fmt.bits == 8:
+    if xw.dtype == np.float32 and rounds_in_place(fmt):
         return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out)
     return scaled_round_numpy(xw, fmt, scale, out)
 
