@@ -368,7 +368,7 @@ def test_fake_convert_rejects_unsigned_and_precision_one_the_study_takes_them(na
         q = fp8kit.study.quantize(x, fmt, scaling)
         np.testing.assert_array_equal(q, by_hand)
     rows = fp8kit.study.sweep({"x": x}, [name], ["tensor", "block"])
-    for row, scaling in zip(rows, ["tensor", "block"]):
+    for row, scaling in zip(rows, ["tensor", "block"], strict=True):
         sc = fp8kit.study.scale_for(x, fmt, scaling)
         sc = np.repeat(sc, 32, axis=-1) if scaling == "block" else sc
         m = fp8kit.study.error_metrics(x, fp8kit.study.quantize(x, fmt, scaling), fmt=fmt,
