@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import ml_dtypes
 import numpy as np
@@ -39,18 +39,6 @@ __all__ = [
 #: gives NaN (ONNX Cast-21's rule for its FNUZ types).  ``"unsigned_extended"`` and
 #: ``"unsigned_finite"``: no sign bit, NaN at all ones, and for the extended ones +Inf just
 #: below it.
-SPECIALS = (
-    "ieee",
-    "fn",
-    "fnuz",
-    "finite",
-    "unsigned",
-    "extended",
-    "signed_finite",
-    "unsigned_extended",
-    "unsigned_finite",
-)
-
 Specials = Literal[
     "ieee",
     "fn",
@@ -62,6 +50,7 @@ Specials = Literal[
     "unsigned_extended",
     "unsigned_finite",
 ]
+SPECIALS = get_args(Specials)
 
 #: The specials conventions without a sign bit.
 _UNSIGNED = ("unsigned", "unsigned_extended", "unsigned_finite")
