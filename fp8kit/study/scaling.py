@@ -16,7 +16,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .. import _parallel
+from .. import _args, _parallel
 from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
 from ..fake_convert import fake_convert
@@ -269,26 +269,28 @@ def rounds_in_place(fmt: FloatFormat) -> bool:
     return fmt.bits == 8 and fmt.signed and fmt.mantissa_bits > 0
 
 
-def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None) -> np.ndarray:
+def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None, **rnd) -> np.ndarray:
     """``round(x * scale) / scale`` of a working array with a scale that broadcasts to it.
 
     float32 data and the formats of :func:`rounds_in_place`: FakeConvert's fused kernel.
     Otherwise (float64 data, formats of other widths, unsigned and precision-1 formats) the
     same steps in numpy and :func:`fp8kit.round_to`, in the data's dtype: multiply, clamp to
-    +-max (FakeConvert saturates Inf too; NaN stays), round once, divide.
+    +-max (FakeConvert saturates Inf too; NaN stays), round once, divide.  ``rnd``: the
+    rounding keywords of :func:`fp8kit.round_to` (``rounding``, ``seed``, ``random_bits``,
+    ``flush_subnormals``), passed to the rounding.
     """
     if xw.dtype == np.float32 and rounds_in_place(fmt):
-        return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out)
-    return scaled_round_numpy(xw, fmt, scale, out)
+        return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out, **rnd)
+    return scaled_round_numpy(xw, fmt, scale, out, **rnd)
 
 
-def scaled_round_numpy(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None):
+def scaled_round_numpy(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None, **rnd):
     """FakeConvert's steps in numpy and :func:`fp8kit.round_to`, in the dtype of ``xw``."""
     sc = scale.astype(xw.dtype)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         y = np.multiply(xw, sc, out=out)
         np.clip(y, -fmt.max, fmt.max, out=y)
-        round_to(y, fmt, saturate=True, out=y)
+        round_to(y, fmt, saturate=True, out=y, **rnd)
         return np.divide(y, sc, out=y)
 
 
@@ -461,6 +463,11 @@ def quantize(
     block_size: int = 32,
     margin: float = 0.0,
     pow2: bool = False,
+    rounding: str = "nearest_even",
+    seed: Any = None,
+    random_bits: int = 16,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> np.ndarray:
     """Quantize and dequantize ``x`` through a format with a scaling recipe, in one fused
     pass: ``round(x * scale) / scale`` (FakeConvert's formula and kernel).
@@ -484,6 +491,17 @@ def quantize(
         An explicit scale broadcasting to x (``scaling`` is then ignored).
     axis, block_size, margin, pow2
         As in :func:`scale_for`.
+    rounding : str, default "nearest_even"
+        How ``round`` rounds: any mode of :func:`fp8kit.encode` (saturation is unchanged).
+        The stochastic modes draw random word ``i`` for element ``i`` of x in C order, so
+        the same seed gives the same bits for numpy and dask data, for any chunking.
+    seed, random_bits
+        Stochastic rounding only; see :func:`fp8kit.encode` (a seed drawn or taken from a
+        Generator once per call).
+    flush_subnormals : bool, default False
+        ``round`` gives zero (of the value's sign) where its result is subnormal in ``fmt``.
+    flush_subnormal_inputs : bool, default False
+        Subnormals of x's own dtype are taken as zeros of their sign (before the amax).
 
     Returns
     -------
@@ -496,7 +514,7 @@ def quantize(
     ------
     TypeError, ValueError
         As :func:`scale_for`; a scale that does not broadcast; a DelayedScaling for another
-        format.
+        format; rounding arguments as :func:`fp8kit.round_to`.
 
     Examples
     --------
@@ -509,10 +527,14 @@ def quantize(
     [0.1015625, 0.203125, 896.0, -7.0]
     """
     f = get_format(fmt, argname="fmt")
+    rnd = _rounding_kwargs(rounding, seed, random_bits, flush_subnormals)
+    dazi = _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "quantize")
     akind, x = array_kind(x)
     if akind == "dask":
+        if dazi:
+            x = x.map_blocks(_args.flush_inputs, dtype=x.dtype, meta=x._meta)
         if scale is not None:
-            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=scale)
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=scale, rnd=rnd)
         if isinstance(scaling, DelayedScaling):
             if scaling.fmt != f:
                 raise ValueError(
@@ -520,13 +542,15 @@ def quantize(
                 )
             used = scaling.step(tensor_amax(x))
             sc = work_dtype(x.dtype).type(clamp_scale(used, work_dtype(x.dtype)))
-            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=sc)
+            return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=sc, rnd=rnd)
         kind = _kind(scaling, "quantize")
         ax, block = _axis_block(x, kind, axis, block_size, "quantize")
-        return quantize_dask(x, f, kind, ax, block, float(margin), bool(pow2))
+        return quantize_dask(x, f, kind, ax, block, float(margin), bool(pow2), rnd=rnd)
     arr = float_data(x, "quantize", keep_mask=True)
     mask = np.ma.getmaskarray(arr) if isinstance(arr, np.ma.MaskedArray) else None
     arr = unmasked(arr)
+    if dazi:
+        arr = np.asarray(_args.flush_inputs(arr))
     xw = working(arr)
     if scale is not None:
         sc = np.asarray(scale, dtype=xw.dtype)
@@ -536,22 +560,41 @@ def quantize(
             ok = False
         if not ok:
             raise ValueError(f"quantize: scale of shape {sc.shape} does not broadcast to x's")
-        q = apply_scale(xw, f, sc).reshape(xw.shape)
+        q = apply_scale(xw, f, sc, **rnd).reshape(xw.shape)
     elif isinstance(scaling, DelayedScaling):
         if scaling.fmt != f:
             raise ValueError(
                 f"quantize: the DelayedScaling is for {scaling.fmt.name}, not {f.name}"
             )
-        q = apply_scale(xw, f, np.asarray(scaling.scale(arr), dtype=xw.dtype)).reshape(xw.shape)
+        sc = np.asarray(scaling.scale(arr), dtype=xw.dtype)
+        q = apply_scale(xw, f, sc, **rnd).reshape(xw.shape)
     else:
         kind = _kind(scaling, "quantize")
         ax, block = _axis_block(arr, kind, axis, block_size, "quantize")
         x1 = xw.reshape(xw.shape or (1,))
         sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
         xv, sv = broadcast_view(x1, sc, kind, ax, block)
-        q = apply_scale(xv, f, sv).reshape(xw.shape)
+        q = apply_scale(xv, f, sv, **rnd).reshape(xw.shape)
     q = q if q.dtype == arr.dtype else q.astype(arr.dtype)
     return q if mask is None else np.ma.masked_array(q, mask)
+
+
+def _rounding_kwargs(rounding, seed, random_bits, flush_subnormals, func="quantize") -> dict:
+    """The rounding keywords for :func:`apply_scale`, checked (errors naming ``func``);
+    empty for the defaults (the unchanged path).  A stochastic mode's seed is drawn (or
+    taken from a Generator) once here, so every block of a call shares it."""
+    mode = _args.check_rounding(rounding, random_bits, func)
+    if _args.is_stochastic(mode):
+        seed = _args.seed_int(seed, func)
+    _, _, bits = _args.rounding(rounding, seed, random_bits, func)
+    rnd: dict[str, Any] = {}
+    if _args.flag(flush_subnormals, "flush_subnormals", func):
+        rnd["flush_subnormals"] = True
+    if rounding != "nearest_even":
+        rnd["rounding"] = rounding
+        if _args.is_stochastic(mode):
+            rnd.update(seed=seed, random_bits=bits)
+    return rnd
 
 
 class DelayedScaling:
@@ -902,7 +945,25 @@ def scale_for_dask(x, fmt, kind, axis, block, margin, pow2, codes=False):
     return out.reshape(()) if x.ndim == 0 and shape != () else out
 
 
-def _quantize_block(block, scale, g, shape, fmt, block_info=None):
+def _stochastic_block(xw, fmt, sc, rnd, box, shape):
+    """apply_scale of a dask block with a stochastic rounding: each run of consecutive
+    global C-order indices under its own :func:`fp8kit._args.index_offset`, so the bits
+    are those of the whole-array call.  ``sc`` broadcasts to ``xw``."""
+    from .._dask import by_runs
+
+    def run(part, offset, sp):
+        with _args.index_offset(offset):
+            return apply_scale(np.ascontiguousarray(part), fmt, np.ascontiguousarray(sp), **rnd)
+
+    full = np.broadcast_to(sc, xw.shape)
+    return by_runs(run, xw, shape, [b[0] for b in box], [full]).reshape(xw.shape)
+
+
+def _stochastic(rnd: dict) -> bool:
+    return "seed" in rnd
+
+
+def _quantize_block(block, scale, g, shape, fmt, rnd=None, block_info=None):
     box = tuple(block_info[0]["array-location"])
     data, mask = (
         (np.asarray(block.data), np.ma.getmaskarray(block))
@@ -915,11 +976,17 @@ def _quantize_block(block, scale, g, shape, fmt, block_info=None):
     sc = local_scale(scale, g, box, shape).astype(xw.dtype)
     lg = Grouping("tensor") if g is None else local_grouping(g, box, shape)[0]
     xv, sv = broadcast_view(xw, sc, lg.kind, lg.axis, lg.block)
-    q = apply_scale(xv, fmt, sv).reshape(xw.shape).astype(data.dtype)
+    rnd = rnd or {}
+    if _stochastic(rnd):
+        full = np.broadcast_to(sv, xv.shape).reshape(xw.shape)
+        q = _stochastic_block(xw, fmt, full, rnd, box, shape)
+    else:
+        q = apply_scale(xv, fmt, sv, **rnd).reshape(xw.shape)
+    q = q.astype(data.dtype)
     return q if mask is None else np.ma.masked_array(q, mask)
 
 
-def _explicit_block(block, scale, fmt, block_info=None):
+def _explicit_block(block, scale, fmt, rnd=None, shape=None, block_info=None):
     box = block_info[0]["array-location"]
     sc = np.asarray(scale)
     sc = sc.reshape((1,) * (len(box) - sc.ndim) + sc.shape)
@@ -928,7 +995,12 @@ def _explicit_block(block, scale, fmt, block_info=None):
     )
     data = np.asarray(block.data if isinstance(block, np.ma.MaskedArray) else block)
     xw = working(data)
-    q = apply_scale(xw, fmt, np.ascontiguousarray(sc[sel], xw.dtype)).astype(data.dtype)
+    rnd = rnd or {}
+    sb = np.ascontiguousarray(sc[sel], xw.dtype)
+    if _stochastic(rnd):
+        q = _stochastic_block(xw, fmt, sb, rnd, box, shape).astype(data.dtype)
+    else:
+        q = apply_scale(xw, fmt, sb, **rnd).astype(data.dtype)
     return (
         np.ma.masked_array(q, np.ma.getmaskarray(block))
         if isinstance(block, np.ma.MaskedArray)
@@ -936,7 +1008,7 @@ def _explicit_block(block, scale, fmt, block_info=None):
     )
 
 
-def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None):
+def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None, rnd=None):
     """quantize of a dask array: a lazy dask array of x's dtype, shape and chunks."""
     check_dtype(x, "quantize")
     if scale is not None:
@@ -948,11 +1020,15 @@ def quantize_dask(x, fmt, kind, axis, block, margin, pow2, scale=None):
         if not ok:
             raise ValueError(f"quantize: scale of shape {sc.shape} does not broadcast to x's")
         x1 = x.reshape(tuple(x.shape) or (1,))
-        out = x1.map_blocks(_explicit_block, sc, fmt, dtype=x.dtype, meta=x1._meta)
+        out = x1.map_blocks(
+            _explicit_block, sc, fmt, rnd, tuple(x1.shape), dtype=x.dtype, meta=x1._meta
+        )
         return out.reshape(x.shape)
     x1, sc = lazy_scale(x, fmt, kind, axis, block, margin, pow2)
     g = _grouping(kind, axis, block)
-    out = x1.map_blocks(_quantize_block, sc, g, tuple(x1.shape), fmt, dtype=x.dtype, meta=x1._meta)
+    out = x1.map_blocks(
+        _quantize_block, sc, g, tuple(x1.shape), fmt, rnd, dtype=x.dtype, meta=x1._meta
+    )
     return out.reshape(x.shape)
 
 
