@@ -320,6 +320,8 @@ def sweep(
     progress: Progress | None = None,
     chunk_bytes: int | None = None,
     scheduler: Any = None,
+    flush_subnormals: bool = False,
+    flush_subnormal_inputs: bool = False,
 ) -> list[SweepRow]:
     """Quantize every tensor through every format with every scaling and measure the error.
 
@@ -366,8 +368,11 @@ def sweep(
         its share of ``chunk_bytes``), ``"processes"``, ``"sync"``, the address of a
         ``dask.distributed`` scheduler (``"tcp://host:8786"``) or a ``Client``.  Give
         file tensors as :class:`TensorFile` so that each worker reads its own.  Default:
-        in this process, one tensor after the other (dask arrays use the current Dask
-        scheduler either way).  Needs ``pip install 'fp8kit[dask]'``.
+        scheduler).  Needs ``pip install 'fp8kit[dask]'``.
+    flush_subnormals, flush_subnormal_inputs : bool, default False
+        As in :func:`quantize`.  When either is set, each row's metrics (and scale range)
+        are those of :func:`quantize` with the option followed by :func:`error_metrics`
+        (an unfused pass per row, after the fused sweep; not ``delayed`` scalings).
 
     Returns
     -------
@@ -399,14 +404,65 @@ def sweep(
     if not fmts or not specs:
         raise ValueError("sweep: formats and scalings must not be empty")
     budget = check_chunk_bytes(chunk_bytes, "sweep")
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "sweep")
+    dazi = _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "sweep")
+    if (ftz or dazi) and any(sp.kind == "delayed" for sp in specs):
+        raise ValueError(
+            "sweep: flush_subnormals and flush_subnormal_inputs do not take 'delayed' "
+            "scalings; got scalings " + ", ".join(repr(sp.label) for sp in specs)
+        )
     total = len(tensors) * len(fmts) * len(specs)
     try:
-        return _sweep_rows(
+        rows = _sweep_rows(
             tensors, fmts, specs, channel_axis, block_axis, margin, pow2, budget, total,
             scheduler, progress,
         )  # fmt: skip
     finally:
         _BUFFERS.clear()
+    if ftz or dazi:
+        rows = _flushed_rows(
+            tensors, rows, channel_axis, block_axis, margin, pow2, ftz, dazi
+        )  # fmt: skip
+    return rows
+
+
+def _flushed_rows(tensors, rows, channel_axis, block_axis, margin, pow2, ftz, dazi):
+    """``rows`` with the metrics and scale range of quantize (with the flush options)
+    followed by error_metrics, per row (the unfused path)."""
+    from .metrics import error_metrics
+    from .scaling import quantize, scale_for
+
+    out = []
+    data = {}
+    for row in rows:
+        if row.tensor not in data:
+            arr = tensors[row.tensor]
+            data[row.tensor] = arr.load() if isinstance(arr, TensorFile) else arr
+        x = data[row.tensor]
+        spec = parse_scaling(row.scaling)
+        kind, kw = spec.kind, {}
+        if kind == "channel" and np.ndim(x) < 2:
+            kind = "tensor"
+        if kind == "channel":
+            kw = dict(axis=channel_axis, margin=margin, pow2=pow2)
+        elif kind == "tensor":
+            kw = dict(margin=margin, pow2=pow2)
+        elif kind == "block":
+            kw = dict(axis=block_axis, block_size=spec.block_size)
+        opts = dict(flush_subnormals=ftz, flush_subnormal_inputs=dazi)
+        q = quantize(x, row.format, kind, **kw, **opts)
+        xs = _args.flush_inputs(np.asarray(x)) if dazi else x
+        if dazi and isinstance(x, np.ma.MaskedArray):
+            xs = np.ma.masked_array(xs, np.ma.getmaskarray(x))
+        sc = np.asarray(scale_for(xs, row.format, kind, **kw), dtype=np.float64)
+        if kind == "block" and sc.ndim:
+            ax = block_axis % np.ndim(x)
+            sc = np.repeat(sc, spec.block_size, axis=ax).take(np.arange(np.shape(x)[ax]), axis=ax)
+        m = error_metrics(x, q, fmt=row.format, scale=sc)
+        finite = sc[np.isfinite(sc)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (np.nan, np.nan)
+        out.append(dataclasses.replace(row, metrics=m, scale_min=lo, scale_max=hi))
+    return out
 
 
 def _sweep_rows(
