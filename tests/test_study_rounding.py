@@ -116,3 +116,17 @@ def test_sweep_flush_rows_equal_quantize_and_metrics():
             sc = np.repeat(sc, 16, axis=-1)[:, :40]
         assert row.metrics == study.error_metrics(x, q, fmt=F, scale=sc), kind
         assert row.metrics.n_subnormal == 0
+
+
+def test_dask_masked_flush_inputs_keeps_mask():
+    da = pytest.importorskip("dask.array")
+    x = np.ma.masked_array(_data(), np.zeros((4, 40), bool))
+    x.mask[2, :5] = True
+    ref = study.quantize(x, F, "tensor", flush_subnormal_inputs=True, flush_subnormals=True)
+    got = study.quantize(
+        da.from_array(x, chunks=(2, 20), asarray=False),
+        F, "tensor", flush_subnormal_inputs=True, flush_subnormals=True,
+    ).compute()  # fmt: skip
+    assert isinstance(got, np.ma.MaskedArray)
+    np.testing.assert_array_equal(np.ma.getmaskarray(got), np.ma.getmaskarray(ref))
+    np.testing.assert_array_equal(got.filled(0), ref.filled(0))

@@ -532,7 +532,7 @@ def quantize(
     akind, x = array_kind(x)
     if akind == "dask":
         if dazi:
-            x = x.map_blocks(_args.flush_inputs, dtype=x.dtype, meta=x._meta)
+            x = x.map_blocks(_flush_block, dtype=x.dtype, meta=x._meta)
         if scale is not None:
             return quantize_dask(x, f, "none", 0, 1, 0.0, False, scale=scale, rnd=rnd)
         if isinstance(scaling, DelayedScaling):
@@ -957,6 +957,14 @@ def _stochastic_block(xw, fmt, sc, rnd, box, shape):
 
     full = np.broadcast_to(sc, xw.shape)
     return by_runs(run, xw, shape, [b[0] for b in box], [full]).reshape(xw.shape)
+
+
+def _flush_block(block):
+    """flush_subnormal_inputs of a dask block, keeping a masked block's mask."""
+    if isinstance(block, np.ma.MaskedArray):
+        data = np.asarray(_args.flush_inputs(np.asarray(block.data)))
+        return np.ma.masked_array(data, np.ma.getmaskarray(block))
+    return np.asarray(_args.flush_inputs(block))
 
 
 def _stochastic(rnd: dict) -> bool:
