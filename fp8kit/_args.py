@@ -201,15 +201,11 @@ def current_offset() -> int:
 
 # ---------------------------------------------------------------------- fake_convert
 def destination(name: Any) -> FloatFormat:
-    """FakeConvert's ``destination_type``: a signed 8-bit format with a mantissa bit."""
-    # Signed 8-bit formats: float8_e8m0fnu (no sign, no zero) is a scale type, not a
-    # destination a quantize-dequantize can round x * scale to.
-    # P3109's precision-1 formats are left out: their ties go to the even *code*, which
-    # FakeConvert's in-place rounding on float bits does not compute.
+    """FakeConvert's ``destination_type``: an 8-bit format with a zero."""
+    # float8_e8m0fnu (no sign, no zero) is a scale type, not a destination a
+    # quantize-dequantize can round x * scale to.
     eight_bit = [
-        n
-        for n, f in registered_formats().items()
-        if f.bits == 8 and f.signed and f.mantissa_bits > 0
+        n for n, f in registered_formats().items() if f.bits == 8 and f.specials != "unsigned"
     ]
     try:
         fmt = get_format(name_arg(name), argname="destination_type")
@@ -221,6 +217,14 @@ def destination(name: Any) -> FloatFormat:
             f"format: {', '.join(eight_bit)}"
         )
     return fmt
+
+
+def rounds_in_place(fmt: FloatFormat) -> bool:
+    """Whether FakeConvert's kernels take ``fmt``: 8-bit formats with a sign bit and a
+    mantissa bit.  They round the magnitude in place on float32 bits and break ties on the
+    mantissa's lowest bit; the unsigned P3109 formats and the precision-1 ones (ties on the
+    code's parity) are rounded by :func:`fp8kit.round_to`'s kernels instead."""
+    return fmt.bits == 8 and fmt.signed and fmt.mantissa_bits > 0
 
 
 #: FakeConvert's ``mode`` -> the kernels' ``openvino`` variant ("openvino" is resolved per

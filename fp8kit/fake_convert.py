@@ -49,6 +49,29 @@ def _operand(value: Any, dtype: np.dtype, argname: str) -> np.ndarray:
     return arr
 
 
+def _by_steps(x, sc, sh, fmt, rounding, rmode, key, random_bits, ftz):
+    """FakeConvert's formula step by step in float32 numpy operations and
+    :func:`fp8kit.round_to` (for the destinations its kernels cannot round in place: the
+    unsigned and precision-1 P3109 formats): the same float32 operations, each rounded once,
+    as the kernel; the element's C-order index keys stochastic rounding there too."""
+    from .codec import round_to
+
+    s = sc.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        y = x.astype(np.float32) * s
+        if sh is not None:
+            y -= sh.astype(np.float32)
+        np.clip(y, -fmt.max, fmt.max, out=y)  # (NaN stays NaN)
+        # (the seed fake_convert resolved: a fresh one is drawn once, not again here)
+        kw = {"seed": int(key[0]) | int(key[1]) << 32} if is_stochastic(rmode) else {}
+        round_to(y, fmt, saturate=True, rounding=rounding, random_bits=random_bits,
+                 flush_subnormals=ftz, out=y, **kw)  # fmt: skip
+        if sh is not None:
+            y += sh.astype(np.float32)
+        y /= s
+    return y if x.dtype == np.float32 else y.astype(x.dtype)
+
+
 def fake_convert(
     data: Any,
     scale: Any,
@@ -187,6 +210,12 @@ def fake_convert(
         )
     if ov and ftz:
         raise ValueError(f"fake_convert: mode={mode!r} does not take flush_subnormals=True")
+    if not _args.rounds_in_place(fmt):
+        res = _by_steps(x, sc, sh, fmt, rounding, rmode, key, rbits, ftz)
+        if out is None:
+            return res
+        np.copyto(out, res)
+        return out
     kernel = fake_convert_kernel(
         fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), variant, rmode, rbits,
         # (mode="openvino" is compute-bound: staging measured 1.4x slower there)

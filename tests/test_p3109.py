@@ -352,10 +352,13 @@ def test_fake_convert_to_signed_binary8(name):
 
 
 @pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p4ue"])
-def test_fake_convert_rejects_unsigned_and_precision_one_the_study_takes_them(name):
-    x = np.ones(4, np.float32)
-    with pytest.raises(ValueError, match="unknown destination_type"):
-        fp8kit.fake_convert(x, np.float32(1.0), destination_type=name)
+def test_fake_convert_and_study_take_unsigned_and_precision_one(name):
+    x = np.array([-3.0, -0.1, 0.3, 3.0, 1e30, np.nan], np.float32)
+    fmt = get_format(name)
+    with np.errstate(invalid="ignore"):
+        want = fp8kit.round_to(np.clip(x * 2, -fmt.max, fmt.max), fmt) / 2
+    got = fp8kit.fake_convert(x, np.float32(2.0), destination_type=name)
+    np.testing.assert_array_equal(got, want)
     # the study rounds them with round_to's kernels: quantize equals the steps by hand, and
     # sweep's rows equal quantize then error_metrics
     fmt = get_format(name)

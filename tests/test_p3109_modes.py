@@ -68,3 +68,30 @@ def test_to_odd_matches_pychop(name):
                 want = pychop.p3109_quantize(x, pf, rounding=mode, saturate=sat)
             got = fp8kit.round_to(x, fmt, rounding=mode, saturate=sat)
             np.testing.assert_array_equal(got, want, err_msg=f"{mode} {sat=}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, "bfloat16"])
+def test_fake_convert_by_steps_equals_the_kernel(dtype):
+    # The destinations FakeConvert's kernels cannot round in place (unsigned, precision 1)
+    # take the formula step by step (float32 numpy operations and round_to); on formats the
+    # kernel takes, those steps give the kernel's bits, in every kind of rounding
+    import ml_dtypes
+
+    from fp8kit import _args
+    from fp8kit.fake_convert import _by_steps
+
+    dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((16, 33)) * 50).astype(dt)
+    x[0, :4] = [np.inf, -np.inf, np.nan, 0.0]
+    sc = (rng.random((16, 1)) * 2 + 0.1).astype(dt)
+    sh = rng.standard_normal((16, 1)).astype(dt)
+    bits = np.uint16 if dt.itemsize == 2 else np.uint32
+    for rounding, seed in (("nearest_even", None), ("toward_zero", None), ("stochastic", 7)):
+        for shift in (None, sh):
+            got = fp8kit.fake_convert(x, sc, shift, "p3109_k8p4se", rounding=rounding, seed=seed)
+            mode, key, rbits = _args.rounding(rounding, seed, 16, "test")
+            want = _by_steps(x, sc, shift, get_format("p3109_k8p4se"), rounding, mode, key,
+                             rbits, False)  # fmt: skip
+            nan = np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32))
+            assert ((got.view(bits) == want.view(bits)) | nan).all(), (rounding, shift is None)

@@ -21,7 +21,7 @@ from .._args import FORMAT_DTYPES as _FORMAT_DTYPES
 from .._args import destination as _destination
 from .._args import merge as _merge
 from .._args import on_device as _on_device
-from .._args import openvino_variant
+from .._args import openvino_variant, rounds_in_place
 from .._args import rounding as _rounding
 from .._args import saturate as _saturate
 from .._casttypes import _cast_rules, cast_type
@@ -578,6 +578,11 @@ def fake_convert(
             f"{d.dtype}{hint if d.dtype == np.uint16 else ''}"
         )
     fmt = _destination(destination_type)
+    if not rounds_in_place(fmt):
+        raise ValueError(
+            f"fake_convert: destination_type {fmt.name!r} (an unsigned or precision-1 P3109 "
+            "format) is not supported on the GPU; copy the data to the host"
+        )
     variant = openvino_variant(mode, fmt)
     if d.size > 1 and not d.is_c_contiguous():
         raise ValueError(

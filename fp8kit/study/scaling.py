@@ -260,13 +260,9 @@ def broadcast_view(xw: np.ndarray, scale: np.ndarray, kind: str, axis: int, bloc
     return xw.reshape(pre, length, post), expanded
 
 
-def rounds_in_place(fmt: FloatFormat) -> bool:
-    """Whether FakeConvert's kernel (and the study's fused kernel, which rounds the same
-    way) takes ``fmt``: 8-bit formats with a sign bit and at least one mantissa bit.  It
-    rounds the magnitude in place on float32 bits and breaks ties on the mantissa's lowest
-    bit; the unsigned formats and P3109's precision-1 formats (ties on the code's parity)
-    take :func:`fp8kit.round_to` instead."""
-    return fmt.bits == 8 and fmt.signed and fmt.mantissa_bits > 0
+#: Whether FakeConvert's kernel (and the study's fused kernel, which rounds the same way)
+#: takes a format; the others take :func:`fp8kit.round_to` (see fp8kit._args)
+rounds_in_place = _args.rounds_in_place
 
 
 def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None, **rnd) -> np.ndarray:

@@ -147,3 +147,11 @@ def test_float16_subnormal_slip_as_the_cpu_kernel(mode):
     assert (
         bits(want) != bits(fp8kit.fake_convert(x, 1.0, destination_type="f8e5m2", mode=other))
     ).any()
+
+
+def test_unsigned_and_precision_one_destinations_stay_on_the_host():
+    # the host rounds them step by step with round_to's kernels; the GPU kernels round in
+    # place, which these formats' ties (and missing sign) do not allow
+    x = np.ones(8, np.float32)
+    with pytest.raises(ValueError, match="not supported on the GPU"):
+        fp8kit.fake_convert(to_device(x), np.float32(1.0), destination_type="p3109_k8p1se")
