@@ -167,10 +167,14 @@ def _fast_ok(x: Any, out: Any) -> bool:
     )  # fmt: skip
 
 
-def _default_rounding(saturate: Any, rounding: Any, seed: Any, random_bits: Any) -> bool:
+def _default_rounding(
+    saturate: Any, rounding: Any, seed: Any, random_bits: Any, flush: Any, flush_inputs: Any
+) -> bool:
+    """Whether the rounding options are the defaults the small-call fast path recorded."""
     return (
         (saturate is True or saturate is False) and seed is None and type(rounding) is str
         and rounding == "nearest_even" and type(random_bits) is int and random_bits == 16
+        and flush is False and flush_inputs is False
     )  # fmt: skip
 
 
@@ -286,10 +290,9 @@ def encode(
     >>> fp8kit.encode(np.array([1.01, 2.0**-8]), "float8_e4m3fn", flush_subnormals=True)
     array([56,  0], dtype=uint8)
     """
-    fast = (
-        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
-        and flush_subnormals is False and flush_subnormal_inputs is False
-    )  # fmt: skip
+    fast = _fast_ok(x, out) and _default_rounding(
+        saturate, rounding, seed, random_bits, flush_subnormals, flush_subnormal_inputs
+    )
     if fast:
         plan = _fast_lookup(_FAST_ENCODE, (fmt, x.dtype, saturate))
         if plan:
@@ -500,10 +503,9 @@ def round_to(
     >>> fp8kit.round_to(np.array([0.3, 1000.0, -5e-6]), "float8_e5m2").tolist()
     [0.3125, 1024.0, -0.0]
     """
-    fast = (
-        _fast_ok(x, out) and _default_rounding(saturate, rounding, seed, random_bits)
-        and flush_subnormals is False and flush_subnormal_inputs is False
-    )  # fmt: skip
+    fast = _fast_ok(x, out) and _default_rounding(
+        saturate, rounding, seed, random_bits, flush_subnormals, flush_subnormal_inputs
+    )
     if fast:
         plan = _fast_lookup(_FAST_ROUND, (fmt, x.dtype, saturate))
         if plan:
