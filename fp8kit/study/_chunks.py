@@ -24,6 +24,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .. import _args
 from .._kernels import metrics as km
 from ..formats import FloatFormat
 from ._arrays import Box, _unmask, work_dtype, working
@@ -38,7 +39,6 @@ from .scaling import (
     mx_biased,
     mx_exponents,
     mx_scale_from_codes,
-    rounds_in_place,
 )
 
 #: Default working-memory budget of one chunk (bytes).
@@ -160,7 +160,7 @@ def chunk_totals(
                 stats[j, SCALE_MIN], stats[j, SCALE_MAX] = ends  # (2**-(code - 127))
             stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
-        if wdt == np.float32 and rounds_in_place(fmt) and xm is xq:
+        if wdt == np.float32 and _args.rounds_in_place(fmt) and xm is xq:
             # one pass: quantize and measure, the quantized values never stored
             out[j] = fused_totals(xv, sv, fmt, narrow_name)
             continue

@@ -260,22 +260,17 @@ def broadcast_view(xw: np.ndarray, scale: np.ndarray, kind: str, axis: int, bloc
     return xw.reshape(pre, length, post), expanded
 
 
-#: Whether FakeConvert's kernel (and the study's fused kernel, which rounds the same way)
-#: takes a format; the others take :func:`fp8kit.round_to` (see fp8kit._args)
-rounds_in_place = _args.rounds_in_place
-
-
 def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None, **rnd) -> np.ndarray:
     """``round(x * scale) / scale`` of a working array with a scale that broadcasts to it.
 
-    float32 data and the formats of :func:`rounds_in_place`: FakeConvert's fused kernel.
+    float32 data and the formats of :func:`fp8kit._args.rounds_in_place`: FakeConvert's kernel.
     Otherwise (float64 data, formats of other widths, unsigned and precision-1 formats) the
     same steps in numpy and :func:`fp8kit.round_to`, in the data's dtype: multiply, clamp to
     +-max (FakeConvert saturates Inf too; NaN stays), round once, divide.  ``rnd``: the
     rounding keywords of :func:`fp8kit.round_to` (``rounding``, ``seed``, ``random_bits``,
     ``flush_subnormals``), passed to the rounding.
     """
-    if xw.dtype == np.float32 and rounds_in_place(fmt):
+    if xw.dtype == np.float32 and _args.rounds_in_place(fmt):
         return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out, **rnd)
     return scaled_round_numpy(xw, fmt, scale, out, **rnd)
 
