@@ -509,10 +509,20 @@ PUBLIC_COLD = {
     "encode": ("fp8kit.encode(big, 'float8_e4m3fn')", "fp8kit.encode(big, 'float8_e5m2')"),
     "encode float64": ("fp8kit.encode(big64, 'float8_e4m3fn')",
                        "fp8kit.encode(big64, 'float8_e5m2')"),
+    "encode bfloat16": ("fp8kit.encode(big16, 'float8_e4m3fn')",
+                        "fp8kit.encode(big16, 'float8_e5m2')"),
     "decode": ("fp8kit.decode(codes, 'float8_e4m3fn')", "fp8kit.decode(codes, 'float8_e5m2')"),
+    "decode to bfloat16": ("fp8kit.decode(codes, 'float8_e4m3fn', dtype=ml_dtypes.bfloat16)",
+                           "fp8kit.decode(codes, 'float8_e5m2', dtype=ml_dtypes.bfloat16)"),
     "round_to": ("fp8kit.round_to(big, 'float8_e4m3fn')", "fp8kit.round_to(big, 'float8_e5m2')"),
     "astype": ("fp8kit.astype(big, 'float8_e4m3fn')", "fp8kit.astype(big, 'float8_e5m2')"),
     "cast": ("fp8kit.cast(big, 'FLOAT8E4M3FN')", "fp8kit.cast(big, 'FLOAT8E5M2')"),
+    "cast integer": ("fp8kit.cast(ints, np.int8)", "fp8kit.cast(ints, np.uint8)"),
+    "convert_promote_types": ("fp8kit.convert_promote_types(big, ints)",
+                              "fp8kit.convert_promote_types(big64, ints)"),
+    "pack": ("fp8kit.pack(codes4, 'float4_e2m1fn')", "fp8kit.pack(codes6, 'float6_e2m3fn')"),
+    "unpack": ("fp8kit.unpack(packed4, 'float4_e2m1fn', big.size)",
+               "fp8kit.unpack(packed4, 'float4_e2m1fn', (1024, 1024))"),
     "fake_convert": ("fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
                      "fp8kit.fake_convert(big, 2.0, destination_type='f8e5m2')"),
     "round_to stochastic": (
@@ -520,6 +530,10 @@ PUBLIC_COLD = {
         "fp8kit.round_to(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
     "study.quantize": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block')",
                        "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block')"),
+    "study.scale_for": ("fp8kit.study.scale_for(big2d, 'float8_e4m3fn', 'channel')",
+                        "fp8kit.study.scale_for(big2d, 'float8_e5m2', 'channel')"),
+    "study.mx_scales": ("fp8kit.study.mx_scales(big2d, 'float8_e4m3fn')",
+                        "fp8kit.study.mx_scales(big2d, 'float8_e5m2')"),
     "study.error_metrics": ("fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
                             "fp8kit.study.error_metrics(big64, big64, fmt='float8_e4m3fn')"),
     "study.sweep 2x3": (
@@ -539,6 +553,10 @@ big = np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
 big64 = big.astype(np.float64)
 big2d = big.reshape(1024, 1024)
 codes = big.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+big16 = big.astype(ml_dtypes.bfloat16)
+ints = (big * 1000).astype(np.int16)
+codes4, codes6 = codes & np.uint8(15), codes & np.uint8(63)
+packed4 = (codes4[::2] | (codes4[1::2] << np.uint8(4)))
 t0, c0 = time.perf_counter(), time.process_time()
 {first}
 t1, c1 = time.perf_counter(), time.process_time()

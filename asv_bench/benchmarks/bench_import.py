@@ -72,13 +72,23 @@ _PUBLIC_COLD = {
     # the floor: Numba's own first compile in a process, with a trivial kernel
     "trivial_njit": "__import__('numba').njit(lambda a: a[0] + 1)(big)",
     "encode": "fp8kit.encode(big, 'float8_e4m3fn')",
+    "encode_float64": "fp8kit.encode(big.astype(np.float64), 'float8_e4m3fn')",
+    "encode_bfloat16": "fp8kit.encode(big.astype(ml_dtypes.bfloat16), 'float8_e4m3fn')",
     "decode": "fp8kit.decode(codes, 'float8_e4m3fn')",
+    "decode_to_bfloat16": "fp8kit.decode(codes, 'float8_e4m3fn', dtype=ml_dtypes.bfloat16)",
     "round_to": "fp8kit.round_to(big, 'float8_e4m3fn')",
     "astype": "fp8kit.astype(big, 'float8_e4m3fn')",
     "cast": "fp8kit.cast(big, 'FLOAT8E4M3FN')",
+    "cast_integer": "fp8kit.cast((big * 1000).astype(np.int16), np.int8)",
+    "convert_promote_types": "fp8kit.convert_promote_types(big, (big * 1000).astype(np.int16))",
+    "pack": "fp8kit.pack(codes & np.uint8(15), 'float4_e2m1fn')",
+    "unpack": "fp8kit.unpack(np.zeros(64, np.uint8), 'float4_e2m1fn', 128)",
     "fake_convert": "fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
     "round_to_stochastic": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
     "study_quantize": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn', 'block')",
+    "study_scale_for": "fp8kit.study.scale_for(big.reshape(1024, 1024), 'float8_e4m3fn', "
+    "'channel')",
+    "study_mx_scales": "fp8kit.study.mx_scales(big.reshape(1024, 1024), 'float8_e4m3fn')",
     "study_error_metrics": "fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
     "study_sweep": "fp8kit.study.sweep({'w': big.reshape(1024, 1024)}, "
     "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])",
