@@ -30,6 +30,12 @@ def _finite_values(e, m, fmt):
     )
 
 
+def _exact_in_float32(values: np.ndarray) -> bool:
+    finite = values[np.isfinite(values)]
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(finite.astype(np.float32).astype(np.float64), finite))
+
+
 @functools.cache
 def code_values(fmt: FloatFormat) -> np.ndarray:
     """float64 value of every code 0 .. 2**bits - 1 (exact: formats fit float64)."""
@@ -77,6 +83,13 @@ def decode_table(fmt: FloatFormat, out_dtype: np.dtype) -> np.ndarray:
     if out_dtype in (np.dtype(np.float64), np.dtype(np.float32)):
         with np.errstate(over="ignore"):
             bits = values.astype(out_dtype).view(bits_dtype(out_dtype)).copy()
+    elif _exact_in_float32(values):
+        # float32 holds every value, so one rounding float32 -> float16 (numpy) or bfloat16
+        # (ml_dtypes), both nearest-even with overflow to Inf, is the single rounding from
+        # the exact value; no kernel to compile for a table (a cold decode or round_to to
+        # bfloat16 compiled the float64 encode kernel for it: ~0.4 s)
+        with np.errstate(over="ignore", invalid="ignore"):
+            bits = values.astype(np.float32).astype(out_dtype).view(bits_dtype(out_dtype))
     else:
         target = get_format(out_dtype)
         kernel, _ = encode_kernel(target, np.dtype(np.float64), False)
