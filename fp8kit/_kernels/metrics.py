@@ -23,6 +23,7 @@ from .bits import (
     fma,
     prefer_512,
     round_in_place,
+    stack_buffer,
     widen32,
 )
 from .codec import Kernel, _params, source_version
@@ -30,6 +31,10 @@ from .fake import _KIND, BF16, F32, _from16, round_params
 
 #: The longest run of elements summed on its own before its sum joins the chunk's.
 SUM_BLOCK = 1024
+
+# Stack buffers of SUM_BLOCK float32 padded by a cache line: buffers 4 KiB apart slowed the
+# fused loop by 2-3% (a store and a load 4 KiB apart look alike to the CPU's store forwarding).
+_PADDED = SUM_BLOCK + 16
 
 #: Columns of the metrics kernel's partial-result rows.
 SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
@@ -328,15 +333,37 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     The data is worked on in segments of at most :data:`SUM_BLOCK` elements, each summed on
     its own: the rest of a row, or whole rows when the scale is constant along rows shorter
     than that (MX blocks: 32 rows of 32).
+
+    The format's rounding constants are a run-time argument (bound first, see
+    :class:`~fp8kit._kernels.codec.Kernel`), so that formats share one compiled function
+    (1.1-1.3 s each on a cold cache); only the two flags that choose instructions (the
+    subnormal trick, -0) are compiled in: read at run time, they cost 10% here.
     """
+    r = round_params(fmt)
+    return _quantize_metrics(narrow, r[6], r[11], _round_words(fmt))
+
+
+def _round_words(fmt) -> np.ndarray:
+    """The format-dependent words of :func:`round_params` (uint32): half, the kept bits'
+    mask, the shift, the smallest normal's bits, the subnormal trick's magic number's bits
+    and max's bits."""
+    r = round_params(fmt)
+    words = np.array([r[2], r[3][0], r[3][1], r[4], np.float32(r[5]).view(np.uint32), r[8]],
+                     np.uint32)  # fmt: skip
+    words.flags.writeable = False
+    return words
+
+
+def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Kernel:
     kind = _KIND[narrow]
-    r8 = round_params(fmt)
-    q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r8
+    r0 = round_params(get_format("float8_e4m3fn"))  # (its format-independent words)
+    abs_mask, one32, src_inf, nan_bits, sign_bit, zero32 = (r0[i] for i in (0, 1, 7, 9, 10, 12))
+    q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r0
     version = source_version()
     sig = types.void(
-        _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32), _arr(np.int64),
-        _arr(np.int64), _arr(np.float64), _arr(np.uint32), _arr(np.float64, 2, readonly=False),
-        types.intp,
+        _arr(np.uint32), _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32),
+        _arr(np.int64), _arr(np.int64), _arr(np.float64), _arr(np.uint32),
+        _arr(np.float64, 2, readonly=False), types.intp,
     )  # fmt: skip
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
@@ -348,9 +375,13 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     f0, f1 = np.float32(0.0), np.float32(1.0)
 
     def make(parallel):
-        def kernel(x, scale, shape, sstr, limits, lut, out, nchunks):
+        def kernel(prm, x, scale, shape, sstr, limits, lut, out, nchunks):
             if version == 0 or parallel is None:  # see codec.source_version
                 return
+            r8 = (
+                abs_mask, one32, prm[0], (prm[1], prm[2]), prm[3], as_float(prm[4]), use_magic,
+                src_inf, prm[5], nan_bits, sign_bit, neg_zero, zero32,
+            )  # fmt: skip
             nchunks, c_first, c_stop = chunk_range(nchunks)
             ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
             # (float32 values: checked by the caller)
@@ -359,9 +390,9 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
             st2, st3 = sstr[2], sstr[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            buf = np.empty(SUM_BLOCK, np.float64)
-            qbuf = np.empty(SUM_BLOCK, np.float32)
-            sbuf = np.empty(SUM_BLOCK, np.float32)
+            buf = stack_buffer(SUM_BLOCK, np.float64)  # (no np.empty to compile)
+            qbuf = stack_buffer(_PADDED, np.float32)
+            sbuf = stack_buffer(_PADDED, np.float32)
             for c in range(c_first, c_stop):
                 prefer_512()  # measured 7% faster than LLVM's 256-bit default here
                 se = zero
@@ -444,7 +475,7 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                             # finite values (subnormals included: bfloat16 has float32's
                             # exponents); an overflow gives Inf, and a NaN (only the quiet
                             # ones that rounding and division give) stays a NaN: both then
-                            # send the block to the path below, which rounds as encode_fast
+                            # send the block to the path below, as encode_fast would
                             u = as_bits(res)
                             u = cast_like((u + bf_half + ((u >> sh16) & one32)) & bf_keep, one32)
                             res = as_float(u)
@@ -480,16 +511,13 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                     else:  # NaN or Inf in the block: every element checked
                         bse = zero
                         bss = zero
+                        # (qbuf holds the block's quantized values, NaN and Inf included: the
+                        # bfloat16 formula above keeps the NaNs that rounding and division
+                        # give, so rounding them again here would only cost compile time)
                         for jj in range(m):
-                            s32 = sbuf[jj]
-                            v = widen32(xr[jj])
-                            fq = as_float(round_in_place(as_bits(v * s32), r8))
-                            res = fq / s32
-                            if kind != F32:
-                                res = _from16(encode_fast(as_bits(res), q), kind, lut)
-                            s = np.float64(s32)
-                            xv = np.float64(v)
-                            qv = np.float64(res)
+                            s = np.float64(sbuf[jj])
+                            xv = np.float64(widen32(xr[jj]))
+                            qv = np.float64(qbuf[jj])
                             ax = abs(xv)
                             aq = abs(qv)
                             finite_x = ax < inf
@@ -541,4 +569,5 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
 
         return kernel
 
-    return SumKernel(make, sig)
+    return SumKernel(make, sig, key=("quantize_metrics", narrow, use_magic, neg_zero),
+                     params=words)  # fmt: skip
