@@ -3,6 +3,9 @@
 Each is one pass over the data split into contiguous chunks (one per thread); a chunk writes
 its own partial results and Python combines them (sums add, maxima take the max), so no two
 threads touch the same accumulator.  Metrics accumulate in float64.
+
+Minima and maxima are conditional expressions, not ``min``/``max``: each of those builtins
+compiles an overload per signature on its first use in a process (20-30 ms each, cold).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 sat = 0
                 sub = 0
                 i = c * step
-                hi = min(i + step, total)
+                hi = i + step if i + step < total else total
                 # row indices (a, b, d) of the chunk's first element; then counted on, since
                 # divisions per row cost as much as the rows of an MX block (32 elements)
                 r, j0 = i // n3, i % n3
@@ -114,7 +117,8 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                     # segments of at most SUM_BLOCK elements, each summed on its own and then
                     # added to the chunk's sums: rounding errors do not grow with the chunk's
                     # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14
-                    j1 = min(n3, j0 + hi - i, j0 + SUM_BLOCK)
+                    j1 = j0 + hi - i if j0 + hi - i < n3 else n3
+                    j1 = j1 if j1 < j0 + SUM_BLOCK else j0 + SUM_BLOCK
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     xr = x[i : i + j1 - j0]
                     qr = q[i : i + j1 - j0]
@@ -135,10 +139,11 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                         bse += e * e
                         bss += xs * xs
                         ae = abs(e)
-                        mabs = max(mabs, as_bits(ae))
+                        be = as_bits(ae)
+                        mabs = be if be > mabs else mabs
                         nz = ok & (ax != zero)
-                        rel = ae / ax if nz else zero
-                        mrel = max(mrel, as_bits(rel))
+                        br = as_bits(ae / ax if nz else zero)
+                        mrel = br if br > mrel else mrel
                         flushed += nz & (qv == zero)
                         y = ax * s
                         sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
@@ -228,23 +233,25 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 t = c * step
-                stop = min(t + step, total)
+                stop = t + step if t + step < total else total
                 if t >= stop:
                     continue
                 row, b = t // per_row, t % per_row  # then counted on: no division per run
                 while t < stop:
                     lo = row * length + b * run
-                    seg = bits[lo : lo + min(run, length - b * run)]
+                    seg = bits[lo : lo + (run if run < length - b * run else length - b * run)]
                     m = zero
                     for j in range(seg.size):  # every |x|; NaN and Inf are the largest
-                        m = max(m, cast_like(seg[j] & mask, zero))
+                        a = cast_like(seg[j] & mask, zero)
+                        m = a if a > m else m
                     f = zero
                     if m >= inf_bits:  # (rare) the run again, without them
                         f = one
                         m = zero
                         for j in range(seg.size):
                             a = cast_like(seg[j] & mask, zero)
-                            m = max(m, a if a < inf_bits else zero)
+                            a = a if a < inf_bits else zero
+                            m = a if a > m else m
                     amax[t] = m
                     bad[t] = f
                     t += 1
@@ -288,7 +295,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
             for c in range(c_first, c_stop):
                 am = amax[c]
                 bd = bad[c]
-                for r in range(c * step, min((c + 1) * step, rows)):
+                for r in range(c * step, (c + 1) * step if (c + 1) * step < rows else rows):
                     g = ((r // length) * blocks + (r % length) // block) * cols
                     row = bits[r * cols : (r + 1) * cols]
                     out = am[g : g + cols]
@@ -296,8 +303,9 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
                     for k in range(cols):
                         a = cast_like(row[k] & mask, zero)
                         finite = a < inf_bits
-                        out[k] = max(out[k], a if finite else zero)
-                        flags[k] = max(flags[k], zero if finite else one)
+                        a = a if finite else zero
+                        out[k] = a if a > out[k] else out[k]
+                        flags[k] = flags[k] if finite else one
 
         return kernel
 
@@ -406,7 +414,7 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                 sat = 0
                 sub = 0
                 i = c * step
-                hi = min(i + step, total)
+                hi = i + step if i + step < total else total
                 r, j0 = i // n3, i % n3
                 a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:
@@ -418,7 +426,8 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                     base = a * sstr[0] + b * sstr[1] + d * st2
                     k = 0
                     if st3 == 0 and j0 == 0 and n3 < SUM_BLOCK:
-                        k = min(SUM_BLOCK // n3, n2 - d, (hi - i) // n3)
+                        k = SUM_BLOCK // n3 if SUM_BLOCK // n3 < n2 - d else n2 - d
+                        k = k if k < (hi - i) // n3 else (hi - i) // n3
                     if k >= 1:
                         m = k * n3
                         if n3 % 16 == 0:  # (a fixed-length inner loop: vector stores)
@@ -433,7 +442,8 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                                 for t in range(rr * n3, rr * n3 + n3):
                                     sbuf[t] = sv
                     else:
-                        m = min(n3 - j0, hi - i, SUM_BLOCK)
+                        m = n3 - j0 if n3 - j0 < hi - i else hi - i
+                        m = m if m < SUM_BLOCK else SUM_BLOCK
                         if st3 == 0:
                             sv = scale[base]
                             for t in range(m):
@@ -496,18 +506,20 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                         bss += xv * xv
                         ae = abs(e)
                         buf[jj] = ae
-                        bmabs = max(bmabs, as_bits(ae))
+                        be = as_bits(ae)
+                        bmabs = be if be > bmabs else bmabs
                         hit |= fma(neg_mr, ax, ae) > hh * ax
                     if bse + bss < inf:  # (sums of at most 1024 finite squares stay finite)
-                        mabs = max(mabs, bmabs)
-                        flushed += int(bfl)
-                        sat += int(bsat)
-                        sub += int(bsub)
+                        mabs = bmabs if bmabs > mabs else mabs
+                        flushed += np.int64(bfl)
+                        sat += np.int64(bsat)
+                        sub += np.int64(bsub)
                         if hit:
                             for jj in range(m):
                                 ax = abs(np.float64(widen32(xr[jj])))
                                 if fma(neg_mr, ax, buf[jj]) > hh * ax and ax != zero:
-                                    mr = max(mr, buf[jj] / ax)
+                                    rel = buf[jj] / ax
+                                    mr = rel if rel > mr else mr
                     else:  # NaN or Inf in the block: every element checked
                         bse = zero
                         bss = zero
@@ -527,10 +539,11 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                             bse += e * e
                             bss += xs * xs
                             ae = abs(e)
-                            mabs = max(mabs, as_bits(ae))
+                            be = as_bits(ae)
+                            mabs = be if be > mabs else mabs
                             nz = ok & (ax != zero)
                             rel = ae / ax if nz else zero
-                            mr = max(mr, rel)
+                            mr = rel if rel > mr else mr
                             flushed += nz & (qv == zero)
                             y = ax * s
                             sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
