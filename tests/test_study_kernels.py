@@ -57,11 +57,7 @@ def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtyp
 
 @pytest.mark.parametrize("narrow", ["float32", "float16", "bfloat16"])
 def test_formats_share_the_compiled_fused_kernel(narrow):
-    # one build per data type and -0 rule, not one per format (1.1-1.3 s each, cold)
-    fns = {}
-    for name in FUSED:
-        fmt = fp8kit.get_format(name)
-        fns.setdefault(fmt.has_negative_zero, set()).add(
-            km.quantize_metrics_kernel(fmt, narrow).build().func
-        )
-    assert sorted(len(v) for v in fns.values()) == [1, 1]
+    # one build per data type, not one per format (1.1-1.3 s each, cold); the fnuz formats
+    # included (their zeros lose the sign, which no figure sees: tested above)
+    fns = {km.quantize_metrics_kernel(fp8kit.get_format(n), narrow).build().func for n in FUSED}
+    assert len(fns) == 1

@@ -344,11 +344,14 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
 
     The format's rounding constants are a run-time argument (bound first, see
     :class:`~fp8kit._kernels.codec.Kernel`), so that formats share one compiled function
-    (1.1-1.3 s each on a cold cache); only the two flags that choose instructions (the
-    subnormal trick, -0) are compiled in: read at run time, they cost 10% here.
+    (1.1-1.3 s each on a cold cache).  The flags that choose instructions stay compiled in
+    (read at run time, the subnormal trick's and the -0 rule's cost 10% here): every format
+    the kernel serves uses the subnormal trick, and all are rounded as if they had -0, as
+    no figure tells -0 from +0 (the error, its square and magnitude, and the counts of
+    zeros are the same), so the fnuz formats need no build of their own.
     """
     r = round_params(fmt)
-    return _quantize_metrics(narrow, r[6], r[11], _round_words(fmt))
+    return _quantize_metrics(narrow, r[6], True, _round_words(fmt))
 
 
 def _round_words(fmt) -> np.ndarray:
