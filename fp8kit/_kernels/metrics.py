@@ -3,6 +3,9 @@
 Each is one pass over the data split into contiguous chunks (one per thread); a chunk writes
 its own partial results and Python combines them (sums add, maxima take the max), so no two
 threads touch the same accumulator.  Metrics accumulate in float64.
+
+Minima and maxima are conditional expressions, not ``min``/``max``: each of those builtins
+compiles an overload per signature on its first use in a process (20-30 ms each, cold).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .bits import (
     fma,
     prefer_512,
     round_in_place,
+    stack_buffer,
     widen32,
 )
 from .codec import Kernel, _params, source_version
@@ -30,6 +34,10 @@ from .fake import _KIND, BF16, F32, _from16, round_params
 
 #: The longest run of elements summed on its own before its sum joins the chunk's.
 SUM_BLOCK = 1024
+
+# Stack buffers of SUM_BLOCK float32 padded by a cache line: buffers 4 KiB apart slowed the
+# fused loop by 2-3% (a store and a load 4 KiB apart look alike to the CPU's store forwarding).
+_PADDED = SUM_BLOCK + 16
 
 #: Columns of the metrics kernel's partial-result rows.
 SUM_SQ_ERR, SUM_SQ_SIG, MAX_ABS, MAX_REL = 0, 1, 2, 3
@@ -100,7 +108,7 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 sat = 0
                 sub = 0
                 i = c * step
-                hi = min(i + step, total)
+                hi = i + step if i + step < total else total
                 # row indices (a, b, d) of the chunk's first element; then counted on, since
                 # divisions per row cost as much as the rows of an MX block (32 elements)
                 r, j0 = i // n3, i % n3
@@ -109,7 +117,8 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                     # segments of at most SUM_BLOCK elements, each summed on its own and then
                     # added to the chunk's sums: rounding errors do not grow with the chunk's
                     # length, so any chunking (threads, Dask blocks, budgets) agrees to ~1e-14
-                    j1 = min(n3, j0 + hi - i, j0 + SUM_BLOCK)
+                    j1 = j0 + hi - i if j0 + hi - i < n3 else n3
+                    j1 = j1 if j1 < j0 + SUM_BLOCK else j0 + SUM_BLOCK
                     base = a * sstr[0] + b * sstr[1] + d * sstr[2]
                     xr = x[i : i + j1 - j0]
                     qr = q[i : i + j1 - j0]
@@ -130,10 +139,11 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                         bse += e * e
                         bss += xs * xs
                         ae = abs(e)
-                        mabs = max(mabs, as_bits(ae))
+                        be = as_bits(ae)
+                        mabs = be if be > mabs else mabs
                         nz = ok & (ax != zero)
-                        rel = ae / ax if nz else zero
-                        mrel = max(mrel, as_bits(rel))
+                        br = as_bits(ae / ax if nz else zero)
+                        mrel = br if br > mrel else mrel
                         flushed += nz & (qv == zero)
                         y = ax * s
                         sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
@@ -223,23 +233,25 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 t = c * step
-                stop = min(t + step, total)
+                stop = t + step if t + step < total else total
                 if t >= stop:
                     continue
                 row, b = t // per_row, t % per_row  # then counted on: no division per run
                 while t < stop:
                     lo = row * length + b * run
-                    seg = bits[lo : lo + min(run, length - b * run)]
+                    seg = bits[lo : lo + (run if run < length - b * run else length - b * run)]
                     m = zero
                     for j in range(seg.size):  # every |x|; NaN and Inf are the largest
-                        m = max(m, cast_like(seg[j] & mask, zero))
+                        a = cast_like(seg[j] & mask, zero)
+                        m = a if a > m else m
                     f = zero
                     if m >= inf_bits:  # (rare) the run again, without them
                         f = one
                         m = zero
                         for j in range(seg.size):
                             a = cast_like(seg[j] & mask, zero)
-                            m = max(m, a if a < inf_bits else zero)
+                            a = a if a < inf_bits else zero
+                            m = a if a > m else m
                     amax[t] = m
                     bad[t] = f
                     t += 1
@@ -283,7 +295,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
             for c in range(c_first, c_stop):
                 am = amax[c]
                 bd = bad[c]
-                for r in range(c * step, min((c + 1) * step, rows)):
+                for r in range(c * step, (c + 1) * step if (c + 1) * step < rows else rows):
                     g = ((r // length) * blocks + (r % length) // block) * cols
                     row = bits[r * cols : (r + 1) * cols]
                     out = am[g : g + cols]
@@ -291,8 +303,9 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
                     for k in range(cols):
                         a = cast_like(row[k] & mask, zero)
                         finite = a < inf_bits
-                        out[k] = max(out[k], a if finite else zero)
-                        flags[k] = max(flags[k], zero if finite else one)
+                        a = a if finite else zero
+                        out[k] = a if a > out[k] else out[k]
+                        flags[k] = flags[k] if finite else one
 
         return kernel
 
@@ -328,15 +341,40 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     The data is worked on in segments of at most :data:`SUM_BLOCK` elements, each summed on
     its own: the rest of a row, or whole rows when the scale is constant along rows shorter
     than that (MX blocks: 32 rows of 32).
+
+    The format's rounding constants are a run-time argument (bound first, see
+    :class:`~fp8kit._kernels.codec.Kernel`), so that formats share one compiled function
+    (1.1-1.3 s each on a cold cache).  The flags that choose instructions stay compiled in
+    (read at run time, the subnormal trick's and the -0 rule's cost 10% here): every format
+    the kernel serves uses the subnormal trick, and all are rounded as if they had -0, as
+    no figure tells -0 from +0 (the error, its square and magnitude, and the counts of
+    zeros are the same), so the fnuz formats need no build of their own.
     """
+    r = round_params(fmt)
+    return _quantize_metrics(narrow, r[6], True, _round_words(fmt))
+
+
+def _round_words(fmt) -> np.ndarray:
+    """The format-dependent words of :func:`round_params` (uint32): half, the kept bits'
+    mask, the shift, the smallest normal's bits, the subnormal trick's magic number's bits
+    and max's bits."""
+    r = round_params(fmt)
+    words = np.array([r[2], r[3][0], r[3][1], r[4], np.float32(r[5]).view(np.uint32), r[8]],
+                     np.uint32)  # fmt: skip
+    words.flags.writeable = False
+    return words
+
+
+def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Kernel:
     kind = _KIND[narrow]
-    r8 = round_params(fmt)
-    q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r8
+    r0 = round_params(get_format("float8_e4m3fn"))  # (its format-independent words)
+    abs_mask, one32, src_inf, nan_bits, sign_bit, zero32 = (r0[i] for i in (0, 1, 7, 9, 10, 12))
+    q = _params(get_format(narrow), "float32", False)[0] if kind != F32 else r0
     version = source_version()
     sig = types.void(
-        _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32), _arr(np.int64),
-        _arr(np.int64), _arr(np.float64), _arr(np.uint32), _arr(np.float64, 2, readonly=False),
-        types.intp,
+        _arr(np.uint32), _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32),
+        _arr(np.int64), _arr(np.int64), _arr(np.float64), _arr(np.uint32),
+        _arr(np.float64, 2, readonly=False), types.intp,
     )  # fmt: skip
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
@@ -348,9 +386,13 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     f0, f1 = np.float32(0.0), np.float32(1.0)
 
     def make(parallel):
-        def kernel(x, scale, shape, sstr, limits, lut, out, nchunks):
+        def kernel(prm, x, scale, shape, sstr, limits, lut, out, nchunks):
             if version == 0 or parallel is None:  # see codec.source_version
                 return
+            r8 = (
+                abs_mask, one32, prm[0], (prm[1], prm[2]), prm[3], as_float(prm[4]), use_magic,
+                src_inf, prm[5], nan_bits, sign_bit, neg_zero, zero32,
+            )  # fmt: skip
             nchunks, c_first, c_stop = chunk_range(nchunks)
             ovf, tie_up, tiny = limits[0], limits[1] != zero, limits[2]
             # (float32 values: checked by the caller)
@@ -359,9 +401,9 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
             st2, st3 = sstr[2], sstr[3]
             total = shape[0] * n1 * n2 * n3
             step = (total + nchunks - 1) // nchunks
-            buf = np.empty(SUM_BLOCK, np.float64)
-            qbuf = np.empty(SUM_BLOCK, np.float32)
-            sbuf = np.empty(SUM_BLOCK, np.float32)
+            buf = stack_buffer(SUM_BLOCK, np.float64)  # (no np.empty to compile)
+            qbuf = stack_buffer(_PADDED, np.float32)
+            sbuf = stack_buffer(_PADDED, np.float32)
             for c in range(c_first, c_stop):
                 prefer_512()  # measured 7% faster than LLVM's 256-bit default here
                 se = zero
@@ -375,7 +417,7 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                 sat = 0
                 sub = 0
                 i = c * step
-                hi = min(i + step, total)
+                hi = i + step if i + step < total else total
                 r, j0 = i // n3, i % n3
                 a, b, d = r // (n1 * n2), (r // n2) % n1, r % n2
                 while i < hi:
@@ -387,7 +429,8 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                     base = a * sstr[0] + b * sstr[1] + d * st2
                     k = 0
                     if st3 == 0 and j0 == 0 and n3 < SUM_BLOCK:
-                        k = min(SUM_BLOCK // n3, n2 - d, (hi - i) // n3)
+                        k = SUM_BLOCK // n3 if SUM_BLOCK // n3 < n2 - d else n2 - d
+                        k = k if k < (hi - i) // n3 else (hi - i) // n3
                     if k >= 1:
                         m = k * n3
                         if n3 % 16 == 0:  # (a fixed-length inner loop: vector stores)
@@ -402,7 +445,8 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                                 for t in range(rr * n3, rr * n3 + n3):
                                     sbuf[t] = sv
                     else:
-                        m = min(n3 - j0, hi - i, SUM_BLOCK)
+                        m = n3 - j0 if n3 - j0 < hi - i else hi - i
+                        m = m if m < SUM_BLOCK else SUM_BLOCK
                         if st3 == 0:
                             sv = scale[base]
                             for t in range(m):
@@ -444,7 +488,7 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                             # finite values (subnormals included: bfloat16 has float32's
                             # exponents); an overflow gives Inf, and a NaN (only the quiet
                             # ones that rounding and division give) stays a NaN: both then
-                            # send the block to the path below, which rounds as encode_fast
+                            # send the block to the path below, as encode_fast would
                             u = as_bits(res)
                             u = cast_like((u + bf_half + ((u >> sh16) & one32)) & bf_keep, one32)
                             res = as_float(u)
@@ -465,31 +509,30 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                         bss += xv * xv
                         ae = abs(e)
                         buf[jj] = ae
-                        bmabs = max(bmabs, as_bits(ae))
+                        be = as_bits(ae)
+                        bmabs = be if be > bmabs else bmabs
                         hit |= fma(neg_mr, ax, ae) > hh * ax
                     if bse + bss < inf:  # (sums of at most 1024 finite squares stay finite)
-                        mabs = max(mabs, bmabs)
-                        flushed += int(bfl)
-                        sat += int(bsat)
-                        sub += int(bsub)
+                        mabs = bmabs if bmabs > mabs else mabs
+                        flushed += np.int64(bfl)
+                        sat += np.int64(bsat)
+                        sub += np.int64(bsub)
                         if hit:
                             for jj in range(m):
                                 ax = abs(np.float64(widen32(xr[jj])))
                                 if fma(neg_mr, ax, buf[jj]) > hh * ax and ax != zero:
-                                    mr = max(mr, buf[jj] / ax)
+                                    rel = buf[jj] / ax
+                                    mr = rel if rel > mr else mr
                     else:  # NaN or Inf in the block: every element checked
                         bse = zero
                         bss = zero
+                        # (qbuf holds the block's quantized values, NaN and Inf included: the
+                        # bfloat16 formula above keeps the NaNs that rounding and division
+                        # give, so rounding them again here would only cost compile time)
                         for jj in range(m):
-                            s32 = sbuf[jj]
-                            v = widen32(xr[jj])
-                            fq = as_float(round_in_place(as_bits(v * s32), r8))
-                            res = fq / s32
-                            if kind != F32:
-                                res = _from16(encode_fast(as_bits(res), q), kind, lut)
-                            s = np.float64(s32)
-                            xv = np.float64(v)
-                            qv = np.float64(res)
+                            s = np.float64(sbuf[jj])
+                            xv = np.float64(widen32(xr[jj]))
+                            qv = np.float64(qbuf[jj])
                             ax = abs(xv)
                             aq = abs(qv)
                             finite_x = ax < inf
@@ -499,10 +542,11 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
                             bse += e * e
                             bss += xs * xs
                             ae = abs(e)
-                            mabs = max(mabs, as_bits(ae))
+                            be = as_bits(ae)
+                            mabs = be if be > mabs else mabs
                             nz = ok & (ax != zero)
                             rel = ae / ax if nz else zero
-                            mr = max(mr, rel)
+                            mr = rel if rel > mr else mr
                             flushed += nz & (qv == zero)
                             y = ax * s
                             sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
@@ -541,4 +585,5 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
 
         return kernel
 
-    return SumKernel(make, sig)
+    return SumKernel(make, sig, key=("quantize_metrics", narrow, use_magic, neg_zero),
+                     params=words)  # fmt: skip

@@ -1,0 +1,63 @@
+"""The fused study kernel takes a format's constants at run time: every format it serves
+gives the figures of quantize + error_metrics, and formats share one compiled function."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit import _args, study
+from fp8kit._kernels import metrics as km
+from fp8kit.formats import registered_formats
+
+SUMS = ("sqnr_db", "rmse", "sum_sq_error", "sum_sq_signal")
+
+# every format the fused pass takes (signed 8-bit formats that round in place), once
+FUSED = sorted({f.name for f in registered_formats().values() if _args.rounds_in_place(f)})
+
+
+def same_metrics(a, b):
+    da, db = a.as_dict(), b.as_dict()
+    for k in SUMS:
+        assert da.pop(k) == pytest.approx(db.pop(k), rel=1e-13), k
+    assert da == db
+
+
+def test_the_fused_formats_are_the_signed_8_bit_ones():
+    assert "float8_e4m3fn" in FUSED and "float8_e5m2fnuz" in FUSED and "p3109_k8p3se" in FUSED
+    assert all(fp8kit.get_format(n).bits == 8 for n in FUSED)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("name", FUSED)
+def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtype):
+    # blocks with and without NaN/Inf (the kernel's fast and careful paths), values around
+    # the format's overflow threshold, its smallest normal and subnormal, and zeros
+    fmt = fp8kit.get_format(name)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((4, 2304)) * 10.0 ** rng.integers(-3, 3, (4, 1))).astype(np.float32)
+    ovf, _ = km.overflow_threshold(fmt)
+    edges = [ovf, fmt.max, fmt.smallest_normal, fmt.smallest_subnormal, 0.0]
+    edge = np.array([e * f for e in edges for f in (1.0, 1 - 2**-7, 1 + 2**-7)], np.float32)
+    x[1, : 2 * edge.size] = np.concatenate([edge, -edge])
+    x[2, 5], x[3, 2000] = np.nan, -np.inf
+    x = x.astype(dtype)
+    rows = study.sweep({"x": x}, [name], ["none", "channel", "block:32"])
+    for r in rows:
+        kind, kw = r.scaling.split(":")[0], {}
+        if kind == "block":
+            kw = dict(block_size=32, axis=-1)
+        q = study.quantize(x, name, kind, **kw)
+        s = study.scale_for(x, name, kind, **kw)
+        if kind == "block":
+            s = np.repeat(s, 32, axis=-1)
+        same_metrics(r.metrics, study.error_metrics(x, q, fmt=name, scale=s))
+        assert r.metrics.nan_inputs == 1 and r.metrics.inf_inputs == 1
+
+
+@pytest.mark.parametrize("narrow", ["float32", "float16", "bfloat16"])
+def test_formats_share_the_compiled_fused_kernel(narrow):
+    # one build per data type, not one per format (1.1-1.3 s each, cold); the fnuz formats
+    # included (their zeros lose the sign, which no figure sees: tested above)
+    fns = {km.quantize_metrics_kernel(fp8kit.get_format(n), narrow).build().func for n in FUSED}
+    assert len(fns) == 1
