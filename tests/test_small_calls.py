@@ -333,10 +333,11 @@ def test_entry_point_refuses_what_does_not_fit():
     fp8kit.encode(x, "float8_e4m3fn")
     kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e4m3fn"), x.dtype, True)
     fn = kernel.build()
-    lut, table = codec._lut_for(0), codec.dummy(np.uint8)
-    ok = (x, lut, table, np.empty(1, np.uint8), 1)
+    xb, lut, table = x.view(np.uint32), codec._lut_for(0), codec.dummy(np.uint8)
+    ok = (xb, lut, table, np.empty(1, np.uint8))
     assert codec._entry_point(fn, ok) is not None
-    assert codec._entry_point(fn, (x.astype(np.float64),) + ok[1:]) is None  # item size
+    assert codec._entry_point(fn, (x,) + ok[1:]) is None  # float32 is not the kernel's uint32
+    assert codec._entry_point(fn, (xb.astype(np.uint64),) + ok[1:]) is None
     assert codec._entry_point(fn, ok[:-1]) is None  # arity
     assert codec._entry_point(lambda *a: None, ok) is None  # not a dispatcher
 
