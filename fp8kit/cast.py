@@ -228,9 +228,21 @@ def cast(
         except TypeError:  # an unhashable argument: the full path every time
             plan = False
         if plan:
-            res = _run_plan(plan, x, None)
-            if res is not None:
-                return res
+            if x.ndim == 1:  # (as in fp8kit.encode: _run_plan inlined)
+                xf = x.flags
+                n = x.size
+                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                    ep, prm, lut, table, res_dtype = plan
+                    res = _empty(n, res_dtype)
+                    if prm is None:
+                        ep(x, lut, table, res, 1)
+                    else:
+                        ep(prm, x, lut, table, res, 1)
+                    return res
+            else:
+                res = _run_plan(plan, x, None)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(x)
     if kind != "numpy":
@@ -295,6 +307,8 @@ _FAST_CAST: dict = {}
 _NEAREST_EVEN = "nearest_even"
 _RANDOM_BITS = 16
 _UP = "up"
+_SMALL = _parallel.PARALLEL_THRESHOLD
+_empty = np.empty
 
 
 def _record_plan(key: tuple, x: np.ndarray, dst: CastType, sat: bool, how: _Rules) -> None:

@@ -218,25 +218,33 @@ def _make_plan(fn, lut, table, x_bits: np.ndarray, out_bits, res_dtype):
     return None if ep is None else (ep[0], ep[1], lut, table, np.dtype(res_dtype))
 
 
+def _out_ok(out, x: np.ndarray, xf) -> bool:
+    """Whether a fast path may write into ``out`` (whose dtype its key matched): an exact
+    numpy array of x's shape, C-contiguous, aligned, writeable and not overlapping x (``xf``:
+    x's flags)."""
+    if type(out) is not _ndarray or out.shape != x.shape:
+        return False
+    of = out.flags
+    # (two arrays that own their data cannot overlap: no may_share_memory, ~0.2 us)
+    return (of.c_contiguous and of.aligned and of.writeable) and (
+        (of.owndata and xf.owndata and out is not x) or not _may_share_memory(x, out)
+    )
+
+
 def _run_plan(plan, x: np.ndarray, out):
-    """Run ``plan`` on ``x`` (an exact numpy array) into ``out`` (None: a new array of the
-    plan's dtype); None where the fast path does not apply: the caller takes the full path."""
+    """Run ``plan`` on ``x`` (an exact numpy array of any dimensions) into ``out`` (None: a
+    new array of the plan's dtype); None where the fast path does not apply: the caller
+    takes the full path.  (The public functions inline the 1-D case: 0.09 us less.)"""
     xf = x.flags
     if not (xf.c_contiguous and xf.aligned) or x.size >= _SMALL or not x.ndim:
         return None
     ep, prm, lut, table, res_dtype = plan
     if out is None:
         res = _empty(x.shape, res_dtype)
-    else:
-        if type(out) is not _ndarray or out.shape != x.shape:
-            return None
-        of = out.flags
-        if not (of.c_contiguous and of.aligned and of.writeable):
-            return None
-        # (two arrays that own their data cannot overlap: no may_share_memory, ~0.2 us)
-        if not (of.owndata and xf.owndata and out is not x) and _may_share_memory(x, out):
-            return None
+    elif _out_ok(out, x, xf):
         res = out
+    else:
+        return None
     if x.ndim == 1:
         flat = res
     else:
@@ -353,20 +361,24 @@ def encode(
         except (TypeError, AttributeError):  # unhashable fmt, an out that is no array
             plan = False
         if plan:
-            if out is None and x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
+            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
-                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                if (
+                    xf.c_contiguous and xf.aligned and n < _SMALL
+                    and (out is None or _out_ok(out, x, xf))
+                ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype)
+                    res = _empty(n, res_dtype) if out is None else out
                     if prm is None:
                         ep(x, lut, table, res, 1)
                     else:
                         ep(prm, x, lut, table, res, 1)
                     return res
-            res = _run_plan(plan, x, out)
-            if res is not None:
-                return res
+            else:
+                res = _run_plan(plan, x, out)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
@@ -500,20 +512,24 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         except (TypeError, AttributeError):  # as in encode
             plan = False
         if plan:
-            if out is None and codes.ndim == 1:  # (_run_plan inlined: 0.09 us less)
+            if codes.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = codes.flags
                 n = codes.size
-                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                if (
+                    xf.c_contiguous and xf.aligned and n < _SMALL
+                    and (out is None or _out_ok(out, codes, xf))
+                ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype)
+                    res = _empty(n, res_dtype) if out is None else out
                     if prm is None:
                         ep(codes, lut, table, res, 1)
                     else:
                         ep(prm, codes, lut, table, res, 1)
                     return res
-            res = _run_plan(plan, codes, out)
-            if res is not None:
-                return res
+            else:
+                res = _run_plan(plan, codes, out)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(codes, out)
     if kind != "numpy":
@@ -613,20 +629,24 @@ def round_to(
         except (TypeError, AttributeError):
             plan = False
         if plan:
-            if out is None and x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
+            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
-                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                if (
+                    xf.c_contiguous and xf.aligned and n < _SMALL
+                    and (out is None or _out_ok(out, x, xf))
+                ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype)
+                    res = _empty(n, res_dtype) if out is None else out
                     if prm is None:
                         ep(x, lut, table, res, 1)
                     else:
                         ep(prm, x, lut, table, res, 1)
                     return res
-            res = _run_plan(plan, x, out)
-            if res is not None:
-                return res
+            else:
+                res = _run_plan(plan, x, out)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
@@ -726,7 +746,7 @@ def astype(
     ):  # fmt: skip  (as in encode)
         plan = _fast_lookup(_FAST_ASTYPE, (fmt, x.dtype, saturate))
         if plan:
-            if x.ndim == 1:  # (as in encode)
+            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
                 if xf.c_contiguous and xf.aligned and n < _SMALL:
@@ -737,9 +757,10 @@ def astype(
                     else:
                         ep(prm, x, lut, table, res, 1)
                     return res
-            res = _run_plan(plan, x, None)
-            if res is not None:
-                return res
+            else:
+                res = _run_plan(plan, x, None)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(x)
     if kind != "numpy":

@@ -100,12 +100,13 @@ def test_byte_swapped_and_strided_inputs_take_the_full_path():
 
 @contextlib.contextmanager
 def full_path():
+    cast_module = sys.modules["fp8kit.cast"]
     saved = codec._SMALL
-    codec._SMALL = 0
+    codec._SMALL = cast_module._SMALL = 0
     try:
         yield
     finally:
-        codec._SMALL = saved
+        codec._SMALL = cast_module._SMALL = saved
 
 
 def both(call):
