@@ -231,7 +231,7 @@ def cast(
             if x.ndim == 1:  # (as in fp8kit.encode: _run_plan inlined)
                 xf = x.flags
                 n = x.size
-                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                if (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL:
                     ep, prm, lut, table, res_dtype = plan
                     res = _empty(n, res_dtype)
                     if prm is None:

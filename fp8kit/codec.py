@@ -364,9 +364,17 @@ def encode(
             if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
+                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
+                # writeable: out= 0.05-0.1 us less)
                 if (
-                    xf.c_contiguous and xf.aligned and n < _SMALL
-                    and (out is None or _out_ok(out, x, xf))
+                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
+                    and (out is None or (
+                        type(out) is _ndarray and out.ndim == 1 and out.size == n
+                        and (of := out.flags).carray and (
+                            (of.owndata and xf.owndata and out is not x)
+                            or not _may_share_memory(x, out)
+                        )
+                    ))
                 ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
                     res = _empty(n, res_dtype) if out is None else out
@@ -515,9 +523,17 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
             if codes.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = codes.flags
                 n = codes.size
+                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
+                # writeable: out= 0.05-0.1 us less)
                 if (
-                    xf.c_contiguous and xf.aligned and n < _SMALL
-                    and (out is None or _out_ok(out, codes, xf))
+                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
+                    and (out is None or (
+                        type(out) is _ndarray and out.ndim == 1 and out.size == n
+                        and (of := out.flags).carray and (
+                            (of.owndata and xf.owndata and out is not codes)
+                            or not _may_share_memory(codes, out)
+                        )
+                    ))
                 ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
                     res = _empty(n, res_dtype) if out is None else out
@@ -632,9 +648,17 @@ def round_to(
             if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
+                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
+                # writeable: out= 0.05-0.1 us less)
                 if (
-                    xf.c_contiguous and xf.aligned and n < _SMALL
-                    and (out is None or _out_ok(out, x, xf))
+                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
+                    and (out is None or (
+                        type(out) is _ndarray and out.ndim == 1 and out.size == n
+                        and (of := out.flags).carray and (
+                            (of.owndata and xf.owndata and out is not x)
+                            or not _may_share_memory(x, out)
+                        )
+                    ))
                 ):  # fmt: skip
                     ep, prm, lut, table, res_dtype = plan
                     res = _empty(n, res_dtype) if out is None else out
@@ -749,7 +773,7 @@ def astype(
             if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
                 xf = x.flags
                 n = x.size
-                if xf.c_contiguous and xf.aligned and n < _SMALL:
+                if (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL:
                     ep, prm, lut, table, res_dtype = plan
                     res = _empty(n, res_dtype)
                     if prm is None:
