@@ -214,15 +214,10 @@ def cast(
     """
     fast = False
     if (
-        type(x) is np.ndarray
-        and (saturate is True or saturate is False)
-        and seed is None
-        and rounding is _NEAREST_EVEN
-        and random_bits is _RANDOM_BITS
-        and round_mode is _UP
-        and flush_subnormals is False
-        and flush_subnormal_inputs is False
-    ):  # fmt: skip  (the small-call fast path, as in fp8kit.encode)
+        type(x) is np.ndarray and (saturate is True or saturate is False) and seed is None
+        and rounding is _NEAREST_EVEN and random_bits is _RANDOM_BITS and round_mode is _UP
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    ):  # fmt: skip
         try:
             plan = _FAST_CAST.get((to, x.dtype, saturate, rules))
         except TypeError:  # an unhashable argument: the full path every time

@@ -630,14 +630,10 @@ def round_to(
     """
     fast = False
     if (
-        type(x) is _ndarray
-        and (saturate is True or saturate is False)
-        and seed is None
-        and rounding is _NEAREST_EVEN
-        and random_bits is _RANDOM_BITS
-        and flush_subnormals is False
-        and flush_subnormal_inputs is False
-    ):  # fmt: skip  (as in encode)
+        type(x) is _ndarray and (saturate is True or saturate is False) and seed is None
+        and rounding is _NEAREST_EVEN and random_bits is _RANDOM_BITS
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    ):  # fmt: skip
         try:
             plan = _FAST_ROUND.get(
                 (fmt, x.dtype, saturate) if out is None else (fmt, x.dtype, saturate, out.dtype)
@@ -760,14 +756,10 @@ def astype(
     """
     fast = False
     if (
-        type(x) is _ndarray
-        and (saturate is True or saturate is False)
-        and seed is None
-        and rounding is _NEAREST_EVEN
-        and random_bits is _RANDOM_BITS
-        and flush_subnormals is False
-        and flush_subnormal_inputs is False
-    ):  # fmt: skip  (as in encode)
+        type(x) is _ndarray and (saturate is True or saturate is False) and seed is None
+        and rounding is _NEAREST_EVEN and random_bits is _RANDOM_BITS
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    ):  # fmt: skip
         plan = _fast_lookup(_FAST_ASTYPE, (fmt, x.dtype, saturate))
         if plan:
             if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
@@ -798,7 +790,6 @@ def astype(
         raise TypeError(
             f"astype: format {fmt.name!r} has no numpy/ml_dtypes dtype; use encode() for its codes"
         )
-
     codes = np.asarray(
         encode(
             x, fmt, saturate=saturate, rounding=rounding, seed=seed, random_bits=random_bits,
