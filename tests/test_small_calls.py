@@ -170,6 +170,7 @@ def test_fast_paths_exhaustive_bits_with_and_without_out(fmt, src, saturate):
         want, got = both(lambda: fp8kit.astype(x, fmt, saturate=saturate))
         same(want, got)
         assert got.dtype == f.dtype
+        assert fp8kit.astype(x, fmt, saturate=saturate).base is not None  # a view, as before
         typed = np.empty(x.shape, f.dtype)
         same(*both(lambda: fp8kit.encode(x, fmt, saturate=saturate, out=typed).copy()))
 
