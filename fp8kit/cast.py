@@ -38,7 +38,7 @@ from ._casttypes import (
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
-from .codec import decode, encode
+from .codec import _FAST_ENCODE, _run_plan, decode, encode
 from .formats import _P3109_ONLY, FloatFormat, get_format
 
 __all__ = [
@@ -212,6 +212,33 @@ def cast(
     >>> fp8kit.cast(np.array([0.5, 3, -6], ml_dtypes.float4_e2m1fn), "int8").tolist()
     [0, 3, -6]
     """
+    fast = False
+    if (
+        type(x) is np.ndarray and (saturate is True or saturate is False) and seed is None
+        and rounding is _NEAREST_EVEN and random_bits is _RANDOM_BITS and round_mode is _UP
+        and flush_subnormals is False and flush_subnormal_inputs is False
+    ):  # fmt: skip
+        try:
+            plan = _FAST_CAST.get((to, x.dtype, saturate, rules))
+        except TypeError:  # an unhashable argument: the full path every time
+            plan = False
+        if plan:
+            if x.ndim == 1:  # (as in fp8kit.encode: _run_plan inlined)
+                xf = x.flags
+                n = x.size
+                if (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL:
+                    ep, prm, lut, table, res_dtype = plan
+                    res = _empty(n, res_dtype)
+                    if prm is None:
+                        ep(x, lut, table, res, 1)
+                    else:
+                        ep(prm, x, lut, table, res, 1)
+                    return res
+            else:
+                res = _run_plan(plan, x, None)
+                if res is not None:
+                    return res
+        fast = plan is None
     kind = _backends.kind_of(x)
     if kind != "numpy":
         return _backends.call(
@@ -262,7 +289,40 @@ def cast(
     if src.kind == "bool":
         # "Casting from bool to floating point: {1.0, 0.0}; fixed point: {1, 0}."
         return _numeric(arr.astype(np.uint8), CAST_TYPES["uint8"], dst, sat, None, how)
-    return _numeric(arr, src, dst, sat, None, how)
+    res = _numeric(arr, src, dst, sat, None, how)
+    if fast and arr is x and src.name == "float32":
+        _record_plan((to, x.dtype, saturate, rules), x, dst, sat, how)
+    return res
+
+
+#: The small-call fast path of cast (see fp8kit.codec's): a plan per (to, dtype, saturate,
+#: rules), for the casts from float32 that are exactly one encode of the codes (no fix-up
+#: that depends on the data), recorded by the first fully checked call.
+_FAST_CAST: dict = {}
+_NEAREST_EVEN = "nearest_even"
+_RANDOM_BITS = 16
+_UP = "up"
+_SMALL = _parallel.PARALLEL_THRESHOLD
+_empty = np.empty
+
+
+def _record_plan(key: tuple, x: np.ndarray, dst: CastType, sat: bool, how: _Rules) -> None:
+    if dst.kind != "float":
+        return
+    if dst.name in ("bfloat16", "float16"):
+        sat = False  # as _float_to_float
+    elif dst.is_float8 or dst.is_finite_only:
+        fmt = get_format(dst.name)
+        if sat and fmt.specials == "fnuz" and not how.fnuz_inf_nan:
+            return  # +-Inf replaced first, where the data has it
+        if dst.name == _FLOAT4 and how.float4_nan_six:
+            return  # NaN codes replaced after
+    else:
+        return
+    # the plan that _float_to_float's encode call just recorded, its result typed
+    plan = _FAST_ENCODE.get((dst.name, x.dtype, sat))
+    if plan is not None:
+        _FAST_CAST[key] = plan[:4] + (dst.dtype,)
 
 
 def _format_of(t: CastType):
