@@ -17,6 +17,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
+from ._kernels.decode import decode_f32_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -438,7 +439,10 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         _check_out(out, arr.shape, (dt,), "decode")
     table = decode_table(fmt, dt)
     bf16_shift = fmt == _BFLOAT16 and dt == np.float32
-    kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
+    # float32 output by the fields' formula (vectorized), else the table
+    kernel = None if bf16_shift or dt != np.float32 else decode_f32_kernel(fmt, arr.dtype)
+    if kernel is None:
+        kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
     # (codes checked against the format's range depend on the data: no fast path for them)
     direct = fast and (
         codes.dtype in _FORMAT_DTYPES or (codes.dtype == fmt.code_dtype and fmt.bits in (8, 16))
