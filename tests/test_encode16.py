@@ -16,10 +16,14 @@ SATURATE = [True, False, "propagate"]
 ALL16 = np.arange(1 << 16, dtype=np.uint16)
 
 
+def _code(fmt):
+    return np.uint8 if fmt.bits <= 8 else np.uint16
+
+
 def _old(fmt, dt, sat, bits):
     kernel, pl = encode_kernel(fmt, dt, sat)
     assert not pl.widen_first
-    out = np.empty(bits.size, np.uint8)
+    out = np.empty(bits.size, _code(fmt))
     lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
     kernel.serial(bits, lut, dummy(np.uint8), out)
     return out
@@ -32,7 +36,7 @@ def test_every_16bit_input_matches_the_float32_kernel(fmt, dt):
         kernel = encode16_kernel(fmt, dt, sat)
         if kernel is None:
             continue
-        got = np.empty(ALL16.size, np.uint8)
+        got = np.empty(ALL16.size, _code(fmt))
         kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
         np.testing.assert_array_equal(got, _old(fmt, dt, sat, ALL16), err_msg=str(sat))
 
@@ -58,6 +62,15 @@ def test_common_formats_take_the_16bit_kernel_through_encode(name, dt):
     out = np.empty(bits.size, np.uint8)
     fp8kit.encode(bits.view(dt), fmt, saturate=False, out=out)
     np.testing.assert_array_equal(out, _old(fmt, dt, False, bits))
+
+
+def test_float16_to_bfloat16_takes_its_kernel():
+    """float16 -> bfloat16 (covered exhaustively above) has a kernel of its own."""
+    for sat in SATURATE:
+        assert encode16_kernel(fp8kit.get_format("bfloat16"), np.float16, sat) is not None
+    x = np.tile(ALL16, 5).view(np.float16)
+    want = _old(fp8kit.get_format("bfloat16"), np.dtype(np.float16), True, x.view(np.uint16))
+    np.testing.assert_array_equal(fp8kit.encode(x, "bfloat16"), want)
 
 
 def test_other_options_keep_the_float32_kernels():
