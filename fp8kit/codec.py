@@ -19,7 +19,6 @@ from ._kernels.codec import (
 )
 from ._kernels.decode import decode_f32_kernel
 from ._kernels.encode16 import encode16_kernel
-from ._kernels.encode64 import encode64_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -322,12 +321,8 @@ def encode(
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
-        # bfloat16/float16 input rounded on 16-bit lanes, float64 input on the high
-        # words' 32-bit lanes, where the format fits (same bits)
-        if x.dtype == np.float64:
-            kernel = encode64_kernel(fmt, sat) or kernel
-        else:
-            kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
+        # bfloat16/float16 input rounded on 16-bit lanes where the format fits (same bits)
+        kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
