@@ -20,6 +20,8 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
+from ._kernels.decode import decode_f32_kernel
+from ._kernels.encode16 import encode16_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -409,6 +411,8 @@ def encode(
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
+        # bfloat16/float16 input rounded on 16-bit lanes where the format fits (same bits)
+        kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
@@ -561,7 +565,10 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         _check_out(out, arr.shape, (dt,), "decode")
     table = decode_table(fmt, dt)
     bf16_shift = fmt == _BFLOAT16 and dt == np.float32
-    kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
+    # float32 output by the fields' formula (vectorized), else the table
+    kernel = None if bf16_shift or dt != np.float32 else decode_f32_kernel(fmt, arr.dtype)
+    if kernel is None:
+        kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
     # (codes checked against the format's range depend on the data: no fast path for them)
     direct = fast and (
         codes.dtype in _FORMAT_DTYPES or (codes.dtype == fmt.code_dtype and fmt.bits in (8, 16))

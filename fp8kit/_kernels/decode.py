@@ -1,0 +1,180 @@
+"""Decode to float32 by arithmetic on the code's fields, not by a table read.
+
+A 256-entry table read is a gather, which LLVM's cost model declines here: the table kernel
+stays a scalar loop at about one element per cycle (decode float8_e4m3fn -> float32, 16M
+elements, one thread: 0.41-0.52 of the streaming limit).  The fields of a code map to
+float32 bits with a shift and an add (normal codes), an integer -> float conversion and a
+multiply by a power of two (subnormal codes: exact, and the product is a float32 normal, so a
+flush-to-zero/denormals-are-zero mode cannot change it) and three compares for the special
+codes: every step is a vector instruction on 16 lanes.  The format's constants are a run-time
+argument, so one compiled kernel (per code width) serves every format.  A format the formula
+does not reproduce exactly (checked against the table with numpy, once per format) keeps the
+table kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from ..formats import FloatFormat
+from .bits import as_bits, as_float, cast_like, chunk_range, chunks, prefer_512, shl
+from .codec import Kernel, _array, source_version
+
+_INF32 = np.uint32(0x7F800000)
+_QNAN32 = np.uint32(0x7FC00000)
+_NEVER = 0xFFFFFFFF  # a code no format has: disables a special-code rule
+_NPARAMS = 11
+
+
+@intrinsic
+def _u32_to_f32(typingctx, value):
+    """An unsigned integer's low 32 bits -> float32 (exact below 2**24): one conversion
+    instruction on 32-bit lanes, and cheaper to compile cold than ``np.float32(value)``."""
+    if not isinstance(value, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        x = args[0]
+        if x.type.width > 32:
+            x = builder.trunc(x, i32)
+        elif x.type.width < 32:
+            x = builder.zext(x, i32)
+        return builder.uitofp(x, ir.FloatType())
+
+    return types.float32(value), codegen
+
+
+def _params(fmt: FloatFormat) -> list[int] | None:
+    """The kernel's constants for ``fmt`` (see :func:`_model`), or None when the formula does
+    not apply (wider than 16 bits, or subnormals below float32's normal range)."""
+    if fmt.bits > 16 or fmt.mantissa_bits > 23:
+        return None
+    m, bias = fmt.mantissa_bits, fmt.bias
+    sub_exp = 1 - bias - m  # the subnormal spacing
+    if m > 0 and sub_exp < -126:
+        return None
+    specials = fmt.specials
+    # one code (of the magnitude) with a value of its own: +Inf, or for the unsigned
+    # power-of-two formats code 0 (no zero: 2**-bias, a float32 subnormal for e8m0)
+    if fmt.has_inf:
+        sp_code, sp_bits = fmt.inf_code, int(_INF32)
+    elif specials == "unsigned":
+        sp_code, sp_bits = 0, int(np.float32(2.0**-bias).view(np.uint32))
+    else:
+        sp_code, sp_bits = _NEVER, 0
+    # with no mantissa bits the only subnormal code is zero: a scale of 1 keeps the product
+    # exact without a subnormal constant
+    scale = np.float32(2.0**sub_exp) if m > 0 else np.float32(1.0)
+    if specials == "ieee":
+        nan_lo = fmt.inf_code + 1
+    elif specials == "fn" or not fmt.signed:
+        nan_lo = fmt.magnitude_mask  # all ones (fn: of the magnitude)
+    else:
+        nan_lo = _NEVER
+    nz_code = fmt.sign_mask if specials in ("fnuz", "signed_finite", "extended") else _NEVER
+    return [
+        fmt.magnitude_mask,
+        0x80000000 if fmt.signed else 0,
+        32 - fmt.bits,  # sign bit -> bit 31
+        23 - m,
+        ((127 - bias) << 23) & 0xFFFFFFFF,
+        1 << m,  # smallest normal magnitude code (unsigned formats: 1)
+        int(scale.view(np.uint32)),
+        sp_code,
+        sp_bits,
+        nan_lo,
+        nz_code,
+    ]
+
+
+def _model(prm: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """The kernel's formula in numpy (uint32/float32 arithmetic), to check a format's
+    constants against its table before the kernel is trusted with them."""
+    mag_mask, sign_bit, sign_shift, sh, adj, min_norm, scale, sp_code, sp_bits, nan_lo, nz = (
+        prm.astype(np.uint32)
+    )
+    v = codes.astype(np.uint32)
+    a = v & mag_mask
+    s = (v << sign_shift) & sign_bit
+    norm = (a << sh) + adj
+    sub = (a.astype(np.float32) * scale.view(np.float32)).view(np.uint32)
+    r = np.where(a < min_norm, sub, norm)
+    r = np.where(a == sp_code, sp_bits, r)
+    r = np.where((a >= nan_lo) | (v == nz), _QNAN32, r)
+    return r | s
+
+
+@functools.cache
+def decode_params(fmt: FloatFormat) -> np.ndarray | None:
+    """The read-only constants of :func:`decode_f32_kernel` for ``fmt``, or None if the
+    table must decode it (the formula checked against every code's table entry)."""
+    from .tables import decode_table
+
+    p = _params(fmt)
+    if p is None:
+        return None
+    prm = np.array(p, np.uint32)
+    n = 1 << fmt.bits
+    want = decode_table(fmt, np.dtype(np.float32))[:n]
+    if not np.array_equal(_model(prm, np.arange(n)), want):
+        return None
+    prm.flags.writeable = False
+    return prm
+
+
+@functools.cache
+def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
+    """Kernel decoding ``code_dtype`` codes of ``fmt`` to float32 bits by the formula (same
+    call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read),
+    or None where the table kernel must do it."""
+    code_dtype = np.dtype(code_dtype)
+    prm = decode_params(fmt)
+    if prm is None or code_dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
+        return None
+    sig = types.void(
+        _array(np.uint32, readonly=True),
+        _array(code_dtype, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(np.uint32),
+        types.intp,
+    )
+    version = source_version()
+    return Kernel(_make, sig, ("decode_f32", code_dtype.str, version), prm)
+
+
+def _make(parallel):
+    version = source_version()
+    one = np.uint32(1)
+    qnan = _QNAN32
+
+    def kernel(prm, x, lut, table, out, nchunks):
+        if version == 0 or parallel is None:  # never true; see source_version
+            return
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        mag_mask, sign_bit, sign_shift, sh, adj = prm[0], prm[1], prm[2], prm[3], prm[4]
+        min_norm, scale, sp_code, sp_bits = prm[5], as_float(prm[6]), prm[7], prm[8]
+        nan_lo, nz_code = prm[9], prm[10]
+        step = (x.size + nchunks - 1) // nchunks
+        for c in range(c_first, c_stop):
+            prefer_512()
+            xc, oc = chunks(x, out, c, step)
+            for j in range(xc.size):
+                v = cast_like(xc[j], one)
+                a = v & mag_mask
+                norm = cast_like(shl(a, sh, one) + adj, one)
+                sub = as_bits(_u32_to_f32(a) * scale)
+                r = sub if a < min_norm else norm
+                r = sp_bits if a == sp_code else r
+                r = qnan if a >= nan_lo else r
+                r = qnan if v == nz_code else r
+                # (shift, then mask: one and-or instruction with the or below)
+                oc[j] = r | (shl(v, sign_shift, one) & sign_bit)
+
+    return kernel

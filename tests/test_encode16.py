@@ -1,0 +1,81 @@
+"""bfloat16/float16 -> 8-bit formats rounded on 16-bit lanes (fp8kit._kernels.encode16) give
+exactly the codes of the float32 kernels, on all 65,536 inputs, for every registered format
+and saturation the 16-bit kernel takes."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit._kernels.codec import LOAD_LUT, dummy, encode_kernel, f16_lut
+from fp8kit._kernels.encode16 import encode16_kernel
+from fp8kit.formats import registered_formats
+
+DTYPES = [np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)]
+SATURATE = [True, False, "propagate"]
+ALL16 = np.arange(1 << 16, dtype=np.uint16)
+
+
+def _code(fmt):
+    return np.uint8 if fmt.bits <= 8 else np.uint16
+
+
+def _old(fmt, dt, sat, bits):
+    kernel, pl = encode_kernel(fmt, dt, sat)
+    assert not pl.widen_first
+    out = np.empty(bits.size, _code(fmt))
+    lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+    kernel.serial(bits, lut, dummy(np.uint8), out)
+    return out
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("fmt", list(registered_formats().values()), ids=lambda f: f.name)
+def test_every_16bit_input_matches_the_float32_kernel(fmt, dt):
+    for sat in SATURATE:
+        kernel = encode16_kernel(fmt, dt, sat)
+        if kernel is None:
+            continue
+        got = np.empty(ALL16.size, _code(fmt))
+        kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
+        np.testing.assert_array_equal(got, _old(fmt, dt, sat, ALL16), err_msg=str(sat))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize(
+    "name",
+    ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3",
+     "float4_e2m1fn", "float6_e3m2fn", "p3109_k8p4se", "p3109_k8p3ue"],
+)  # fmt: skip
+def test_common_formats_take_the_16bit_kernel_through_encode(name, dt):
+    """The common formats are routed to it, and fp8kit.encode on a threaded array (several
+    chunks) gives the float32 kernel's codes."""
+    fmt = fp8kit.get_format(name)
+    if name in ("float8_e5m2fnuz", "p3109_k8p3ue") and dt == np.float16:
+        # (range beyond float16's: the float32 kernels)
+        assert encode16_kernel(fmt, dt, True) is None
+        return
+    assert encode16_kernel(fmt, dt, True) is not None
+    bits = np.tile(ALL16, 5)[: (1 << 18) + 7]
+    got = fp8kit.encode(bits.view(dt), fmt)
+    np.testing.assert_array_equal(got, _old(fmt, dt, True, bits))
+    out = np.empty(bits.size, np.uint8)
+    fp8kit.encode(bits.view(dt), fmt, saturate=False, out=out)
+    np.testing.assert_array_equal(out, _old(fmt, dt, False, bits))
+
+
+def test_float16_to_bfloat16_takes_its_kernel():
+    """float16 -> bfloat16 (covered exhaustively above) has a kernel of its own."""
+    for sat in SATURATE:
+        assert encode16_kernel(fp8kit.get_format("bfloat16"), np.float16, sat) is not None
+    x = np.tile(ALL16, 5).view(np.float16)
+    want = _old(fp8kit.get_format("bfloat16"), np.dtype(np.float16), True, x.view(np.uint16))
+    np.testing.assert_array_equal(fp8kit.encode(x, "bfloat16"), want)
+
+
+def test_other_options_keep_the_float32_kernels():
+    x = np.linspace(-500, 500, 10001).astype(ml_dtypes.bfloat16)
+    want = fp8kit.encode(x.astype(np.float32), "float8_e4m3fn", rounding="toward_zero")
+    np.testing.assert_array_equal(fp8kit.encode(x, "float8_e4m3fn", rounding="toward_zero"), want)
+    want = fp8kit.encode(x.astype(np.float32), "float8_e4m3fn", flush_subnormals=True)
+    np.testing.assert_array_equal(fp8kit.encode(x, "float8_e4m3fn", flush_subnormals=True), want)
