@@ -15,6 +15,7 @@ vectorizing (measured 3x slower).
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import types as pytypes
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import numpy as np
 from numba import from_dtype, njit, types
 
 from ..formats import FloatFormat
+from .flatten import flatten
 from .bits import (
     as_float,
     cast_like,
@@ -305,6 +307,7 @@ def dummy(dtype) -> np.ndarray:
     return _DUMMY[dtype]
 
 
+_FLATTEN = os.environ.get("FP8KIT_FLATTEN", "1") != "0"
 _BUILT: dict = {}  # compiled functions shared by kernels of equal keys
 _BUILD_LOCK = threading.RLock()
 
@@ -339,6 +342,8 @@ class Kernel:
 
     def _compile(self):
         func = self._make(False)
+        if _FLATTEN:
+            func = flatten(func)
         opts = {**_JIT, **self._options}
         try:
             return njit(self._sig, **opts)(func)
