@@ -342,15 +342,18 @@ class Kernel:
 
     def _compile(self):
         func = self._make(False)
-        if _FLATTEN:
-            func = flatten(func)
         opts = {**_JIT, **self._options}
         try:
-            return njit(self._sig, **opts)(func)
+            disp = njit(**opts)(func)
         except RuntimeError as exc:  # no writable cache location (read-only install)
             if "cannot cache" not in str(exc):
                 raise
-            return njit(self._sig, **{**opts, "cache": False})(func)
+            disp = njit(**{**opts, "cache": False})(func)
+        if _FLATTEN:
+            _compile_flattened(disp, func)
+        disp.compile(self._sig)
+        disp.disable_compile()
+        return disp
 
     def build(self, parallel: bool = False):
         """The compiled function (``parallel`` is ignored: one build serves both)."""
@@ -368,6 +371,29 @@ class Kernel:
 
     def serial(self, x, lut, table, out) -> None:
         self.build()(x, lut, table, out, 1)
+
+
+def _compile_flattened(disp, func) -> None:
+    """Make ``disp`` compile :func:`fp8kit._kernels.flatten.flatten` of ``func`` instead of
+    ``func`` itself, only when its disk cache misses.
+
+    The cache still keys the machine code by ``func`` (its bytecode and closure values):
+    the flattened source is a function of exactly those and of the kernel sources, whose
+    hash every kernel closes over (:func:`source_version`), so the key stays correct, and
+    a warm cache loads without flattening anything (~5-50 ms a kernel)."""
+    compiler = getattr(disp, "_compiler", None)
+    if getattr(compiler, "py_func", None) is not func or not hasattr(compiler, "compile"):
+        return  # pragma: no cover - other Numba internals: the helper-built kernel
+    plain = compiler.compile
+
+    def compile_flat(args, return_type):
+        compiler.py_func = flatten(func)
+        try:
+            return plain(args, return_type)
+        finally:
+            compiler.py_func = func
+
+    compiler.compile = compile_flat
 
 
 def compiled_count() -> int:
@@ -761,6 +787,8 @@ def encode_mode_kernel(
     key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
            use_magic, sp_magic, fmt.bits <= 8, int(det_mode))  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
+    det_buf = _LOOKUP_BLOCK if lookup else 1
+    sr_buf = 4 * K
 
     def make(parallel):
         # The kernel calls module-level functions only: a kernel closing over a dispatcher
@@ -789,12 +817,14 @@ def encode_mode_kernel(
             n = x.size
             if not stochastic:
                 step = (n + nchunks - 1) // nchunks
-                buf = np.empty(_LOOKUP_BLOCK if lookup else 1, code_type)
+                # (stack buffers, comparisons: np.empty, min and max compile overloads on
+                # a cold first call, ~85 ms and ~20 ms each)
+                buf = stack_buffer(det_buf, code_type)
                 for c in range(c_first, c_stop):
                     prefer_512()  # see bits.prefer_512
                     xc, oc = chunk(x, c, step), chunk(out, c, step)
                     # (with lookup: codes through a buffer, as in encode_kernel)
-                    blk = _LOOKUP_BLOCK if lookup else max(xc.size, 1)
+                    blk = _LOOKUP_BLOCK if lookup else (xc.size if xc.size > 1 else 1)
                     for b0 in range(0, xc.size, blk):
                         xs, os = xc[b0 : b0 + blk], oc[b0 : b0 + blk]
                         for j in range(xs.size):
@@ -821,18 +851,20 @@ def encode_mode_kernel(
             end = offset + n
             for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512 (Philox's 64-bit products gain most)
-                buf = np.empty((4, K), np.uint32)
+                buf = stack_buffer(sr_buf, np.uint32)  # buf[t * K + g]: see fill_block
                 # the chunk's global range, its inner bounds on block boundaries
                 glo = offset
                 if c > 0:
-                    glo = min(end, (offset + c * step + block - 1) // block * block)
+                    glo = (offset + c * step + block - 1) // block * block
+                    glo = glo if glo < end else end
                 ghi = end
                 if c < nchunks - 1:
-                    ghi = min(end, (offset + (c + 1) * step + block - 1) // block * block)
+                    ghi = (offset + (c + 1) * step + block - 1) // block * block
+                    ghi = ghi if ghi < end else end
                 gb = glo // block * block
                 while gb < ghi:
-                    lo = max(gb, glo)
-                    hi = min(gb + block, ghi)
+                    lo = gb if gb > glo else glo
+                    hi = gb + block if gb + block < ghi else ghi
                     if fused and lo == gb and hi == gb + block:
                         # a whole block: call g's four words serve element g of each of the
                         # block's 4 * split runs, in one vectorized loop; generating and
@@ -869,12 +901,12 @@ def encode_mode_kernel(
                         for t in range(4):
                             for h in range(split):
                                 s0 = gb + (t * split + h) * K
-                                r0 = max(s0, lo)
-                                r1 = min(s0 + K, hi)
+                                r0 = s0 if s0 > lo else lo
+                                r1 = s0 + K if s0 + K < hi else hi
                                 if r0 < r1:
                                     xs = x[r0 - offset : r1 - offset]
                                     os = out[r0 - offset : r1 - offset]
-                                    words = buf[t, r0 - s0 : r1 - s0]
+                                    words = buf[t * K + r0 - s0 : t * K + r1 - s0]
                                     for j in range(xs.size):
                                         v = load_bits(xs, j, lut, load, one)
                                         rnd = word_part(words[j], cast_like(h, k0), split)

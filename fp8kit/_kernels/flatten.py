@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import itertools
 import operator
+import os
 import textwrap
 
 import numpy as np
@@ -40,6 +41,18 @@ def _plain(value) -> bool:
     if isinstance(value, tuple):
         return all(_plain(v) for v in value)
     return isinstance(value, _PLAIN)
+
+
+def _pure_calls():
+    from . import bits
+
+    return {
+        bits.as_float, bits.as_bits, bits.cast_like, bits.shr, bits.shl,
+        bits.half_to_single_bits, bits.widen32, bits.to_unsigned_truncated, min, max,
+    }  # fmt: skip
+
+
+_PURE_CALLS: set = set()
 
 
 def _is_inline(obj) -> bool:
@@ -56,21 +69,23 @@ def _source(func) -> ast.FunctionDef:
     return node
 
 
-def _assigned(node: ast.FunctionDef) -> set[str]:
+@functools.cache
+def _assigned(node: ast.FunctionDef) -> frozenset[str]:
     names = {a.arg for a in node.args.args}
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
             names.add(sub.id)
-    return names
+    return frozenset(names)
 
 
-def _stored_params(node: ast.FunctionDef) -> set[str]:
+@functools.cache
+def _stored_params(node: ast.FunctionDef) -> frozenset[str]:
     params = {a.arg for a in node.args.args}
-    return {
+    return frozenset(
         sub.id
         for sub in ast.walk(node)
         if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in params
-    }
+    )
 
 
 class _Unsupported(Exception):
@@ -139,8 +154,24 @@ class _Flattener:
                     return ast.copy_location(ast.Name(fl.marker(value), n.ctx), n)
                 return ast.copy_location(ast.Name(fl._intern(fl.globals, n.id, value), n.ctx), n)
 
-        body = [s for s in copy.deepcopy(node.body) if not _is_docstring(s)]
-        return [Rename().visit(s) for s in body]
+        rename = Rename()
+
+        def rebuild(n):
+            # (a copy and the renaming in one pass: deepcopy plus a NodeTransformer
+            # measured 3x slower)
+            if type(n) is ast.Name:
+                return rename.visit_Name(n)
+            new = type(n).__new__(type(n))
+            for f in n._fields:
+                v = getattr(n, f, None)
+                if isinstance(v, ast.AST):
+                    v = rebuild(v)
+                elif isinstance(v, list):
+                    v = [rebuild(x) if isinstance(x, ast.AST) else x for x in v]
+                setattr(new, f, v)
+            return new
+
+        return [rebuild(s) for s in node.body if not _is_docstring(s)]
 
     def marker(self, disp):
         name = f"__inline_{id(disp)}"
@@ -266,7 +297,10 @@ class _Flattener:
     def expr(self, e):
         """(statements to run first, the expression) for ``e`` with its inline calls
         spliced in: calls are hoisted in evaluation order."""
-        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in self.inline:
+        t = type(e)
+        if t is ast.Name or t is ast.Constant:
+            return [], e
+        if t is ast.Call and type(e.func) is ast.Name and e.func.id in self.inline:
             return self.call(self.inline[e.func.id], e)
         if isinstance(e, ast.IfExp):
             c = self.fold(self.simplify_bool(e.test))
@@ -398,21 +432,20 @@ def flatten(kernel):
     """``kernel`` (a Python function for :func:`numba.njit`) with every inline helper it
     calls, directly or through other helpers, written into its body; see the module
     docstring.  Returns a new function with the same name, file and first line."""
+    if not _PURE_CALLS:
+        _PURE_CALLS.update(_pure_calls())
     fl = _Flattener()
     node = _source(kernel)
     fl.reserved = _assigned(node)
     body = fl.localize(kernel, node, "", {})
     body = fl.block(body)
-    body = optimize(body, [a.arg for a in node.args.args], fl)
+    if os.environ.get("FP8KIT_FLAT_OPT", "1") != "0":
+        body = optimize(body, [a.arg for a in node.args.args], fl)
     # Numba's disk cache keys a function by its bytecode and its closure values.  Folding
     # drops some closure names from the code (the branches they chose are in the code
     # instead, but a changed constant may not change the bytecode): one int closing over
     # the flattened source and every closure value keeps them all in the key.
-    text = ast.unparse(ast.fix_missing_locations(ast.Module(body, type_ignores=[])))
-    digest = hashlib.sha256(text.encode())
-    for name in sorted(fl.free):
-        digest.update(f"{name}={fl.free[name]!r};".encode())
-    key_name = fl._intern(fl.free, "flat_key", int.from_bytes(digest.digest()[:6], "little") + 1)
+    key_name = fl._intern(fl.free, "flat_key", object())
     body.insert(0, ast.parse(f"if {key_name} == 0:\n    return").body[0])
     free = sorted(fl.free)
     fdef = ast.FunctionDef(
@@ -436,7 +469,12 @@ def flatten(kernel):
     )
     mod = ast.fix_missing_locations(ast.Module([factory], type_ignores=[]))
     source = ast.unparse(mod)
-    code = compile(source, kernel.__code__.co_filename, "exec")
+    digest = hashlib.sha256(source.encode())
+    for name in free:
+        if name != key_name:
+            digest.update(f"{name}={fl.free[name]!r};".encode())
+    fl.free[key_name] = int.from_bytes(digest.digest()[:6], "little") + 1
+    code = compile(mod, kernel.__code__.co_filename, "exec")
     scope = dict(fl.globals)
     scope["__name__"] = kernel.__module__
     exec(code, scope)
@@ -449,50 +487,80 @@ def flatten(kernel):
 
 
 
-class _Uses:
-    """Where each name of a flattened function is stored and loaded: structural
-    positions (a path of (statement list, index) pairs), for a dominance test that holds
-    within one loop iteration."""
+def _children(n):
+    out = []
+    for f in n._fields:
+        v = getattr(n, f, None)
+        if isinstance(v, ast.AST):
+            out.append(v)
+        elif isinstance(v, list):
+            out.extend(x for x in v if isinstance(x, ast.AST))
+    return out
+
+
+class _Info:
+    """Where each name of a flattened function is stored and loaded: structural positions
+    (a path of (statement list, index) pairs), for a dominance test that holds within one
+    loop iteration; and the parent of each load."""
 
     def __init__(self, body, params):
-        self.stores: dict[str, list] = {}
+        self.stores: dict[str, list] = {p: [((), None)] for p in params}
         self.loads: dict[str, list] = {}
-        self.unstable: set[str] = set()  # loop targets, augmented and subscript stores
-        for p in params:
-            self.stores.setdefault(p, []).append(((), None))
-        self._walk(body, ())
+        self.unstable: set[str] = set()  # loop targets and augmented stores
+        self._stmts(body, ())
 
-    def _walk(self, stmts, path):
+    def _stmts(self, stmts, path):
+        key = id(stmts)
         for i, s in enumerate(stmts):
-            here = path + ((id(stmts), i),)
-            if isinstance(s, ast.For):
+            here = path + ((key, i),)
+            t = type(s)
+            if t is ast.For:
                 for n in ast.walk(s.target):
-                    if isinstance(n, ast.Name):
+                    if type(n) is ast.Name:
                         self.unstable.add(n.id)
                         self.stores.setdefault(n.id, []).append((here, s))
-                self._exprs(s.iter, here)
-                self._walk(s.body, here)
-            elif isinstance(s, ast.While):
-                self._exprs(s.test, here)
-                self._walk(s.body, here)
-            elif isinstance(s, ast.If):
-                self._exprs(s.test, here)
-                self._walk(s.body, here + (("body", 0),))
-                self._walk(s.orelse, here + (("orelse", 0),))
+                self._expr(s.iter, s, here)
+                self._stmts(s.body, here)
+            elif t is ast.While:
+                self._expr(s.test, s, here)
+                self._stmts(s.body, here)
+            elif t is ast.If:
+                self._expr(s.test, s, here)
+                self._stmts(s.body, here + (("body", 0),))
+                self._stmts(s.orelse, here + (("orelse", 0),))
+            elif t is ast.Assign:
+                for tgt in s.targets:
+                    self._target(tgt, s, here)
+                self._expr(s.value, s, here)
+            elif t is ast.AugAssign:
+                if type(s.target) is ast.Name:
+                    self.unstable.add(s.target.id)
+                    self.stores.setdefault(s.target.id, []).append((here, s))
+                    self.loads.setdefault(s.target.id, []).append((here, s.target, s))
+                else:
+                    self._target(s.target, s, here)
+                self._expr(s.value, s, here)
             else:
-                for n in ast.walk(s):
-                    if isinstance(n, ast.Name):
-                        if isinstance(n.ctx, ast.Load):
-                            self.loads.setdefault(n.id, []).append((here, n))
-                        else:
-                            self.stores.setdefault(n.id, []).append((here, s))
-                            if isinstance(s, ast.AugAssign):
-                                self.unstable.add(n.id)
+                for c in _children(s):
+                    self._expr(c, s, here)
 
-    def _exprs(self, e, here):
-        for n in ast.walk(e):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
-                self.loads.setdefault(n.id, []).append((here, n))
+    def _target(self, tgt, s, here):
+        t = type(tgt)
+        if t is ast.Name:
+            self.stores.setdefault(tgt.id, []).append((here, s))
+        elif t is ast.Tuple:
+            for x in tgt.elts:
+                self._target(x, s, here)
+        else:  # a subscript store reads its array and index
+            for c in _children(tgt):
+                self._expr(c, tgt, here)
+
+    def _expr(self, e, parent, here):
+        if type(e) is ast.Name:
+            self.loads.setdefault(e.id, []).append((here, e, parent))
+            return
+        for c in _children(e):
+            self._expr(c, e, here)
 
     @staticmethod
     def dominates(store_path, use_path) -> bool:
@@ -506,11 +574,11 @@ class _Uses:
 
     def single(self, name):
         """The (path, statement) of ``name``'s only store if it dominates every load."""
-        st = self.stores.get(name, [])
+        st = self.stores.get(name, ())
         if len(st) != 1 or name in self.unstable:
             return None
-        path, stmt = st[0]
-        if all(self.dominates(path, u) for u, _ in self.loads.get(name, [])):
+        path = st[0][0]
+        if all(self.dominates(path, u[0]) for u in self.loads.get(name, ())):
             return st[0]
         return None
 
@@ -523,163 +591,196 @@ class _Uses:
         return st is not None and self.dominates(st[0], path)
 
 
-def _replace_stmts(body, fn):
-    """Rebuild every statement list: ``fn(stmt)`` returns the statements replacing it."""
-    out = []
-    for s in body:
-        for field in ("body", "orelse"):
-            if isinstance(getattr(s, field, None), list) and not isinstance(s, ast.FunctionDef):
-                setattr(s, field, _replace_stmts(getattr(s, field), fn))
-        out.extend(fn(s))
-    return out
+def _tuple_use(parent, n) -> bool:
+    """Is this load of a tuple an item with a constant index or a whole unpack?"""
+    if type(parent) is ast.Subscript and parent.value is n:
+        return type(parent.slice) is ast.Constant and type(parent.slice.value) is int
+    if type(parent) is ast.Assign and parent.value is n:
+        t = parent.targets[0]
+        return (
+            len(parent.targets) == 1
+            and type(t) is ast.Tuple
+            and all(type(x) is ast.Name for x in t.elts)
+        )
+    return False
 
 
-def _pure(e) -> bool:
-    return isinstance(e, (ast.Name, ast.Constant)) or (
-        isinstance(e, ast.Tuple) and all(_pure(x) for x in e.elts)
-    )
+def _no_effect(e, fl) -> bool:
+    """Can ``e`` be dropped when its value is unused?  (It calls nothing but the scalar
+    bit intrinsics and numpy scalar types: reading an array element has no effect.)"""
+    t = type(e)
+    if t is ast.Name or t is ast.Constant:
+        return True
+    if t is ast.Call:
+        f = e.func
+        if type(f) is ast.Name:
+            obj = fl.globals.get(f.id)
+        elif type(f) is ast.Attribute and type(f.value) is ast.Name:
+            obj = getattr(fl.globals.get(f.value.id), f.attr, None)
+        else:
+            return False
+        if not (obj in _PURE_CALLS or (isinstance(obj, type) and issubclass(obj, np.number))):
+            return False
+    elif t in (ast.NamedExpr, ast.Lambda):
+        return False
+    return all(_no_effect(c, fl) for c in _children(e))
 
 
-def _scalarize(body, params, fl) -> tuple[list, bool]:
-    """One round of copy propagation, scalar replacement of tuples and dead-store removal
-    on a flattened body (Numba types and lowers every tuple, item and copy)."""
-    uses = _Uses(body, params)
-    parents = _parents(body)
+def _name(n):
+    return ast.Name(n, ast.Load())
+
+
+def _round(body, params, fl) -> tuple[list, bool]:
+    """One round of copy propagation, scalar replacement of tuples, constant folding and
+    dead-store removal on a flattened body (Numba types and lowers every tuple, item and
+    copy: fewer statements compile faster)."""
+    info = _Info(body, params)
     subst: dict[str, ast.expr] = {}  # name -> what its loads become
-    drop: set[int] = set()  # id of statements to delete
-    split: dict[int, list] = {}  # id of a tuple store -> its replacement statements
+    drop: set[int] = set()  # statements to delete
+    split: dict[int, list] = {}  # tuple store -> its replacement statements
     items: dict[str, list] = {}  # tuple name -> element expressions
     counter = itertools.count()
-
-    def resolve(e):
-        while isinstance(e, ast.Name) and e.id in subst and not isinstance(subst[e.id], list):
-            e = subst[e.id]
-        return e
-
-    for name in list(uses.stores):
-        st = uses.single(name)
-        if st is None or st[1] is None:
+    for name, st in info.stores.items():
+        if len(st) != 1 or st[0][1] is None:
             continue
-        path, s = st
-        if not (isinstance(s, ast.Assign) and len(s.targets) == 1):
+        s = st[0][1]
+        if type(s) is not ast.Assign or len(s.targets) != 1:
             continue
         tgt = s.targets[0]
-        if not (isinstance(tgt, ast.Name) and tgt.id == name):
+        if type(tgt) is not ast.Name or info.single(name) is None:
             continue
+        path = st[0][0]
         v = s.value
-        if isinstance(v, ast.Constant) or (
-            isinstance(v, ast.Name) and v.id != name and uses.stable_at(v.id, path)
+        if type(v) is ast.Constant or (
+            type(v) is ast.Name and v.id != name and info.stable_at(v.id, path)
         ):
             subst[name] = v
             drop.add(id(s))
-        elif isinstance(v, ast.Tuple) and not any(isinstance(x, ast.Starred) for x in v.elts):
-            loads = uses.loads.get(name, [])
-            ok = all(_tuple_use(n, parents) for _, n in loads)
-            if not ok:
+        elif type(v) is ast.Tuple and not any(type(x) is ast.Starred for x in v.elts):
+            if not all(_tuple_use(par, n) for _, n, par in info.loads.get(name, ())):
                 continue
             elts, new = [], []
             for x in v.elts:
-                if isinstance(x, ast.Constant) or (
-                    isinstance(x, ast.Name) and uses.stable_at(x.id, path)
+                if type(x) is ast.Constant or (
+                    type(x) is ast.Name and info.stable_at(x.id, path)
                 ):
                     elts.append(x)
                 else:
                     tmp = f"{name}__{next(counter)}"
                     new.append(ast.Assign([ast.Name(tmp, ast.Store())], x))
-                    elts.append(ast.Name(tmp, ast.Load()))
+                    elts.append(_name(tmp))
             items[name] = elts
             split[id(s)] = new
-    if not subst and not items:
-        return body, False
 
-    class Sub(ast.NodeTransformer):
-        def visit_Name(self, n):
-            if isinstance(n.ctx, ast.Load) and n.id in subst:
-                return copy.deepcopy(resolve(n))
-            return n
+    def resolve(e):
+        seen = 0
+        while type(e) is ast.Name and e.id in subst and seen < 1000:
+            e, seen = subst[e.id], seen + 1
+        return e
 
-        def visit_Subscript(self, n):
-            if (
-                isinstance(n.value, ast.Name)
-                and n.value.id in items
-                and isinstance(n.ctx, ast.Load)
-            ):
-                return self.visit(copy.deepcopy(items[n.value.id][n.slice.value]))
-            self.generic_visit(n)
-            return n
+    changed = bool(subst or items)
 
-    sub = Sub()
+    def leaf(e):
+        return _name(e.id) if type(e) is ast.Name else ast.Constant(e.value)
 
-    def fix(s):
-        if id(s) in drop:
-            return []
-        if id(s) in split:
-            return [sub.visit(x) for x in split[id(s)]]
-        if (
-            isinstance(s, ast.Assign)
-            and len(s.targets) == 1
-            and isinstance(s.targets[0], ast.Tuple)
-            and isinstance(s.value, ast.Name)
-            and s.value.id in items
-        ):
-            elts = items[s.value.id]
-            return [
-                ast.Assign([t], sub.visit(copy.deepcopy(e)))
-                for t, e in zip(s.targets[0].elts, elts)
-            ]
-        return [sub.visit(s)]
-
-    return _replace_stmts(body, fix), True
-
-
-def _tuple_use(n, parents) -> bool:
-    """Is this load of a tuple an item with a constant index or a whole unpack?"""
-    parent = parents.get(id(n))
-    if isinstance(parent, ast.Subscript) and parent.value is n:
-        return isinstance(parent.slice, ast.Constant) and isinstance(parent.slice.value, int)
-    if isinstance(parent, ast.Assign) and parent.value is n:
-        t = parent.targets[0]
-        return (
-            len(parent.targets) == 1
-            and isinstance(t, ast.Tuple)
-            and all(isinstance(x, ast.Name) for x in t.elts)
-        )
-    return False
-
-
-def _parents(body) -> dict:
-    out = {}
-    for s in body:
-        for node in ast.walk(s):
-            for child in ast.iter_child_nodes(node):
-                out[id(child)] = node
-    return out
-
-
-def _dead_stores(body, params) -> tuple[list, bool]:
-    uses = _Uses(body, params)
-    changed = False
-
-    def fix(s):
+    def rw(e):
         nonlocal changed
-        if isinstance(s, ast.Assign) and len(s.targets) == 1 and _pure(s.value):
-            t = s.targets[0]
-            names = [t] if isinstance(t, ast.Name) else getattr(t, "elts", [None])
-            if all(isinstance(x, ast.Name) and x.id not in uses.loads for x in names):
+        t = type(e)
+        if t is ast.Name:
+            if type(e.ctx) is ast.Load and e.id in subst:
+                return leaf(resolve(e))
+            return e
+        if t is ast.Constant:
+            return e
+        if t is ast.Subscript and type(e.value) is ast.Name and e.value.id in items:
+            return rw(leaf(items[e.value.id][e.slice.value]))
+        if t is ast.IfExp:
+            c = fl.fold(fl.simplify_bool(rw(e.test)))
+            if c is not _FOLD_FAIL:
                 changed = True
-                return []
-        return [s]
+                return rw(e.body if c else e.orelse)
+        for f in e._fields:
+            v = getattr(e, f, None)
+            if isinstance(v, ast.AST):
+                setattr(e, f, rw(v))
+            elif isinstance(v, list):
+                setattr(e, f, [rw(x) if isinstance(x, ast.AST) else x for x in v])
+        return e
 
-    return _replace_stmts(body, fix), changed
+    def dead(s) -> bool:
+        t = s.targets[0]
+        names = [t] if type(t) is ast.Name else getattr(t, "elts", [None])
+        return all(
+            type(x) is ast.Name and x.id not in info.loads and x.id not in subst for x in names
+        ) and _no_effect(s.value, fl)
+
+    def stmts(body):
+        nonlocal changed
+        out = []
+        for s in body:
+            key = id(s)
+            if key in drop:
+                continue
+            if key in split:
+                out.extend(rw(x) for x in split[key])
+                continue
+            t = type(s)
+            if t is ast.Assign:
+                tgt = s.targets[0]
+                if len(s.targets) == 1 and type(tgt) is ast.Tuple:
+                    v = s.value
+                    if type(v) is ast.Name and v.id in items:
+                        out.extend(
+                            ast.Assign([x], rw(leaf(e))) for x, e in zip(tgt.elts, items[v.id])
+                        )
+                        continue
+                    if (
+                        type(v) is ast.Tuple
+                        and len(v.elts) == len(tgt.elts)
+                        and all(type(x) is ast.Name for x in tgt.elts)
+                    ):
+                        names = {x.id for x in tgt.elts}
+                        if not any(type(n) is ast.Name and n.id in names for n in ast.walk(v)):
+                            changed = True
+                            out.extend(ast.Assign([x], rw(y)) for x, y in zip(tgt.elts, v.elts))
+                            continue
+                if len(s.targets) == 1 and dead(s):
+                    changed = True
+                    continue
+                s.value = rw(s.value)
+                s.targets = [rw(x) for x in s.targets]
+                out.append(s)
+            elif t is ast.If:
+                test = fl.simplify_bool(rw(s.test))
+                c = fl.fold(test)
+                if c is not _FOLD_FAIL:
+                    changed = True
+                    out.extend(stmts(s.body if c else s.orelse))
+                    continue
+                s.test = test
+                s.body = stmts(s.body) or [ast.Pass()]
+                s.orelse = stmts(s.orelse)
+                out.append(s)
+            elif t is ast.For or t is ast.While:
+                if t is ast.For:
+                    s.iter = rw(s.iter)
+                else:
+                    s.test = rw(s.test)
+                s.body = stmts(s.body) or [ast.Pass()]
+                out.append(s)
+            else:
+                out.append(rw(s))
+            if type(out[-1]) in (ast.Return, ast.Continue, ast.Break):
+                break
+        return out
+
+    return stmts(body), changed
 
 
 def optimize(body, params, fl):
-    """Copy propagation, tuple scalarization, constant folding and dead-store removal,
-    repeated until nothing changes."""
+    """Rounds of :func:`_round` until nothing changes."""
     for _ in range(20):
-        body, a = _scalarize(body, params, fl)
-        body = fl.block(body)
-        body, b = _dead_stores(body, params)
-        if not (a or b):
+        body, changed = _round(body, params, fl)
+        if not changed:
             break
     return body
