@@ -88,8 +88,12 @@ def _stored_params(node: ast.FunctionDef) -> frozenset[str]:
     )
 
 
-class _Unsupported(Exception):
-    pass
+class FlattenError(Exception):
+    """A construct the flattener does not take (the caller compiles the helper-built
+    kernel instead)."""
+
+
+_Unsupported = FlattenError
 
 
 _FOLD_FAIL = object()
