@@ -15,7 +15,6 @@ vectorizing (measured 3x slower).
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import types as pytypes
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ import numpy as np
 from numba import from_dtype, njit, types
 
 from ..formats import FloatFormat
-from .flatten import FlattenError, flatten
 from .bits import (
     as_float,
     cast_like,
@@ -39,6 +37,7 @@ from .bits import (
     prefer_512,
     stack_buffer,
 )
+from .flatten import FlattenError, flatten
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
@@ -307,7 +306,11 @@ def dummy(dtype) -> np.ndarray:
     return _DUMMY[dtype]
 
 
-_FLATTEN = os.environ.get("FP8KIT_FLATTEN", "1") != "0"
+#: Compile kernels flattened (see :mod:`fp8kit._kernels.flatten`); tests switch it off to
+#: compare with the helper-built kernels.
+_FLATTEN = True
+#: Kernels whose flattening failed, (qualified name, reason): compiled helper-built.
+FLATTEN_FALLBACKS: list = []
 _BUILT: dict = {}  # compiled functions shared by kernels of equal keys
 _BUILD_LOCK = threading.RLock()
 
@@ -389,8 +392,10 @@ def _compile_flattened(disp, func) -> None:
     def compile_flat(args, return_type):
         try:
             compiler.py_func = flatten(func)
-        except (OSError, TypeError, FlattenError):  # no source file, or a construct it
-            compiler.py_func = func  # does not take: the helper-built kernel, same code
+        except (OSError, TypeError, ValueError, FlattenError) as exc:  # no source file, or a
+            # construct the flattener does not take: the helper-built kernel, same bits
+            FLATTEN_FALLBACKS.append((func.__qualname__, repr(exc)))
+            compiler.py_func = func
         try:
             return plain(args, return_type)
         finally:

@@ -28,7 +28,6 @@ import hashlib
 import inspect
 import itertools
 import operator
-import os
 import textwrap
 
 import numpy as np
@@ -131,7 +130,8 @@ class _Flattener:
         parameters in ``subst`` replaced, its free and global names interned."""
         local = _assigned(node)
         freevars = func.__code__.co_freevars
-        closure = dict(zip(freevars, (c.cell_contents for c in func.__closure__ or ())))
+        cells = [c.cell_contents for c in func.__closure__ or ()]
+        closure = dict(zip(freevars, cells, strict=True))
         glb = func.__globals__
         fl = self
 
@@ -204,7 +204,7 @@ class _Flattener:
             if left is _FOLD_FAIL:
                 return _FOLD_FAIL
             ops = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Is, ast.IsNot)
-            for op, comp in zip(e.ops, e.comparators):
+            for op, comp in zip(e.ops, e.comparators, strict=True):
                 right = self.fold(comp)
                 if right is _FOLD_FAIL or type(op) not in ops:
                     return _FOLD_FAIL
@@ -354,7 +354,12 @@ class _Flattener:
         pre, e = self.expr(e)
         for s in pre:
             for n in ast.walk(s):
-                if isinstance(n, (ast.Subscript, ast.For, ast.While)):
+                const = (
+                    isinstance(n, ast.Subscript)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id in self.consts  # an item of a constant tuple
+                )
+                if isinstance(n, (ast.Subscript, ast.For, ast.While)) and not const:
                     raise _Unsupported("inline call reading an array in a conditional operand")
         return pre, e
 
@@ -367,7 +372,10 @@ class _Flattener:
         args = list(call.args)
         for kw in call.keywords:
             args.append((kw.arg, kw.value))
-        bound = dict(zip(params, (a for a in args if not isinstance(a, tuple))))
+        positional = [a for a in args if not isinstance(a, tuple)]
+        if len(positional) > len(params):
+            raise _Unsupported(f"{func.__name__}: too many arguments")
+        bound = dict(zip(params, positional, strict=False))
         bound.update(a for a in args if isinstance(a, tuple))
         if set(bound) != set(params):
             raise _Unsupported(f"{func.__name__}: every parameter must be passed")
@@ -388,7 +396,9 @@ class _Flattener:
                 pre.append(ast.Assign([ast.Name(tmp, ast.Store())], value))
                 subst[name] = ast.Name(tmp, ast.Load())
         # (parameters stored in the body keep their own local under the prefix)
-        body = self.localize(func, node, prefix, {k: v for k, v in subst.items() if k not in stored})
+        body = self.localize(
+            func, node, prefix, {k: v for k, v in subst.items() if k not in stored}
+        )
         if stored:
             for name in stored:
                 tmp = prefix + name
@@ -402,8 +412,10 @@ class _Flattener:
 
 
 def _is_docstring(s) -> bool:
-    return isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(
-        s.value.value, str
+    return (
+        isinstance(s, ast.Expr)
+        and isinstance(s.value, ast.Constant)
+        and isinstance(s.value.value, str)
     )
 
 
@@ -443,8 +455,7 @@ def flatten(kernel):
     fl.reserved = _assigned(node)
     body = fl.localize(kernel, node, "", {})
     body = fl.block(body)
-    if os.environ.get("FP8KIT_FLAT_OPT", "1") != "0":
-        body = optimize(body, [a.arg for a in node.args.args], fl)
+    body = optimize(body, [a.arg for a in node.args.args], fl)
     # Numba's disk cache keys a function by its bytecode and its closure values.  Folding
     # drops some closure names from the code (the branches they chose are in the code
     # instead, but a changed constant may not change the bytecode): one int closing over
@@ -463,7 +474,10 @@ def flatten(kernel):
     factory = ast.FunctionDef(
         name="_factory",
         args=ast.arguments(
-            posonlyargs=[], args=[ast.arg(n) for n in free], kwonlyargs=[], kw_defaults=[],
+            posonlyargs=[],
+            args=[ast.arg(n) for n in free],
+            kwonlyargs=[],
+            kw_defaults=[],
             defaults=[],
         ),  # fmt: skip
         body=[fdef, ast.Return(ast.Name(kernel.__name__, ast.Load()))],
@@ -488,7 +502,6 @@ def flatten(kernel):
     func.__module__ = kernel.__module__
     func.__flat_source__ = source
     return func
-
 
 
 def _children(n):
@@ -665,9 +678,7 @@ def _round(body, params, fl) -> tuple[list, bool]:
                 continue
             elts, new = [], []
             for x in v.elts:
-                if type(x) is ast.Constant or (
-                    type(x) is ast.Name and info.stable_at(x.id, path)
-                ):
+                if type(x) is ast.Constant or (type(x) is ast.Name and info.stable_at(x.id, path)):
                     elts.append(x)
                 else:
                     tmp = f"{name}__{next(counter)}"
@@ -735,7 +746,8 @@ def _round(body, params, fl) -> tuple[list, bool]:
                     v = s.value
                     if type(v) is ast.Name and v.id in items:
                         out.extend(
-                            ast.Assign([x], rw(leaf(e))) for x, e in zip(tgt.elts, items[v.id])
+                            ast.Assign([x], rw(leaf(e)))
+                            for x, e in zip(tgt.elts, items[v.id], strict=True)
                         )
                         continue
                     if (
@@ -746,7 +758,10 @@ def _round(body, params, fl) -> tuple[list, bool]:
                         names = {x.id for x in tgt.elts}
                         if not any(type(n) is ast.Name and n.id in names for n in ast.walk(v)):
                             changed = True
-                            out.extend(ast.Assign([x], rw(y)) for x, y in zip(tgt.elts, v.elts))
+                            out.extend(
+                                ast.Assign([x], rw(y))
+                                for x, y in zip(tgt.elts, v.elts, strict=True)
+                            )
                             continue
                 if len(s.targets) == 1 and dead(s):
                     changed = True
