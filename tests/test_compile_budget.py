@@ -70,6 +70,7 @@ def test_flattened_kernels_stay_small(name):
 def test_every_format_flattens(dtype):
     """Every format's encode, round-to and rounding-mode kernels flatten (none falls back
     to the slower-compiling helper-built kernel)."""
+    seen = set()
     for fmt in registered_formats().values():
         kernels = [kc.encode_kernel(fmt, dtype, True)[0]]
         kernels.append(kc.encode_kernel(fmt, dtype, False, table_dtype=U32)[0])
@@ -79,6 +80,9 @@ def test_every_format_flattens(dtype):
             except ValueError:  # (a mode the unsigned formats do not take)
                 pass
         for k in kernels:
+            if k._key in seen:  # (same code as one checked: only constants differ)
+                continue
+            seen.add(k._key)
             assert _statements(flatten(k._make(False))) < 400
 
 
@@ -120,12 +124,9 @@ def _inputs():
 def _results(x):
     with fp8kit.num_threads(1):
         return [
-            fp8kit.encode(x, "float8_e4m3fn"),
             fp8kit.encode(x.astype(np.float64), "float8_e5m2fnuz"),
-            fp8kit.round_to(x, "float8_e5m2", rounding="toward_negative"),
             fp8kit.round_to(x, "float8_e4m3fn", rounding="stochastic", seed=7),
             fp8kit.fake_convert(x, 3.0, 0.5, destination_type="f8e4m3"),
-            fp8kit.fake_convert(x, 3.0, destination_type="f8e5m2", rounding="stochastic", seed=2),
         ]
 
 
