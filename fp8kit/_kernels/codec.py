@@ -37,6 +37,7 @@ from .bits import (
     prefer_512,
     stack_buffer,
 )
+from .flatten import FlattenError, flatten
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
@@ -305,6 +306,11 @@ def dummy(dtype) -> np.ndarray:
     return _DUMMY[dtype]
 
 
+#: Compile kernels flattened (see :mod:`fp8kit._kernels.flatten`); tests switch it off to
+#: compare with the helper-built kernels.
+_FLATTEN = True
+#: Kernels whose flattening failed, (qualified name, reason): compiled helper-built.
+FLATTEN_FALLBACKS: list = []
 _BUILT: dict = {}  # compiled functions shared by kernels of equal keys
 _BUILD_LOCK = threading.RLock()
 
@@ -341,11 +347,16 @@ class Kernel:
         func = self._make(False)
         opts = {**_JIT, **self._options}
         try:
-            return njit(self._sig, **opts)(func)
+            disp = njit(**opts)(func)
         except RuntimeError as exc:  # no writable cache location (read-only install)
             if "cannot cache" not in str(exc):
                 raise
-            return njit(self._sig, **{**opts, "cache": False})(func)
+            disp = njit(**{**opts, "cache": False})(func)
+        if _FLATTEN:
+            _compile_flattened(disp, func)
+        disp.compile(self._sig)
+        disp.disable_compile()
+        return disp
 
     def build(self, parallel: bool = False):
         """The compiled function (``parallel`` is ignored: one build serves both)."""
@@ -363,6 +374,34 @@ class Kernel:
 
     def serial(self, x, lut, table, out) -> None:
         self.build()(x, lut, table, out, 1)
+
+
+def _compile_flattened(disp, func) -> None:
+    """Make ``disp`` compile :func:`fp8kit._kernels.flatten.flatten` of ``func`` instead of
+    ``func`` itself, only when its disk cache misses.
+
+    The cache still keys the machine code by ``func`` (its bytecode and closure values):
+    the flattened source is a function of exactly those and of the kernel sources, whose
+    hash every kernel closes over (:func:`source_version`), so the key stays correct, and
+    a warm cache loads without flattening anything (~5-50 ms a kernel)."""
+    compiler = getattr(disp, "_compiler", None)
+    if getattr(compiler, "py_func", None) is not func or not hasattr(compiler, "compile"):
+        return  # pragma: no cover - other Numba internals: the helper-built kernel
+    plain = compiler.compile
+
+    def compile_flat(args, return_type):
+        try:
+            compiler.py_func = flatten(func)
+        except (OSError, TypeError, ValueError, FlattenError) as exc:  # no source file, or a
+            # construct the flattener does not take: the helper-built kernel, same bits
+            FLATTEN_FALLBACKS.append((func.__qualname__, repr(exc)))
+            compiler.py_func = func
+        try:
+            return plain(args, return_type)
+        finally:
+            compiler.py_func = func
+
+    compiler.compile = compile_flat
 
 
 def compiled_count() -> int:
@@ -756,6 +795,9 @@ def encode_mode_kernel(
     key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
            use_magic, sp_magic, fmt.bits <= 8, int(det_mode))  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
+    det_buf = _LOOKUP_BLOCK if lookup else 1
+    sr_buf = 4 * K
+    x_type, o_type = in_bits.type, out_dtype.type
 
     def make(parallel):
         # The kernel calls module-level functions only: a kernel closing over a dispatcher
@@ -784,12 +826,14 @@ def encode_mode_kernel(
             n = x.size
             if not stochastic:
                 step = (n + nchunks - 1) // nchunks
-                buf = np.empty(_LOOKUP_BLOCK if lookup else 1, code_type)
+                # (stack buffers, comparisons: np.empty, min and max compile overloads on
+                # a cold first call, ~85 ms and ~20 ms each)
+                buf = stack_buffer(det_buf, code_type)
                 for c in range(c_first, c_stop):
                     prefer_512()  # see bits.prefer_512
                     xc, oc = chunk(x, c, step), chunk(out, c, step)
                     # (with lookup: codes through a buffer, as in encode_kernel)
-                    blk = _LOOKUP_BLOCK if lookup else max(xc.size, 1)
+                    blk = _LOOKUP_BLOCK if lookup else (xc.size if xc.size > 1 else 1)
                     for b0 in range(0, xc.size, blk):
                         xs, os = xc[b0 : b0 + blk], oc[b0 : b0 + blk]
                         for j in range(xs.size):
@@ -816,27 +860,42 @@ def encode_mode_kernel(
             end = offset + n
             for c in range(c_first, c_stop):
                 prefer_512()  # see bits.prefer_512 (Philox's 64-bit products gain most)
-                buf = np.empty((4, K), np.uint32)
+                if fused:
+                    xin = stack_buffer(block, x_type)
+                    oin = stack_buffer(block, o_type)
+                else:
+                    buf = stack_buffer(sr_buf, np.uint32)  # buf[t * K + g]: see fill_block
                 # the chunk's global range, its inner bounds on block boundaries
                 glo = offset
                 if c > 0:
-                    glo = min(end, (offset + c * step + block - 1) // block * block)
+                    glo = (offset + c * step + block - 1) // block * block
+                    glo = glo if glo < end else end
                 ghi = end
                 if c < nchunks - 1:
-                    ghi = min(end, (offset + (c + 1) * step + block - 1) // block * block)
+                    ghi = (offset + (c + 1) * step + block - 1) // block * block
+                    ghi = ghi if ghi < end else end
                 gb = glo // block * block
                 while gb < ghi:
-                    lo = max(gb, glo)
-                    hi = min(gb + block, ghi)
-                    if fused and lo == gb and hi == gb + block:
-                        # a whole block: call g's four words serve element g of each of the
-                        # block's 4 * split runs, in one vectorized loop; generating and
-                        # using the words together overlaps Philox's arithmetic with the
-                        # memory traffic (measured 10% faster than a pass through a buffer)
-                        xs, os = (
-                            x[gb - offset : gb - offset + block],
-                            out[gb - offset : gb - offset + block],
-                        )
+                    lo = gb if gb > glo else glo
+                    hi = gb + block if gb + block < ghi else ghi
+                    if fused:
+                        # call g's four words serve element g of each of the block's
+                        # 4 * split runs, in one vectorized loop; generating and using the
+                        # words together overlaps Philox's arithmetic with the memory
+                        # traffic (measured 10% faster than a pass through a buffer).  The
+                        # loop reads and writes block-sized copies on the stack, which LLVM
+                        # knows alias nothing: 16M float32, 1 thread, 130 -> 38 ms against
+                        # the loop on slices of x and out; and a partial block (the ends of
+                        # a chunk) runs the same loop, so it is compiled once (0.5 s less
+                        # of a cold first call than with the buffered path below for those)
+                        part = lo != gb or hi != gb + block
+                        if part:
+                            for j in range(block):
+                                xin[j] = 0
+                        xsrc, xdst = x[lo - offset : hi - offset], xin[lo - gb : hi - gb]
+                        for j in range(xsrc.size):
+                            xdst[j] = xsrc[j]
+                        xs, os = xin, oin
                         first = np.uint64(gb // block) * np.uint64(K)
                         for g in range(K):
                             ctr = first + np.uint64(g)
@@ -857,19 +916,22 @@ def encode_mode_kernel(
                                 if flush and not unsigned:
                                     code = flush_code(code, p, q[5])
                                 store_code(os, j, table, code, lookup)
+                        osrc, odst = oin[lo - gb : hi - gb], out[lo - offset : hi - offset]
+                        for j in range(osrc.size):
+                            odst[j] = osrc[j]
                     else:
-                        # a partial block (at the ends), or any block where the fused loop
-                        # would not unroll: its words through a buffer, one pass per run
+                        # blocks where the fused loop would not unroll: their words through
+                        # a buffer, one pass per run
                         fill_block(buf, gb // block, k0, k1)
                         for t in range(4):
                             for h in range(split):
                                 s0 = gb + (t * split + h) * K
-                                r0 = max(s0, lo)
-                                r1 = min(s0 + K, hi)
+                                r0 = s0 if s0 > lo else lo
+                                r1 = s0 + K if s0 + K < hi else hi
                                 if r0 < r1:
                                     xs = x[r0 - offset : r1 - offset]
                                     os = out[r0 - offset : r1 - offset]
-                                    words = buf[t, r0 - s0 : r1 - s0]
+                                    words = buf[t * K + r0 - s0 : t * K + r1 - s0]
                                     for j in range(xs.size):
                                         v = load_bits(xs, j, lut, load, one)
                                         rnd = word_part(words[j], cast_like(h, k0), split)

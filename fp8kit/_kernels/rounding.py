@@ -102,7 +102,7 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 #: Philox counters per block of random words.  With ``S = parts(random_bits)`` parts per
 #: 32-bit word (1, 2 or 4: a word serves S elements when they need at most 32 / S bits),
 #: element ``i`` uses part ``h = (i // K) % S`` of word ``t = (i // (K * S)) % 4`` of the
-#: call with counter ``(i // (4 * K * S)) * K + i % K``.  So a kernel fills ``buf[4, K]``
+#: call with counter ``(i // (4 * K * S)) * K + i % K``.  So a kernel fills ``buf[4 * K]``
 #: from K calls (one vectorized pass), then walks 4 * S contiguous runs of K elements, run
 #: (t, h) reading ``buf[t]`` with a fixed shift, and every bit drawn is used.
 K = 1024
@@ -143,8 +143,8 @@ def random_word(index, k0, k1, split):
 
 @njit(inline="always")
 def fill_block(buf, block, k0, k1):
-    """The random words of block ``block``: ``buf[t, g]`` is word t of the call with counter
-    ``block * K + g`` (see :data:`K` for the elements that use it)."""
+    """The random words of block ``block``: ``buf[t * K + g]`` is word t of the call with
+    counter ``block * K + g`` (see :data:`K` for the elements that use it)."""
     zero = k0 - k0
     first = np.uint64(block) * np.uint64(K)
     for g in range(K):
@@ -152,10 +152,10 @@ def fill_block(buf, block, k0, k1):
         w0, w1, w2, w3 = philox4x32_10(
             cast_like(ctr & _LO, k0), cast_like(ctr >> _S32, k0), zero, zero, k0, k1
         )
-        buf[0, g] = w0
-        buf[1, g] = w1
-        buf[2, g] = w2
-        buf[3, g] = w3
+        buf[g] = w0
+        buf[K + g] = w1
+        buf[2 * K + g] = w2
+        buf[3 * K + g] = w3
 
 
 @njit(inline="always")

@@ -1,0 +1,141 @@
+"""A loose guard on what Numba has to compile for a cold first call (issue 16): kernels are
+flattened (:mod:`fp8kit._kernels.flatten`) and must stay small.  Statement counts, not
+timings: a kernel that grows past about twice its size when this was written (a helper
+that stopped folding, a second copy of a hot loop) fails here, on any machine.
+
+Figures when the bounds were set (statements of the flattened source): encode 53,
+round-to 58, toward_zero 82, stochastic 132 (8 random bits 109, stochastic_c 146),
+FakeConvert 84 (stochastic 163, OpenVINO float16 205), decode 19.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit._kernels import codec as kc
+from fp8kit._kernels.fake import OV_F32, OV_FP16, fake_convert_kernel
+from fp8kit._kernels.flatten import _is_inline, flatten
+from fp8kit._kernels.rounding import MODES
+from fp8kit.formats import get_format, registered_formats
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+U32 = np.dtype(np.uint32)
+E4M3 = get_format("float8_e4m3fn")
+
+
+def _cases():
+    mode = kc.encode_mode_kernel
+    return {
+        "encode": (lambda: kc.encode_kernel(E4M3, F32, True)[0], 110),
+        "encode float64": (lambda: kc.encode_kernel(E4M3, F64, True)[0], 110),
+        "round_to": (lambda: kc.encode_kernel(E4M3, F32, True, table_dtype=U32)[0], 120),
+        "toward_zero": (lambda: mode(E4M3, F32, True, MODES["toward_zero"], 32, U32)[0], 170),
+        "stochastic": (lambda: mode(E4M3, F32, True, MODES["stochastic"], 32, U32)[0], 270),
+        "stochastic 8 bits": (lambda: mode(E4M3, F32, True, MODES["stochastic"], 8, U32)[0], 220),
+        "stochastic_c": (lambda: mode(E4M3, F32, True, MODES["stochastic_c"], 16, U32)[0], 300),
+        "fake_convert": (lambda: fake_convert_kernel(E4M3, F32, False, False), 170),
+        "fake_convert stochastic": (
+            lambda: fake_convert_kernel(E4M3, F32, True, True, mode=MODES["stochastic"]),
+            330,
+        ),
+        "fake_convert openvino": (
+            lambda: fake_convert_kernel(E4M3, np.dtype(np.float16), True, False, openvino=OV_FP16),
+            420,
+        ),
+        "decode": (lambda: kc.lookup_kernel(np.dtype(np.uint8), U32), 40),
+    }
+
+
+def _statements(func) -> int:
+    tree = ast.parse(func.__flat_source__)
+    return sum(isinstance(n, ast.stmt) for n in ast.walk(tree))
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_flattened_kernels_stay_small(name):
+    make, bound = _cases()[name]
+    flat = flatten(make()._make(False))
+    # every inline helper is written into the kernel: no inlined call sites left for
+    # Numba (each cost ~20 ms of a cold first call)
+    assert not [k for k, v in flat.__globals__.items() if _is_inline(v)]
+    assert _statements(flat) <= bound
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)])
+def test_every_format_flattens(dtype):
+    """Every format's encode, round-to and rounding-mode kernels flatten (none falls back
+    to the slower-compiling helper-built kernel)."""
+    seen = set()
+    for fmt in registered_formats().values():
+        kernels = [kc.encode_kernel(fmt, dtype, True)[0]]
+        kernels.append(kc.encode_kernel(fmt, dtype, False, table_dtype=U32)[0])
+        for mode in ("toward_positive", "stochastic", "stochastic_half"):
+            try:
+                kernels.append(kc.encode_mode_kernel(fmt, dtype, True, MODES[mode], 12, U32)[0])
+            except ValueError:  # (a mode the unsigned formats do not take)
+                pass
+        for k in kernels:
+            if k._key in seen:  # (same code as one checked: only constants differ)
+                continue
+            seen.add(k._key)
+            assert _statements(flatten(k._make(False))) < 400
+
+
+def test_fake_convert_variants_flatten():
+    for dt in (F32, np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)):
+        for ov in (0, OV_FP16, OV_F32):
+            for shift in (False, True):
+                for runs in (False, True):
+                    k = fake_convert_kernel(E4M3, dt, shift, runs, openvino=ov)
+                    assert _statements(flatten(k._make(False))) < 500
+
+
+@pytest.fixture
+def helper_built(monkeypatch):
+    """Compile kernels as Numba inlines them (no flattening, no disk cache), then restore."""
+    caches = (kc.encode_kernel, kc.encode_mode_kernel, kc.lookup_kernel, fake_convert_kernel)
+
+    def clear():
+        for c in caches:
+            c.cache_clear()
+
+    clear()
+    monkeypatch.setattr(kc, "_FLATTEN", False)
+    monkeypatch.setattr(kc, "_BUILT", {})
+    monkeypatch.setattr(kc, "_JIT", {**kc._JIT, "cache": False})
+    yield
+    monkeypatch.undo()
+    clear()
+
+
+def _inputs():
+    rng = np.random.default_rng(16)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448.0, 464.0, 1e-9, -2.0**-9,
+                        2.0**-10, 3.0 * 2.0**-10, 1e30, -1e30], np.float32)  # fmt: skip
+    x = (rng.standard_normal(300_000) * rng.choice([1e-3, 1.0, 300.0], 300_000)).astype(np.float32)
+    return np.concatenate([special, x, special])
+
+
+def _results(x):
+    with fp8kit.num_threads(1):
+        return [
+            fp8kit.encode(x.astype(np.float64), "float8_e5m2fnuz"),
+            fp8kit.round_to(x, "float8_e4m3fn", rounding="stochastic", seed=7),
+            fp8kit.fake_convert(x, 3.0, 0.5, destination_type="f8e4m3"),
+        ]
+
+
+def test_flattened_kernels_give_the_helper_built_bits(request):
+    x = _inputs()
+    kc.FLATTEN_FALLBACKS.clear()
+    flat = _results(x)
+    assert not kc.FLATTEN_FALLBACKS
+    request.getfixturevalue("helper_built")
+    plain = _results(x)
+    for a, b in zip(flat, plain, strict=True):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
