@@ -38,7 +38,7 @@ from ._casttypes import (
 from ._kernels.codec import dummy
 from ._kernels.integer import int_to_odd_float64_kernel, saturating_kernel, x86_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
-from .codec import _FAST_ENCODE, _run_plan, decode, encode
+from .codec import _FAST_ENCODE, _NEAREST_EVEN, _RANDOM_BITS, _run_plan, decode, encode
 from .formats import _P3109_ONLY, FloatFormat, get_format
 
 __all__ = [
@@ -223,21 +223,9 @@ def cast(
         except TypeError:  # an unhashable argument: the full path every time
             plan = False
         if plan:
-            if x.ndim == 1:  # (as in fp8kit.encode: _run_plan inlined)
-                xf = x.flags
-                n = x.size
-                if (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL:
-                    ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype)
-                    if prm is None:
-                        ep(x, lut, table, res, 1)
-                    else:
-                        ep(prm, x, lut, table, res, 1)
-                    return res
-            else:
-                res = _run_plan(plan, x, None)
-                if res is not None:
-                    return res
+            res = _run_plan(plan, x, None)
+            if res is not None:
+                return res
         fast = plan is None
     kind = _backends.kind_of(x)
     if kind != "numpy":
@@ -299,11 +287,7 @@ def cast(
 #: rules), for the casts from float32 that are exactly one encode of the codes (no fix-up
 #: that depends on the data), recorded by the first fully checked call.
 _FAST_CAST: dict = {}
-_NEAREST_EVEN = "nearest_even"
-_RANDOM_BITS = 16
 _UP = "up"
-_SMALL = _parallel.PARALLEL_THRESHOLD
-_empty = np.empty
 
 
 def _record_plan(key: tuple, x: np.ndarray, dst: CastType, sat: bool, how: _Rules) -> None:

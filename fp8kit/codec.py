@@ -220,34 +220,35 @@ def _make_plan(fn, lut, table, x_bits: np.ndarray, out_bits, res_dtype):
     return None if ep is None else (ep[0], ep[1], lut, table, np.dtype(res_dtype))
 
 
-def _out_ok(out, x: np.ndarray, xf) -> bool:
-    """Whether a fast path may write into ``out`` (whose dtype its key matched): an exact
-    numpy array of x's shape, C-contiguous, aligned, writeable and not overlapping x (``xf``:
-    x's flags)."""
-    if type(out) is not _ndarray or out.shape != x.shape:
-        return False
-    of = out.flags
-    # (two arrays that own their data cannot overlap: no may_share_memory, ~0.2 us)
-    return (of.c_contiguous and of.aligned and of.writeable) and (
-        (of.owndata and xf.owndata and out is not x) or not _may_share_memory(x, out)
-    )
-
-
 def _run_plan(plan, x: np.ndarray, out):
-    """Run ``plan`` on ``x`` (an exact numpy array of any dimensions) into ``out`` (None: a
-    new array of the plan's dtype); None where the fast path does not apply: the caller
-    takes the full path.  (The public functions inline the 1-D case: 0.09 us less.)"""
+    """Run a fast path's ``plan`` on ``x`` (an exact numpy array) into ``out`` (None: a new
+    array of the plan's dtype); None where the fast path does not apply (the caller then
+    takes the full path, with its checks and errors).
+
+    ``x`` must be C-contiguous, aligned and below the threading threshold; ``out`` an exact
+    numpy array of x's shape, C-contiguous, aligned, writeable and not overlapping x (its
+    dtype is part of the plan's key).  numpy's one ``carray`` flag (C-contiguous, aligned and
+    writeable) answers most of these at once, and two arrays that own their data cannot
+    overlap (``may_share_memory`` costs ~0.2 us)."""
     xf = x.flags
-    if not (xf.c_contiguous and xf.aligned) or x.size >= _SMALL or not x.ndim:
+    n = x.size
+    if not (xf.carray or (xf.c_contiguous and xf.aligned)) or n >= _SMALL:
+        return None
+    one_d = x.ndim == 1
+    if not one_d and not x.ndim:
         return None
     ep, prm, lut, table, res_dtype = plan
     if out is None:
-        res = _empty(x.shape, res_dtype)
-    elif _out_ok(out, x, xf):
+        res = _empty(n if one_d else x.shape, res_dtype)
+    elif (
+        type(out) is _ndarray and (of := out.flags).carray
+        and (out.size == n and out.ndim == 1 if one_d else out.shape == x.shape)
+        and ((of.owndata and xf.owndata and out is not x) or not _may_share_memory(x, out))
+    ):  # fmt: skip
         res = out
     else:
         return None
-    if x.ndim == 1:
+    if one_d:
         flat = res
     else:
         x, flat = x.reshape(-1), res.reshape(-1)
@@ -363,32 +364,9 @@ def encode(
         except (TypeError, AttributeError):  # unhashable fmt, an out that is no array
             plan = False
         if plan:
-            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
-                xf = x.flags
-                n = x.size
-                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
-                # writeable: out= 0.05-0.1 us less)
-                if (
-                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
-                    and (out is None or (
-                        type(out) is _ndarray and out.ndim == 1 and out.size == n
-                        and (of := out.flags).carray and (
-                            (of.owndata and xf.owndata and out is not x)
-                            or not _may_share_memory(x, out)
-                        )
-                    ))
-                ):  # fmt: skip
-                    ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype) if out is None else out
-                    if prm is None:
-                        ep(x, lut, table, res, 1)
-                    else:
-                        ep(prm, x, lut, table, res, 1)
-                    return res
-            else:
-                res = _run_plan(plan, x, out)
-                if res is not None:
-                    return res
+            res = _run_plan(plan, x, out)
+            if res is not None:
+                return res
         fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
@@ -524,32 +502,9 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         except (TypeError, AttributeError):  # as in encode
             plan = False
         if plan:
-            if codes.ndim == 1:  # (_run_plan inlined: 0.09 us less)
-                xf = codes.flags
-                n = codes.size
-                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
-                # writeable: out= 0.05-0.1 us less)
-                if (
-                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
-                    and (out is None or (
-                        type(out) is _ndarray and out.ndim == 1 and out.size == n
-                        and (of := out.flags).carray and (
-                            (of.owndata and xf.owndata and out is not codes)
-                            or not _may_share_memory(codes, out)
-                        )
-                    ))
-                ):  # fmt: skip
-                    ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype) if out is None else out
-                    if prm is None:
-                        ep(codes, lut, table, res, 1)
-                    else:
-                        ep(prm, codes, lut, table, res, 1)
-                    return res
-            else:
-                res = _run_plan(plan, codes, out)
-                if res is not None:
-                    return res
+            res = _run_plan(plan, codes, out)
+            if res is not None:
+                return res
         fast = plan is None
     kind = _backends.kind_of(codes, out)
     if kind != "numpy":
@@ -648,32 +603,9 @@ def round_to(
         except (TypeError, AttributeError):
             plan = False
         if plan:
-            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
-                xf = x.flags
-                n = x.size
-                # (_out_ok inlined, and numpy's one flag for C-contiguous, aligned and
-                # writeable: out= 0.05-0.1 us less)
-                if (
-                    (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL
-                    and (out is None or (
-                        type(out) is _ndarray and out.ndim == 1 and out.size == n
-                        and (of := out.flags).carray and (
-                            (of.owndata and xf.owndata and out is not x)
-                            or not _may_share_memory(x, out)
-                        )
-                    ))
-                ):  # fmt: skip
-                    ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype) if out is None else out
-                    if prm is None:
-                        ep(x, lut, table, res, 1)
-                    else:
-                        ep(prm, x, lut, table, res, 1)
-                    return res
-            else:
-                res = _run_plan(plan, x, out)
-                if res is not None:
-                    return res
+            res = _run_plan(plan, x, out)
+            if res is not None:
+                return res
         fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
@@ -769,21 +701,9 @@ def astype(
     ):  # fmt: skip
         plan = _fast_lookup(_FAST_ASTYPE, (fmt, x.dtype, saturate))
         if plan:
-            if x.ndim == 1:  # (_run_plan inlined: 0.09 us less)
-                xf = x.flags
-                n = x.size
-                if (xf.carray or (xf.c_contiguous and xf.aligned)) and n < _SMALL:
-                    ep, prm, lut, table, res_dtype = plan
-                    res = _empty(n, res_dtype)
-                    if prm is None:
-                        ep(x, lut, table, res, 1)
-                    else:
-                        ep(prm, x, lut, table, res, 1)
-                    return res.view()  # (a view of the codes, as documented: 0.05 us)
-            else:
-                res = _run_plan(plan, x, None)
-                if res is not None:
-                    return res.view()
+            res = _run_plan(plan, x, None)
+            if res is not None:
+                return res.view()
         fast = plan is None
     kind = _backends.kind_of(x)
     if kind != "numpy":
