@@ -78,3 +78,4 @@ def test_unregistered_formats_formula_or_table(fmt):
     np.testing.assert_array_equal(fp8kit.decode(codes, fmt).view(np.uint32), want)
     if fmt.name == "t_e7m8":
         assert decode_params(fmt) is None
+        assert decode_f32_kernel(fmt, codes.dtype) is None

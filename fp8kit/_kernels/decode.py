@@ -8,8 +8,8 @@ multiply by a power of two (subnormal codes: exact, and the product is a float32
 flush-to-zero/denormals-are-zero mode cannot change it) and three compares for the special
 codes: every step is a vector instruction on 16 lanes.  The format's constants are a run-time
 argument, so one compiled kernel (per code width) serves every format.  A format the formula
-does not reproduce exactly (checked against the table with numpy, once per format) keeps the
-table kernel.
+does not reproduce exactly (the kernel run once on every code of the format and compared
+with the table) keeps the table kernel.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from numba.extending import intrinsic
 
 from ..formats import FloatFormat
 from .bits import as_bits, as_float, cast_like, chunk_range, chunks, prefer_512, shl
-from .codec import Kernel, _array, source_version
+from .codec import Kernel, _array, dummy, source_version
 
 _INF32 = np.uint32(0x7F800000)
 _QNAN32 = np.uint32(0x7FC00000)
@@ -93,37 +93,14 @@ def _params(fmt: FloatFormat) -> list[int] | None:
     ]
 
 
-def _model(prm: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """The kernel's formula in numpy (uint32/float32 arithmetic), to check a format's
-    constants against its table before the kernel is trusted with them."""
-    mag_mask, sign_bit, sign_shift, sh, adj, min_norm, scale, sp_code, sp_bits, nan_lo, nz = (
-        prm.astype(np.uint32)
-    )
-    v = codes.astype(np.uint32)
-    a = v & mag_mask
-    s = (v << sign_shift) & sign_bit
-    norm = (a << sh) + adj
-    sub = (a.astype(np.float32) * scale.view(np.float32)).view(np.uint32)
-    r = np.where(a < min_norm, sub, norm)
-    r = np.where(a == sp_code, sp_bits, r)
-    r = np.where((a >= nan_lo) | (v == nz), _QNAN32, r)
-    return r | s
-
-
 @functools.cache
 def decode_params(fmt: FloatFormat) -> np.ndarray | None:
-    """The read-only constants of :func:`decode_f32_kernel` for ``fmt``, or None if the
-    table must decode it (the formula checked against every code's table entry)."""
-    from .tables import decode_table
-
+    """The read-only constants of :func:`decode_f32_kernel` for ``fmt``, or None where the
+    formula does not apply."""
     p = _params(fmt)
     if p is None:
         return None
     prm = np.array(p, np.uint32)
-    n = 1 << fmt.bits
-    want = decode_table(fmt, np.dtype(np.float32))[:n]
-    if not np.array_equal(_model(prm, np.arange(n)), want):
-        return None
     prm.flags.writeable = False
     return prm
 
@@ -132,7 +109,11 @@ def decode_params(fmt: FloatFormat) -> np.ndarray | None:
 def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
     """Kernel decoding ``code_dtype`` codes of ``fmt`` to float32 bits by the formula (same
     call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read),
-    or None where the table kernel must do it."""
+    or None where the table kernel must do it: the formula does not apply, or the kernel
+    does not give the table's bits on every code of the format (checked once per format,
+    by running it on all of them)."""
+    from .tables import decode_table
+
     code_dtype = np.dtype(code_dtype)
     prm = decode_params(fmt)
     if prm is None or code_dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
@@ -146,7 +127,13 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
         types.intp,
     )
     version = source_version()
-    return Kernel(_make, sig, ("decode_f32", code_dtype.str, version), prm)
+    kernel = Kernel(_make, sig, ("decode_f32", code_dtype.str, version), prm)
+    n = min(1 << fmt.bits, np.iinfo(code_dtype).max + 1)
+    got = np.empty(n, np.uint32)
+    kernel.serial(np.arange(n, dtype=code_dtype), dummy(np.uint32), dummy(np.uint32), got)
+    if not np.array_equal(got, decode_table(fmt, np.dtype(np.float32))[:n]):
+        return None
+    return kernel
 
 
 def _make(parallel):
