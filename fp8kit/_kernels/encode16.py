@@ -88,12 +88,13 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     need_inf = inf_res != ovf
     if need_inf and inf_res == nan_mag and neg_inf == nan_mag:
         nan_thr, need_inf = src_inf - 1, False
-    # below fmt's smallest normal the FPU rounds (see _make): float32 bits of the source
-    # value times 2**(127 - src_bias), the widened bits, scaled back by one exact FMA
-    _, _, _, _, min_normal, magic, magic_bits, use_magic, *_ = p
-    magic_bits = int(magic_bits)
-    assert magic_bits & 0xFFFF == 0 and (127 - src_bias) >= 0
-    scale_bits = int(np.array(2.0 ** (127 - src_bias), np.float32).view(np.uint32))
+    # below fmt's smallest normal the FPU rounds (see _vector_body) the float32 whose bits
+    # are the source's shifted to float32's exponent field: the value times 2**-scale
+    # (exact), so magic (bits.encode_fast's) is scaled alike, a float32 normal
+    scale = 127 - src_bias
+    magic = fmt.minexp - m + 23 - scale
+    assert scale >= 0 and magic >= -126
+    magic_bits = int(np.array(2.0**magic, np.float32).view(np.uint32))
     prm = [
         0x7FFF,  # abs_mask
         sh,
@@ -102,8 +103,7 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
         # source's (the normal formula rounds them: float16 -> float8_e5m2)
         0 if fmt.minexp == 1 - src_bias else emin_field << src_m,
         23 - src_m,  # widening shift: source bits -> float32 bits of value * 2**-scale
-        scale_bits >> 16,
-        magic_bits >> 16,
+        magic_bits >> 16,  # (the low 16 bits are zero)
         nan_thr,
         src_inf,
         ovf,
@@ -146,8 +146,8 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
 
 
 # Layout of _prm's array (the vector code reads it by index).
-(_ABS, _SH, _RB, _MIN_NORMAL, _WSH, _SCALE, _MAGIC, _NAN_THR, _SRC_INF, _OVF, _INF_RES,
- _NAN_MAG, _SIGN_BIT, _SIGN_SHIFT, _NEG_ZERO, _NEED_INF, _S, _KEEP) = range(18)  # fmt: skip
+(_ABS, _SH, _RB, _MIN_NORMAL, _WSH, _MAGIC, _NAN_THR, _SRC_INF, _OVF, _INF_RES, _NAN_MAG,
+ _SIGN_BIT, _SIGN_SHIFT, _NEG_ZERO, _NEED_INF, _S, _KEEP) = range(17)  # fmt: skip
 #: Elements per vector block of :func:`_encode_blocks`.
 BLOCK = 32
 
@@ -184,18 +184,10 @@ def _vector_body(builder, v, c, f16, neg_zero, need_inf):
     else:  # bfloat16: the float32 bits are the bits << 16
         even = builder.shl(w, k32(16))
         odd = builder.and_(w, k32(0xFFFF0000))
-    scale_bits = builder.shl(builder.zext(c(_SCALE, True), i32), ir.Constant(i32, 16))
     magic_bits = builder.shl(builder.zext(c(_MAGIC, True), i32), ir.Constant(i32, 16))
     magic = builder.bitcast(splat32(magic_bits), f32)
-    if f16:
-        fnty = ir.FunctionType(f32, [f32] * 3)
-        fma = cgutils.get_or_insert_function(builder.module, fnty, "llvm.fma.v16f32")
-        scale = builder.bitcast(splat32(scale_bits), f32)
-        fe = builder.call(fma, [builder.bitcast(even, f32), scale, magic])
-        fo = builder.call(fma, [builder.bitcast(odd, f32), scale, magic])
-    else:  # (scale 1: the product is exact either way)
-        fe = builder.fadd(builder.bitcast(even, f32), magic)
-        fo = builder.fadd(builder.bitcast(odd, f32), magic)
+    fe = builder.fadd(builder.bitcast(even, f32), magic)
+    fo = builder.fadd(builder.bitcast(odd, f32), magic)
     fe, fo = builder.bitcast(fe, v32), builder.bitcast(fo, v32)
     sub = builder.or_(builder.and_(fe, k32(0xFFFF)), builder.shl(fo, k32(16)))
     code = builder.select(
