@@ -79,3 +79,40 @@ def test_other_options_keep_the_float32_kernels():
     np.testing.assert_array_equal(fp8kit.encode(x, "float8_e4m3fn", rounding="toward_zero"), want)
     want = fp8kit.encode(x.astype(np.float32), "float8_e4m3fn", flush_subnormals=True)
     np.testing.assert_array_equal(fp8kit.encode(x, "float8_e4m3fn", flush_subnormals=True), want)
+
+
+@pytest.mark.parametrize(
+    "name, dt",
+    [("float8_e4m3fn", DTYPES[0]), ("float8_e4m3fnuz", DTYPES[1]), ("bfloat16", DTYPES[1])],
+    ids=lambda v: getattr(v, "name", v),
+)
+def test_every_length_and_offset_takes_the_tail_block(name, dt):
+    """The vector kernels run whole blocks of 32 elements and the rest through a block on
+    the stack: every length up to 100 and every start offset within a block agree with the
+    float32 kernel."""
+    fmt = fp8kit.get_format(name)
+    kernel = encode16_kernel(fmt, dt, True)
+    rng = np.random.default_rng(16)
+    bits = rng.integers(0, 1 << 16, 200, dtype=np.uint16)
+    want = _old(fmt, dt, True, bits)
+    for start in range(33):
+        for n in list(range(0, 70)) + [95, 96, 97, 100]:
+            x = bits[start : start + n]
+            got = np.empty(n, _code(fmt))
+            kernel.serial(x, dummy(np.uint32), dummy(np.uint8), got)
+            np.testing.assert_array_equal(got, want[start : start + n], err_msg=f"{start} {n}")
+
+
+def test_float16_to_bfloat16_without_hardware_conversion(monkeypatch):
+    """On CPUs without a float32 -> bfloat16 instruction the integer kernel runs: same bits
+    on all 65,536 inputs."""
+    from fp8kit._kernels import encode16
+
+    monkeypatch.setattr(encode16, "_bf16_convert", lambda: False)
+    bf16 = fp8kit.get_format("bfloat16")
+    for sat in SATURATE:
+        kernel = encode16.f16_to_bf16_kernel.__wrapped__(sat)
+        assert kernel._key[0] == "f16_to_bf16"
+        got = np.empty(ALL16.size, np.uint16)
+        kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
+        np.testing.assert_array_equal(got, _old(bf16, np.dtype(np.float16), sat, ALL16))

@@ -19,6 +19,7 @@ import functools
 
 import ml_dtypes
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -320,7 +321,121 @@ def f16_to_bf16_kernel(saturate) -> Kernel:
         _array(np.uint16),
         types.intp,
     )
+    if _bf16_convert():
+        return Kernel(_make_f16_bf16_vec, sig, ("f16_to_bf16_vec", source_version()), prm)
     return Kernel(_make_f16_bf16, sig, ("f16_to_bf16", source_version()), prm)
+
+
+def _bf16_convert() -> bool:
+    """Whether the CPU Numba compiles for converts float32 to bfloat16 in hardware
+    (AVX512-BF16's vcvtne2ps2bf16, 32 per instruction): elsewhere LLVM may lower the
+    conversion to a library call the JIT cannot resolve.  A CPU name or feature list set
+    for Numba is taken as is (a name alone: no)."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        features = config.CPU_FEATURES
+    elif config.CPU_NAME is not None:
+        return False
+    else:
+        features = llvm.get_host_cpu_features().flatten()
+    return "+avx512bf16" in features.split(",")
+
+
+class _BFloatType(ir.types._BaseFloatType):
+    """LLVM's ``bfloat`` (llvmlite has no such type)."""
+
+    null = "0.0"
+    intrinsic_name = "bf16"
+
+    def __str__(self):
+        return "bfloat"
+
+
+_BFloatType._create_instance()
+
+
+@intrinsic
+def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
+    """``out[:n]`` = bfloat16 bits of the float16 bits ``x[:n]`` (``n`` a multiple of
+    BLOCK), nearest-even: the hardware conversions to float32 (exact) and on to bfloat16
+    (nearest-even: every float16 is a float32 and a bfloat16 normal, so no flush-to-zero
+    mode applies), then Inf and NaN by ``prm``'s codes (inf_res, nan_mag) with the sign."""
+    if not (isinstance(prm, types.Array) and isinstance(x, types.Array)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pa = context.make_array(signature.args[0])(context, builder, args[0])
+        xa = context.make_array(signature.args[1])(context, builder, args[1])
+        oa = context.make_array(signature.args[2])(context, builder, args[2])
+        intp = context.get_value_type(types.intp)
+        i16, i32 = ir.IntType(16), ir.IntType(32)
+        v16 = ir.VectorType(i16, BLOCK)
+
+        def splat(x):
+            vec = builder.insert_element(ir.Constant(v16, ir.Undefined), x, ir.Constant(i32, 0))
+            return builder.shuffle_vector(
+                vec, vec, ir.Constant(ir.VectorType(i32, BLOCK), [0] * BLOCK)
+            )
+
+        def k16(value):
+            return ir.Constant(v16, [value] * BLOCK)
+
+        inf_res = splat(builder.load(builder.gep(pa.data, [ir.Constant(intp, 0)])))
+        nan_mag = splat(builder.load(builder.gep(pa.data, [ir.Constant(intp, 1)])))
+        half = ir.VectorType(ir.HalfType(), BLOCK)
+        f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
+        bf = ir.VectorType(_BFloatType(), BLOCK // 2)
+
+        def part(h, lo):
+            mask = ir.Constant(ir.VectorType(i32, BLOCK // 2), list(range(lo, lo + BLOCK // 2)))
+            return builder.fptrunc(builder.fpext(builder.shuffle_vector(h, h, mask), f32), bf)
+
+        step = ir.Constant(intp, BLOCK)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), args[3], step, intp) as (j, _):
+            src = builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer())
+            dst = builder.bitcast(builder.gep(oa.data, [j]), v16.as_pointer())
+            v = builder.load(src, align=2)
+            h = builder.bitcast(v, half)
+            both = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
+            r = builder.bitcast(builder.shuffle_vector(part(h, 0), part(h, BLOCK // 2), both), v16)
+            a = builder.and_(v, k16(0x7FFF))
+            sign = builder.and_(v, k16(0x8000))
+            r = builder.select(
+                builder.icmp_unsigned("==", a, k16(0x7C00)), builder.or_(inf_res, sign), r
+            )
+            r = builder.select(
+                builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
+            )
+            builder.store(r, dst, align=2)
+        return context.get_dummy_value()
+
+    return types.void(prm, x, out, n), codegen
+
+
+def _make_f16_bf16_vec(parallel):
+    version = source_version()
+    block = BLOCK
+
+    def kernel(prm, x, lut, table, out, nchunks):
+        if version == 0 or parallel is None:  # never true; see codec.source_version
+            return
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        step = (x.size + nchunks - 1) // nchunks
+        for c in range(c_first, c_stop):
+            xc, oc = chunks(x, out, c, step)
+            whole = xc.size - xc.size % block
+            _f16_to_bf16_blocks(prm, xc, oc, whole)
+            if whole < xc.size:  # the last few elements through a block on the stack
+                buf = stack_buffer(block, np.uint16)
+                res = stack_buffer(block, np.uint16)
+                for j in range(block):
+                    buf[j] = xc[whole + j] if whole + j < xc.size else 0
+                _f16_to_bf16_blocks(prm, buf, res, block)
+                for j in range(xc.size - whole):
+                    oc[whole + j] = res[j]
+
+    return kernel
 
 
 def _make_f16_bf16(parallel):
