@@ -32,7 +32,6 @@ from .bits import (
     chunks,
     half_to_single_bits,
     prefer_512,
-    stack_buffer,
 )
 from .codec import Kernel, _array, _params, plan, source_version
 
@@ -213,9 +212,46 @@ def _vector_body(builder, v, c, f16, neg_zero, need_inf):
     return builder.trunc(res, ir.VectorType(ir.IntType(8), BLOCK))
 
 
+def _blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
+    """``body`` on every whole block of elements ``[0, n)`` (loads from ``src_of(j)``,
+    stores to ``dst_of(j)``, typed pointers to vectors), then on the last partial block
+    with masked loads and stores (AVX-512 masks them natively; other targets split the
+    tail into scalar accesses, once per call): no scalar copy of the kernel's formula."""
+    step = ir.Constant(intp, BLOCK)
+    rem = builder.srem(n, step)
+    whole = builder.sub(n, rem)
+    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (j, _):
+        value = body(builder.load(src_of(j), align=in_ty.element.width // 8))
+        builder.store(value, dst_of(j), align=out_ty.element.width // 8)
+    with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0)), likely=False):
+        i32 = ir.IntType(32)
+        lanes = ir.VectorType(i32, BLOCK)
+        splat = builder.insert_element(
+            ir.Constant(lanes, ir.Undefined), builder.trunc(rem, i32), ir.Constant(i32, 0)
+        )
+        splat = builder.shuffle_vector(
+            splat, splat, ir.Constant(ir.VectorType(i32, BLOCK), [0] * BLOCK)
+        )
+        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(BLOCK))), splat)
+
+        def masked(name, ret, vec_ty, args):
+            fnty = ir.FunctionType(ret, [a.type for a in args])
+            fn = cgutils.get_or_insert_function(
+                builder.module, fnty, f"llvm.masked.{name}.v{BLOCK}i{vec_ty.element.width}.p0"
+            )
+            return builder.call(fn, args)
+
+        src = src_of(whole)
+        zero = ir.Constant(in_ty, [0] * BLOCK)
+        align_in = ir.Constant(i32, in_ty.element.width // 8)
+        value = body(masked("load", in_ty, in_ty, [src, align_in, mask, zero]))
+        align_out = ir.Constant(i32, out_ty.element.width // 8)
+        masked("store", ir.VoidType(), out_ty, [value, dst_of(whole), align_out, mask])
+
+
 @intrinsic
 def _encode_blocks(typingctx, prm, x, out, n):
-    """Encode ``x[:n]`` into ``out[:n]`` (``n`` a multiple of BLOCK) with _prm's constants
+    """Encode ``x[:n]`` into ``out[:n]`` with _prm's constants
     ``prm``, one vector of BLOCK elements at a time: LLVM vector code written here, since
     the loop vectorizer cannot see the two halves of a 32-bit lane as two elements.
     Portable LLVM IR (other targets split the vectors); the variant (float16 or bfloat16
@@ -257,13 +293,12 @@ def _encode_blocks(typingctx, prm, x, out, n):
         need_inf = builder.icmp_unsigned("!=", scalars[_NEED_INF], zero16)
 
         def loop(flags):
-            with cgutils.for_range_slice(
-                builder, ir.Constant(intp, 0), n, ir.Constant(intp, BLOCK), intp
-            ) as (j, _):
-                src = builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer())
-                dst = builder.bitcast(builder.gep(oa.data, [j]), v8.as_pointer())
-                res = _vector_body(builder, builder.load(src, align=2), c, *flags)
-                builder.store(res, dst, align=1)
+            _blocks(
+                builder, intp, n,
+                lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
+                lambda j: builder.bitcast(builder.gep(oa.data, [j]), v8.as_pointer()),
+                v16, v8, lambda v: _vector_body(builder, v, c, *flags),
+            )  # fmt: skip
 
         def branch(cond, flags, then):
             with builder.if_else(cond) as (yes, no):
@@ -280,7 +315,6 @@ def _encode_blocks(typingctx, prm, x, out, n):
 
 def _make(parallel):
     version = source_version()
-    block = BLOCK
 
     def kernel(prm, x, lut, table, out, nchunks):
         if version == 0 or parallel is None:  # never true; see codec.source_version
@@ -289,16 +323,7 @@ def _make(parallel):
         step = (x.size + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
             xc, oc = chunks(x, out, c, step)
-            whole = xc.size - xc.size % block
-            _encode_blocks(prm, xc, oc, whole)
-            if whole < xc.size:  # the last few elements through a block on the stack
-                buf = stack_buffer(block, np.uint16)
-                res = stack_buffer(block, np.uint8)
-                for j in range(block):
-                    buf[j] = xc[whole + j] if whole + j < xc.size else 0
-                _encode_blocks(prm, buf, res, block)
-                for j in range(xc.size - whole):
-                    oc[whole + j] = res[j]
+            _encode_blocks(prm, xc, oc, xc.size)
 
     return kernel
 
@@ -357,10 +382,10 @@ _BFloatType._create_instance()
 
 @intrinsic
 def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
-    """``out[:n]`` = bfloat16 bits of the float16 bits ``x[:n]`` (``n`` a multiple of
-    BLOCK), nearest-even: the hardware conversions to float32 (exact) and on to bfloat16
-    (nearest-even: every float16 is a float32 and a bfloat16 normal, so no flush-to-zero
-    mode applies), then Inf and NaN by ``prm``'s codes (inf_res, nan_mag) with the sign."""
+    """``out[:n]`` = bfloat16 bits of the float16 bits ``x[:n]``, nearest-even: the hardware
+    conversions to float32 (exact) and on to bfloat16 (nearest-even: every float16 is a
+    float32 and a bfloat16 normal, so no flush-to-zero mode applies), then Inf and NaN by
+    ``prm``'s codes (inf_res, nan_mag) with the sign."""
     if not (isinstance(prm, types.Array) and isinstance(x, types.Array)):
         return None
 
@@ -391,11 +416,7 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
             mask = ir.Constant(ir.VectorType(i32, BLOCK // 2), list(range(lo, lo + BLOCK // 2)))
             return builder.fptrunc(builder.fpext(builder.shuffle_vector(h, h, mask), f32), bf)
 
-        step = ir.Constant(intp, BLOCK)
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), args[3], step, intp) as (j, _):
-            src = builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer())
-            dst = builder.bitcast(builder.gep(oa.data, [j]), v16.as_pointer())
-            v = builder.load(src, align=2)
+        def body(v):
             h = builder.bitcast(v, half)
             both = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
             r = builder.bitcast(builder.shuffle_vector(part(h, 0), part(h, BLOCK // 2), both), v16)
@@ -404,10 +425,16 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
             r = builder.select(
                 builder.icmp_unsigned("==", a, k16(0x7C00)), builder.or_(inf_res, sign), r
             )
-            r = builder.select(
+            return builder.select(
                 builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
             )
-            builder.store(r, dst, align=2)
+
+        _blocks(
+            builder, intp, args[3],
+            lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
+            lambda j: builder.bitcast(builder.gep(oa.data, [j]), v16.as_pointer()),
+            v16, v16, body,
+        )  # fmt: skip
         return context.get_dummy_value()
 
     return types.void(prm, x, out, n), codegen
@@ -415,7 +442,6 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
 
 def _make_f16_bf16_vec(parallel):
     version = source_version()
-    block = BLOCK
 
     def kernel(prm, x, lut, table, out, nchunks):
         if version == 0 or parallel is None:  # never true; see codec.source_version
@@ -424,16 +450,7 @@ def _make_f16_bf16_vec(parallel):
         step = (x.size + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
             xc, oc = chunks(x, out, c, step)
-            whole = xc.size - xc.size % block
-            _f16_to_bf16_blocks(prm, xc, oc, whole)
-            if whole < xc.size:  # the last few elements through a block on the stack
-                buf = stack_buffer(block, np.uint16)
-                res = stack_buffer(block, np.uint16)
-                for j in range(block):
-                    buf[j] = xc[whole + j] if whole + j < xc.size else 0
-                _f16_to_bf16_blocks(prm, buf, res, block)
-                for j in range(xc.size - whole):
-                    oc[whole + j] = res[j]
+            _f16_to_bf16_blocks(prm, xc, oc, xc.size)
 
     return kernel
 
