@@ -3,14 +3,17 @@
 The float32 kernels widen 16-bit input to float32 bits and round on 16 lanes: the same
 ~20 vector operations per 16 elements as float32 input for half the bytes (bfloat16 ->
 float8_e4m3fn measured 0.36-0.38 of the streaming limit on one thread).  Here the rounding
-stays on the input's own bits.  There is no 16-bit FPU add on the CPUs this targets (no
-AVX512-FP16): results below the format's smallest normal are rounded by the FPU trick of
-:func:`fp8kit._kernels.bits.encode_fast` on the value widened to float32 (exact), which a
-flush-to-zero mode cannot change (the kernel is only used where every source subnormal
-rounds to zero, and the sum is a float32 normal).  Nearest-even only; the
-overflow, Inf, NaN and sign rules are those of :func:`fp8kit._kernels.bits._finish_with`,
-with the same constants (from :func:`fp8kit._kernels.codec._params`).  One compiled kernel
-serves every format (constants at run time) per 16-bit input dtype.
+stays on the input's own bits, in LLVM vector code written out (:func:`_vector_body`):
+the loop vectorizer, given the scalar formula, widened the 16-bit lanes to two float32
+registers and back for the FPU step, which took half the loop's time.  There is no 16-bit
+FPU add on the CPUs this targets (no AVX512-FP16): results below the format's smallest
+normal are rounded by the FPU trick of :func:`fp8kit._kernels.bits.encode_fast`, on the
+32-bit lanes that hold two 16-bit elements each, which a flush-to-zero mode cannot change
+(the kernel is only used where every source subnormal rounds to zero, and the sum is a
+float32 normal).  Nearest-even only; the overflow, Inf, NaN and sign rules are those of
+:func:`fp8kit._kernels.bits._finish_with`, with the same constants (from
+:func:`fp8kit._kernels.codec._params`).  One compiled kernel serves every format and both
+16-bit dtypes (constants at run time; the variant is picked once per call).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     neg_inf = inf_res if neg_zero else ((inf_res & keep) | s if inf_res else 0)
     # Inf costs no compare where it gives the overflow code (the unsigned min of the
     # rounded code, which is larger for Inf, gives it) or the NaN code with either sign
-    # (the NaN compare takes a >= src_inf): measured 2 vector operations of ~20.
+    # (the NaN compare takes a >= src_inf): 2 of the ~18 vector operations a block.
     nan_thr = src_inf
     need_inf = inf_res != ovf
     if need_inf and inf_res == nan_mag and neg_inf == nan_mag:
