@@ -116,3 +116,20 @@ def test_float16_to_bfloat16_without_hardware_conversion(monkeypatch):
         got = np.empty(ALL16.size, np.uint16)
         kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
         np.testing.assert_array_equal(got, _old(bf16, np.dtype(np.float16), sat, ALL16))
+
+
+def test_float16_input_without_avx512bw(monkeypatch):
+    """Without vpmaddwd, float16 input is placed in the 32-bit lanes by shifts and masks:
+    same bits on all 65,536 inputs."""
+    from fp8kit._kernels import encode16
+
+    monkeypatch.setattr(encode16, "_has_feature", lambda name: False)
+    f16 = np.dtype(np.float16)
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz", "p3109_k8p4se"):
+        fmt = fp8kit.get_format(name)
+        for sat in SATURATE:
+            kernel = encode16.encode16_kernel.__wrapped__(fmt, f16, sat)
+            assert kernel._key[-1] == 0
+            got = np.empty(ALL16.size, np.uint8)
+            kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
+            np.testing.assert_array_equal(got, _old(fmt, f16, sat, ALL16), err_msg=name)
