@@ -380,6 +380,7 @@ def _bf16_convert() -> bool:
     return _has_feature("avx512bf16")
 
 
+@functools.cache  # (LLVM's host feature query takes ~0.3 ms)
 def _has_feature(name: str) -> bool:
     """Whether the CPU Numba compiles for has the x86 feature ``name`` (LLVM's spelling).
     A CPU name or feature list set for Numba is taken as is (a name alone: no)."""
