@@ -11,8 +11,10 @@ from numba.core import types as numba_types
 
 from . import _args, _backends, _parallel
 from ._kernels.codec import (
+    _XO,
     FLOAT_DTYPES,
     LOAD_LUT,
+    bf16_encode_kernel,
     bits_dtype,
     dummy,
     encode_kernel,
@@ -218,8 +220,14 @@ def _entry_point(fn, arrays: tuple):
 
 def _make_plan(fn, lut, table, x_bits: np.ndarray, out_bits, res_dtype):
     """The fast path's plan: (entry point, bound array or None, lut, table, result dtype),
-    or None when the compiled kernel has no entry point for these arrays (the full path then
-    runs every time)."""
+    lut None for a kernel that takes only x and out (:class:`XOKernel`), or None when the
+    compiled kernel has no entry point for these arrays (the full path then runs every
+    time)."""
+    if isinstance(fn, _XO):
+        ep = _entry_point(fn.func, (x_bits[:1], _empty(1, out_bits)))
+        if ep is None or ep[1] is not None:
+            return None
+        return (ep[0], None, None, None, np.dtype(res_dtype))
     ep = _entry_point(fn, (x_bits[:1], lut, table, _empty(1, out_bits)))
     return None if ep is None else (ep[0], ep[1], lut, table, np.dtype(res_dtype))
 
@@ -233,15 +241,30 @@ def _run_plan(plan, x: np.ndarray, out):
     numpy array of x's shape, C-contiguous, aligned, writeable and not overlapping x (its
     dtype is part of the plan's key).  numpy's one ``carray`` flag (C-contiguous, aligned and
     writeable) answers most of these at once, and two arrays that own their data cannot
-    overlap (``may_share_memory`` costs ~0.2 us)."""
+    overlap (``may_share_memory`` costs ~0.2 us).
+
+    A kernel of x and out alone (:class:`fp8kit._kernels.codec.XOKernel`, the bfloat16 <->
+    float32 pair) checks sizes, layout, alignment and overlap itself, before it writes
+    anything; Python checks only what the kernel cannot see (out's type, number of
+    dimensions and writeability).  encode and decode inline this branch."""
+    ep, prm, lut, table, res_dtype = plan
+    one_d = x.ndim == 1
+    if lut is None and one_d:
+        # a kernel of x and out alone checks the rest itself: decode bfloat16 -> float32,
+        # 1,000 elements, out=: 0.93 -> 0.77 us (thread CPU time) against the checks below
+        if out is None:
+            res = _empty(x.size, res_dtype)
+        elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
+            res = out
+        else:
+            return None
+        return None if ep(x, res, ~_SMALL) else res
     xf = x.flags
     n = x.size
     if not (xf.carray or (xf.c_contiguous and xf.aligned)) or n >= _SMALL:
         return None
-    one_d = x.ndim == 1
     if not one_d and not x.ndim:
         return None
-    ep, prm, lut, table, res_dtype = plan
     if out is None:
         res = _empty(n if one_d else x.shape, res_dtype)
     elif (
@@ -256,7 +279,9 @@ def _run_plan(plan, x: np.ndarray, out):
         flat = res
     else:
         x, flat = x.reshape(-1), res.reshape(-1)
-    if prm is None:
+    if lut is None:
+        ep(x, flat, 1)
+    elif prm is None:
         ep(x, lut, table, flat, 1)
     else:
         ep(prm, x, lut, table, flat, 1)
@@ -368,9 +393,20 @@ def encode(
         except (TypeError, AttributeError):  # unhashable fmt, an out that is no array
             plan = False
         if plan:
-            res = _run_plan(plan, x, out)
-            if res is not None:
-                return res
+            # _run_plan's first branch, inlined (a function call less; see decode)
+            if plan[2] is None and x.ndim == 1:
+                if out is None:
+                    res = _empty(x.size, plan[4])
+                elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
+                    res = out
+                else:
+                    res = None
+                if res is not None and not plan[0](x, res, ~_SMALL):
+                    return res
+            else:
+                res = _run_plan(plan, x, out)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(x, out)
     if kind != "numpy":
@@ -395,6 +431,8 @@ def encode(
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         # bfloat16/float16 input rounded on 16-bit lanes where the format fits (same bits)
         kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
+        # float32 -> bfloat16: the same rounding, x and out its only arguments (small calls)
+        kernel = bf16_encode_kernel(fmt, x.dtype, sat) or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
@@ -515,9 +553,21 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         except (TypeError, AttributeError):  # as in encode
             plan = False
         if plan:
-            res = _run_plan(plan, codes, out)
-            if res is not None:
-                return res
+            # _run_plan's first branch, inlined: a function call less (decode bfloat16 ->
+            # float32, 1,000 elements, out=: 0.77 -> 0.70 us, thread CPU time)
+            if plan[2] is None and codes.ndim == 1:
+                if out is None:
+                    res = _empty(codes.size, plan[4])
+                elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
+                    res = out
+                else:
+                    res = None
+                if res is not None and not plan[0](codes, res, ~_SMALL):
+                    return res
+            else:
+                res = _run_plan(plan, codes, out)
+                if res is not None:
+                    return res
         fast = plan is None
     kind = _backends.kind_of(codes, out)
     if kind != "numpy":
