@@ -184,27 +184,30 @@ def launch(kernel, size: int, *args) -> None:
     """Call a :class:`fp8kit._kernels.codec.Kernel` on ``size`` elements, split into
     :func:`chunks_for` chunks, on up to :func:`get_num_threads` threads (the calling one and
     pool threads, each running a contiguous range of chunks); ``args`` precede the chunk
-    argument."""
+    argument.  Returns the kernel's result, or-ed over the threads' (None for a kernel that
+    returns nothing)."""
     nchunks = chunks_for(size)
     fn = kernel.build(False)
     if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
-        fn(*args, nchunks)
-        return
+        return fn(*args, nchunks)
     threads = min(nchunks, get_num_threads())
     if threads <= 1:
-        fn(*args, nchunks)
-        return
+        return fn(*args, nchunks)
     bounds = [nchunks * t // threads for t in range(threads + 1)]
     pool = _get_pool(threads - 1)
     futures = [
         pool.submit(fn, *args, chunk_spec(bounds[t], bounds[t + 1], nchunks))
         for t in range(1, threads)
     ]
+    got = None
     try:
-        fn(*args, chunk_spec(bounds[0], bounds[1], nchunks))
+        got = fn(*args, chunk_spec(bounds[0], bounds[1], nchunks))
     finally:
         for f in futures:
-            f.result()
+            r = f.result()
+            if r is not None:
+                got = r if got is None else got | r
+    return got
 
 
 def run(kernel, x, lut, table, out) -> None:

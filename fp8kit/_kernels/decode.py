@@ -108,7 +108,9 @@ def decode_params(fmt: FloatFormat) -> np.ndarray | None:
 @functools.cache
 def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
     """Kernel decoding ``code_dtype`` codes of ``fmt`` to float32 bits by the formula (same
-    call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read),
+    call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read;
+    it returns the or of the codes it read, for the caller's range check: codes above the
+    format's width are decoded from their low bits, never read out of bounds),
     or None where the table kernel must do it: the formula does not apply, or the kernel
     does not give the table's bits on every code of the format (checked once per format,
     by running it on all of them)."""
@@ -118,7 +120,8 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
     prm = decode_params(fmt)
     if prm is None or code_dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
         return None
-    sig = types.void(
+    # (returns the or of the codes: see _make)
+    sig = types.uint32(
         _array(np.uint32, readonly=True),
         _array(code_dtype, readonly=True),
         _array(np.uint32, readonly=True),
@@ -139,21 +142,27 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
 def _make(parallel):
     version = source_version()
     one = np.uint32(1)
+    zero = np.uint32(0)
     qnan = _QNAN32
 
     def kernel(prm, x, lut, table, out, nchunks):
         if version == 0 or parallel is None:  # never true; see source_version
-            return
+            return zero
         nchunks, c_first, c_stop = chunk_range(nchunks)
         mag_mask, sign_bit, sign_shift, sh, adj = prm[0], prm[1], prm[2], prm[3], prm[4]
         min_norm, scale, sp_code, sp_bits = prm[5], as_float(prm[6]), prm[7], prm[8]
         nan_lo, nz_code = prm[9], prm[10]
         step = (x.size + nchunks - 1) // nchunks
+        # The or of every code read: a code above the format's range sets a bit above its
+        # width, which the caller tests after the call.  One vector `or` per 16 codes,
+        # where numpy's `max` over the codes before the call was a second pass over them.
+        seen = zero
         for c in range(c_first, c_stop):
             prefer_512()
             xc, oc = chunks(x, out, c, step)
             for j in range(xc.size):
                 v = cast_like(xc[j], one)
+                seen = cast_like(seen | v, one)  # (uint32: Numba widens an or to 64 bits)
                 a = v & mag_mask
                 norm = cast_like(shl(a, sh, one) + adj, one)
                 sub = as_bits(_u32_to_f32(a) * scale)
@@ -163,5 +172,6 @@ def _make(parallel):
                 r = qnan if v == nz_code else r
                 # (shift, then mask: one and-or instruction with the or below)
                 oc[j] = r | (shl(v, sign_shift, one) & sign_bit)
+        return seen
 
     return kernel
