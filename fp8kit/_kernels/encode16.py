@@ -246,8 +246,13 @@ def _blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
 
         def masked(name, ret, vec_ty, args):
             fnty = ir.FunctionType(ret, [a.type for a in args])
+            vec = f"v{BLOCK}i{vec_ty.element.width}"
+            # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
+            # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
+            ptr = args[1 if name == "store" else 0].type
+            suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
             fn = cgutils.get_or_insert_function(
-                builder.module, fnty, f"llvm.masked.{name}.v{BLOCK}i{vec_ty.element.width}.p0"
+                builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
             )
             return builder.call(fn, args)
 
@@ -377,7 +382,7 @@ def _bf16_convert() -> bool:
     """Whether the CPU Numba compiles for converts float32 to bfloat16 in hardware
     (AVX512-BF16's vcvtne2ps2bf16, 32 per instruction): elsewhere LLVM may lower the
     conversion to a library call the JIT cannot resolve."""
-    return _has_feature("avx512bf16")
+    return _has_feature("avx512bf16") and _bfloat_type() is not None
 
 
 @functools.cache  # (LLVM's host feature query takes ~0.3 ms)
@@ -395,17 +400,24 @@ def _has_feature(name: str) -> bool:
     return f"+{name}" in features.split(",")
 
 
-class _BFloatType(ir.types._BaseFloatType):
-    """LLVM's ``bfloat`` (llvmlite has no such type)."""
+@functools.cache
+def _bfloat_type():
+    """LLVM's ``bfloat`` type, or None: llvmlite has no such type, and this subclasses a
+    private class of llvmlite's (built on first use, so that a llvmlite without it costs
+    the hardware kernel, not ``import fp8kit``)."""
+    try:
 
-    null = "0.0"
-    intrinsic_name = "bf16"
+        class _BFloatType(ir.types._BaseFloatType):
+            null = "0.0"
+            intrinsic_name = "bf16"
 
-    def __str__(self):
-        return "bfloat"
+            def __str__(self):
+                return "bfloat"
 
-
-_BFloatType._create_instance()
+        _BFloatType._create_instance()
+        return _BFloatType()
+    except Exception:  # pragma: no cover - another llvmlite
+        return None
 
 
 @intrinsic
@@ -438,7 +450,7 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
         nan_mag = splat(builder.load(builder.gep(pa.data, [ir.Constant(intp, 1)])))
         half = ir.VectorType(ir.HalfType(), BLOCK)
         f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
-        bf = ir.VectorType(_BFloatType(), BLOCK // 2)
+        bf = ir.VectorType(_bfloat_type(), BLOCK // 2)
 
         def part(h, lo):
             mask = ir.Constant(ir.VectorType(i32, BLOCK // 2), list(range(lo, lo + BLOCK // 2)))
