@@ -123,7 +123,7 @@ def test_float16_input_without_avx512bw(monkeypatch):
     same bits on all 65,536 inputs."""
     from fp8kit._kernels import encode16
 
-    monkeypatch.setattr(encode16, "_has_feature", lambda name: False)
+    monkeypatch.setattr(encode16, "cpu_has", lambda name: False)
     f16 = np.dtype(np.float16)
     for name in ("float8_e4m3fn", "float8_e4m3fnuz", "p3109_k8p4se"):
         fmt = fp8kit.get_format(name)
@@ -133,3 +133,55 @@ def test_float16_input_without_avx512bw(monkeypatch):
             got = np.empty(ALL16.size, np.uint8)
             kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
             np.testing.assert_array_equal(got, _old(fmt, f16, sat, ALL16), err_msg=name)
+
+
+def test_half_to_single_bits_without_hardware_conversion(monkeypatch):
+    """Where LLVM has no hardware float16 -> float32 conversion (an x86 CPU without F16C) it
+    would call a library function the JIT does not resolve: the intrinsic then moves the
+    fields itself.  Every float16 gives numpy's float32 (NaN: a NaN of the same sign with
+    the payload kept)."""
+    import numba
+
+    from fp8kit._kernels import bits
+
+    monkeypatch.setattr(bits, "_hardware_half", lambda: False)
+
+    @numba.njit(cache=False)
+    def widen(h, out):
+        for i in range(h.size):
+            out[i] = bits.half_to_single_bits(h[i])
+
+    got = np.empty(ALL16.size, np.uint32)
+    widen(ALL16, got)
+    want = ALL16.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(got[~nan], want[~nan].view(np.uint32))
+    assert np.isnan(got[nan].view(np.float32)).all()
+    np.testing.assert_array_equal(got[nan] >> 31, ALL16[nan] >> 15)
+    np.testing.assert_array_equal(got[nan] & 0x7FFFFF, (ALL16[nan].astype(np.uint32) & 0x3FF) << 13)
+
+
+def test_float16_input_on_a_generic_cpu(tmp_path):
+    """With ``NUMBA_CPU_NAME=generic`` (no F16C, as for caches shared between machines)
+    float16 input to every kernel kind gives the same codes as here (it crashed the
+    process before)."""
+    import os
+    import subprocess
+    import sys
+
+    x = np.linspace(-500, 500, 1001, dtype=np.float32).astype(np.float16)
+    x[:4] = [np.nan, np.inf, -np.inf, 6e-8]
+    names = ["float8_e4m3fn", "float8_e5m2fnuz", "bfloat16", "float8_e8m0fnu"]
+    np.save(tmp_path / "x.npy", x)
+    code = (
+        "import numpy as np, fp8kit, sys\n"
+        f"x = np.load({str(tmp_path / 'x.npy')!r})\n"
+        f"for i, n in enumerate({names!r}):\n"
+        f"    np.save({str(tmp_path)!r} + f'/{{i}}.npy', fp8kit.encode(x, n).view(np.uint8))\n"
+    )
+    env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for i, name in enumerate(names):
+        want = fp8kit.encode(x, name).view(np.uint8)
+        np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), want, err_msg=name)

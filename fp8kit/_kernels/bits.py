@@ -8,9 +8,11 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import numpy as np
+from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
@@ -48,19 +50,64 @@ def as_bits(typingctx, value):
     return result(value), codegen
 
 
+@functools.cache  # (LLVM's host feature query takes ~0.3 ms)
+def cpu_has(name: str) -> bool:
+    """Whether the CPU Numba compiles for has the feature ``name`` (LLVM's spelling, e.g.
+    ``"f16c"``).  A CPU name or feature list set for Numba (``NUMBA_CPU_NAME``,
+    ``NUMBA_CPU_FEATURES``) is taken as is: a name alone counts as no."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        features = config.CPU_FEATURES
+    elif config.CPU_NAME is not None:
+        return False
+    else:
+        features = llvm.get_host_cpu_features().flatten()
+    return f"+{name}" in features.split(",")
+
+
+def _hardware_half() -> bool:
+    """Whether LLVM converts float16 to float32 in hardware here: elsewhere it calls
+    ``__extendhfsf2``, which Numba's JIT does not resolve (the call crashed the process on
+    an x86 CPU without F16C, e.g. ``NUMBA_CPU_NAME=generic``)."""
+    if _X86:
+        return cpu_has("f16c")
+    return platform.machine().lower() in ("aarch64", "arm64")
+
+
 @intrinsic
 def half_to_single_bits(typingctx, bits):
     """float16 bits (uint16) -> float32 bits (uint32), exact: one ``fpext``, which x86 CPUs
-    with F16C run as a vector conversion (vcvtph2ps) and others as a library call.  A NaN
-    stays a NaN of the same sign (its payload may be made quiet: kernels canonicalize NaN
-    anyway)."""
+    with F16C run as a vector conversion (vcvtph2ps), or without hardware conversion the
+    fields moved by integer operations (subnormals through an exact integer -> float32
+    conversion).  A NaN stays a NaN of the same sign (its payload may be made quiet: kernels
+    canonicalize NaN anyway)."""
     if bits != types.uint16:
         return None
 
     def codegen(context, builder, signature, args):
-        half = builder.bitcast(args[0], ir.HalfType())
-        single = builder.fpext(half, ir.FloatType())
-        return builder.bitcast(single, ir.IntType(32))
+        if _hardware_half():
+            half = builder.bitcast(args[0], ir.HalfType())
+            single = builder.fpext(half, ir.FloatType())
+            return builder.bitcast(single, ir.IntType(32))
+        i32 = ir.IntType(32)
+
+        def k(v):
+            return ir.Constant(i32, v)
+
+        h = builder.zext(args[0], i32)
+        sign = builder.shl(builder.and_(h, k(0x8000)), k(16))
+        a = builder.and_(h, k(0x7FFF))
+        # normal, Inf and NaN: the exponent rebiased (15 -> 127), the mantissa moved up;
+        # the top exponent field (Inf, NaN) goes to float32's
+        normal = builder.add(builder.shl(a, k(13)), k(112 << 23))
+        special = builder.or_(builder.shl(a, k(13)), k(0x7F800000))
+        # subnormal (and zero): mantissa * 2**-24, exact in float32 (a normal there)
+        sub = builder.fmul(builder.uitofp(a, ir.FloatType()), ir.Constant(ir.FloatType(), 2.0**-24))
+        sub = builder.bitcast(sub, i32)
+        mag = builder.select(builder.icmp_unsigned(">=", a, k(0x7C00)), special, normal)
+        mag = builder.select(builder.icmp_unsigned("<", a, k(0x0400)), sub, mag)
+        return builder.or_(mag, sign)
 
     return types.uint32(bits), codegen
 

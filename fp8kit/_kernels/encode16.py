@@ -22,7 +22,6 @@ import functools
 
 import ml_dtypes
 import numpy as np
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -33,6 +32,7 @@ from .bits import (
     cast_like,
     chunk_range,
     chunks,
+    cpu_has,
     half_to_single_bits,
     prefer_512,
 )
@@ -145,7 +145,7 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
         _array(np.uint8),
         types.intp,
     )
-    pmadd = int(_has_feature("avx512bw"))
+    pmadd = int(cpu_has("avx512bw"))
     return Kernel(_maker(pmadd), sig, ("encode16", source_version(), pmadd), prm)
 
 
@@ -382,22 +382,7 @@ def _bf16_convert() -> bool:
     """Whether the CPU Numba compiles for converts float32 to bfloat16 in hardware
     (AVX512-BF16's vcvtne2ps2bf16, 32 per instruction): elsewhere LLVM may lower the
     conversion to a library call the JIT cannot resolve."""
-    return _has_feature("avx512bf16") and _bfloat_type() is not None
-
-
-@functools.cache  # (LLVM's host feature query takes ~0.3 ms)
-def _has_feature(name: str) -> bool:
-    """Whether the CPU Numba compiles for has the x86 feature ``name`` (LLVM's spelling).
-    A CPU name or feature list set for Numba is taken as is (a name alone: no)."""
-    from numba.core import config
-
-    if config.CPU_FEATURES is not None:
-        features = config.CPU_FEATURES
-    elif config.CPU_NAME is not None:
-        return False
-    else:
-        features = llvm.get_host_cpu_features().flatten()
-    return f"+{name}" in features.split(",")
+    return cpu_has("avx512bf16") and _bfloat_type() is not None
 
 
 @functools.cache
