@@ -32,6 +32,7 @@ from .bits import (
     chunks,
     encode_fast,
     encode_generic,
+    encode_lean,
     encode_unsigned,
     half_to_single_bits,
     prefer_512,
@@ -432,10 +433,40 @@ def with_globals(kernel, consts, **helpers):
 # Layout of a kernel's parameter array (the source's lane type: uint32 or uint64): the
 # tuples p and q of _params, the overflow codes of a rounding mode, the stochastic constants
 # and the rounding mode.  Floats are stored as their bits, flags as 0 or 1.
-_P, _Q, _O, _SP, _MODE, _NPARAMS = 0, 17, 29, 31, 36, 37
+_P, _Q, _O, _SP, _MODE, _LP, _NPARAMS = 0, 17, 29, 31, 36, 37, 39
+#: Round with :func:`fp8kit._kernels.bits.encode_lean` where it applies; tests switch it
+#: off to compare with :func:`fp8kit._kernels.bits.encode_fast`.
+USE_LEAN = True
 
 
-def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
+def lean_params(fmt: FloatFormat, p) -> tuple | None:
+    """``(nan_thr, code_mask)`` of :func:`fp8kit._kernels.bits.encode_lean` for the
+    constants ``p`` of :func:`_params` (nearest-even), or None where it would differ from
+    :func:`fp8kit._kernels.bits.encode_fast`: it needs the rounded code of Inf (so of every
+    NaN) at or above ``ovf``, Inf's result ``ovf`` or the NaN code (one select then takes
+    NaN, and Inf with it), and without -0 the NaN code unchanged by the sign's or."""
+    u = type(p[1])
+    width = np.dtype(u).itemsize * 8
+    sh, rb, src_inf = int(p[2]), int(p[3]), int(p[8])
+    ovf, inf_res, nan_mag = int(p[10]), int(p[11]), int(p[12])
+    s = int(p[13]) >> int(p[14])
+    wrap = (1 << width) - 1
+    code_inf = ((src_inf + rb + ((src_inf >> sh) & 1)) & wrap) >> sh
+    # (the largest NaN's sum not wrapped around: every NaN's code is then at least Inf's)
+    if code_inf < ovf or ((wrap >> 1) + rb + 1) & wrap < (src_inf + rb) & wrap:
+        return None
+    if inf_res == ovf:
+        nan_thr = src_inf
+    elif inf_res == nan_mag:
+        nan_thr = src_inf - 1
+    else:
+        return None
+    if not fmt.has_negative_zero and (s == 0 or nan_mag | s != nan_mag):
+        return None
+    return u(nan_thr), u((1 << fmt.bits) - 1)
+
+
+def pack_params(p, q, o=None, sp=None, mode: int = 0, lean=None) -> np.ndarray:
     """The read-only parameter array of :func:`load_p` and friends."""
     u = type(p[1])
     width = np.dtype(u).itemsize * 8
@@ -458,6 +489,8 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
     if sp is not None and len(sp) == 5:
         prm[_SP : _SP + 5] = [word(v) for v in sp]
     prm[_MODE] = mode
+    if lean is not None:
+        prm[_LP : _LP + 2] = [word(v) for v in lean]
     assert width in (32, 64)
     prm.flags.writeable = False
     return prm
@@ -544,8 +577,10 @@ def encode_kernel(
     version = source_version()
     use_magic = bool(p[7])
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
+    lp = lean_params(fmt, p) if USE_LEAN and strategy == "fast" else None
+    lean = lp is not None
     key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic,
-           fmt.bits <= 8)  # fmt: skip
+           fmt.bits <= 8, lean)  # fmt: skip
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
@@ -560,6 +595,7 @@ def encode_kernel(
                 q = load_q(prm)
             else:
                 q = 0
+            nan_thr, code_mask = prm[_LP], prm[_LP + 1]
             one = p[1]
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
@@ -573,6 +609,8 @@ def encode_kernel(
                             oc[j] = encode_unsigned(v, q)
                         elif generic:
                             oc[j] = encode_generic(v, p, q)
+                        elif lean:
+                            oc[j] = encode_lean(v, p, nan_thr, code_mask)
                         else:
                             oc[j] = encode_fast(v, p)
                     continue
@@ -589,6 +627,8 @@ def encode_kernel(
                             buf[j] = encode_unsigned(v, q)
                         elif generic:
                             buf[j] = encode_generic(v, p, q)
+                        elif lean:
+                            buf[j] = encode_lean(v, p, nan_thr, code_mask)
                         else:
                             buf[j] = encode_fast(v, p)
                     for j in range(xs.size):
@@ -596,7 +636,7 @@ def encode_kernel(
 
         return kernel
 
-    return Kernel(make, sig, key, pack_params(p, q)), pl
+    return Kernel(make, sig, key, pack_params(p, q, lean=lp)), pl
 
 
 @functools.cache
