@@ -90,3 +90,34 @@ def test_common_formats_round_lean_in_one_kernel(name, saturate, dtype):
     if name.startswith("float8"):
         ref, _ = encode_kernel(fp8kit.get_format("float8_e4m3fn"), dtype, True)
         assert k._key == ref._key
+
+
+@pytest.mark.parametrize(
+    "name, dtype",
+    [("float8_e4m3fn", F32), ("float8_e5m2fnuz", F32), ("bfloat16", F32), ("float8_e4m3fnuz", F64),
+     ("p3109_k8p3ue", F32)],
+    ids=str,
+)  # fmt: skip
+@pytest.mark.parametrize("nchunks", [1, 3])
+def test_large_arrays_streamed_give_the_same_codes(name, dtype, nchunks):
+    """From kc.STREAM_MIN_TRAFFIC bytes on, encode kernels write whole cache lines with
+    non-temporal stores through a buffer (the ends of each chunk in place): the same codes
+    as the in-place loop, for an output that starts off a line boundary and chunks that
+    end anywhere."""
+    fmt = fp8kit.get_format(name)
+    k, _ = encode_kernel(fmt, dtype, False)
+    code_dt = np.dtype(fmt.code_dtype)
+    n = kc.STREAM_MIN_TRAFFIC // (dtype.itemsize + code_dt.itemsize) + 4099
+    x = np.random.default_rng(16).integers(0, 1 << 64, n, np.uint64, endpoint=False)
+    x = x.astype(f"u{dtype.itemsize}")
+    lut, table = dummy(np.uint32), dummy(np.uint8)
+    base = np.zeros(n + 64, code_dt)
+    out = base[3 : 3 + n]  # (off a line boundary: a partial line first)
+    k.build()(x, lut, table, out, nchunks)
+    want = np.empty(n, code_dt)
+    piece = n // 4 + 1  # (below the threshold: written in place)
+    for i in range(0, n, piece):
+        k.build()(x[i : i + piece], lut, table, want[i : i + piece], 1)
+    bad = np.flatnonzero(out != want)
+    assert not bad.size, [(i, hex(x[i]), out[i], want[i]) for i in bad[:5]]
+    assert not base[:3].any() and not base[3 + n :].any()

@@ -240,11 +240,11 @@ def encode_fast(v, p):
 
 
 @njit(inline="always")
-def encode_lean(v, p, nan_thr, code_mask):
+def encode_lean(v, p, nan_thr, neg_thr):
     """:func:`encode_fast` in fewer vector operations, for the formats and options where
-    :func:`fp8kit._kernels.codec.lean_params` gives ``nan_thr`` (else None).  Only the
-    result's low bits (``code_mask``, the code's width) are the code: callers store it
-    into a uint8/uint16 array, which truncates."""
+    :func:`fp8kit._kernels.codec.lean_params` gives the thresholds ``nan_thr`` and
+    ``neg_thr`` (else None).  Only the result's low bits (the code's width) are the code:
+    callers store it into a uint8/uint16 array, which truncates."""
     (abs_mask, one, sh, rb, min_normal, magic, _, use_magic, _, _, ovf, _, nan_mag, sign_bit,
      sign_shift, neg_zero, _) = p  # fmt: skip
     # (a zero LLVM can see, not p's run-time one: a test against it is one instruction)
@@ -265,8 +265,10 @@ def encode_lean(v, p, nan_thr, code_mask):
     s = shr(sign_bit, sign_shift, zero)  # (loop-invariant)
     if neg_zero:
         return mag ^ s if v > abs_mask else mag
-    # no -0 (fnuz, P3109): the sign or-ed as in _finish_with, where ``s`` is never 0 here
-    return (mag | s) if ((mag & code_mask) != zero and v > abs_mask) else mag
+    # no -0 (fnuz, P3109): the sign or-ed as in _finish_with (``s`` is never 0 here) unless
+    # the code is 0, that is for the negative values above ``neg_thr``: one comparison of
+    # the signed bits, not two
+    return mag | s if v > neg_thr else mag
 
 
 @njit(inline="always")
