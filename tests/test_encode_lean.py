@@ -121,3 +121,15 @@ def test_large_arrays_streamed_give_the_same_codes(name, dtype, nchunks):
     bad = np.flatnonzero(out != want)
     assert not bad.size, [(i, hex(x[i]), out[i], want[i]) for i in bad[:5]]
     assert not base[:3].any() and not base[3 + n :].any()
+
+
+def test_large_output_off_its_element_alignment():
+    """A 16-bit output at an odd address (numpy allows one: ``aligned`` False) is written in
+    place: no cache line boundary falls on an element there (non-temporal stores fault)."""
+    n = kc.STREAM_MIN_TRAFFIC // 6 + 77
+    x = np.random.default_rng(5).standard_normal(n, dtype=np.float32)
+    raw = np.zeros(2 * n + 1, np.uint8)
+    out = raw[1:].view(np.uint16)
+    assert not out.flags.aligned
+    fp8kit.encode(x, "bfloat16", out=out.view(fp8kit.get_format("bfloat16").dtype))
+    np.testing.assert_array_equal(out, fp8kit.encode(x, "bfloat16").view(np.uint16))

@@ -635,7 +635,10 @@ def encode_kernel(
                     # for smaller arrays), so that no copy loop has to handle partial lines
                     # (stream_copy cost 0.25 s of CPU on a cold first call); blocks are
                     # sliced from x and out directly (each slice costs compile time)
+                    # (and ``out`` aligned to its elements, as numpy allocates it: a line
+                    # boundary must fall on one, non-temporal stores fault off it)
                     stream = lean and x.size >= stream_min
+                    stream = stream and byte_address(out, 0) % out.itemsize == 0
                     sbuf = stack_buffer(_STREAM_BLOCK, code_type)
                     b0 = c * step
                     hi = b0 + step
