@@ -287,6 +287,38 @@ def encode_fast(v, p):
 
 
 @njit(inline="always")
+def encode_lean(v, p, nan_thr, neg_thr):
+    """:func:`encode_fast` in fewer vector operations, for the formats and options where
+    :func:`fp8kit._kernels.codec.lean_params` gives the thresholds ``nan_thr`` and
+    ``neg_thr`` (else None).  Only the result's low bits (the code's width) are the code:
+    callers store it into a uint8/uint16 array, which truncates."""
+    (abs_mask, one, sh, rb, min_normal, magic, _, use_magic, _, _, ovf, _, nan_mag, sign_bit,
+     sign_shift, neg_zero, _) = p  # fmt: skip
+    # (a zero LLVM can see, not p's run-time one: a test against it is one instruction)
+    zero = cast_like(one - one, one)
+    a = cast_like(v & abs_mask, one)
+    r = cast_like(a + rb, one)
+    # the ties-to-even bit: a test under mask and a masked add (2 vector operations, not 3)
+    r = cast_like(r + one, one) if (a & shl(one, sh, one)) != zero else r
+    code = shr(r, sh, one)
+    # Inf and NaN round to codes above ``ovf``: when Inf gives ``ovf`` the min is its whole
+    # rule, and NaN is one select whose threshold also takes Inf where Inf gives NaN
+    mag = ovf if code > ovf else code
+    mag = nan_mag if a > nan_thr else mag
+    if use_magic:
+        # the sum's low bits are the code (the magic number's mantissa bits are zero): no
+        # subtraction of the magic number's bits
+        mag = as_bits(as_float(a) + magic) if a < min_normal else mag
+    s = shr(sign_bit, sign_shift, zero)  # (loop-invariant)
+    if neg_zero:
+        return mag ^ s if v > abs_mask else mag
+    # no -0 (fnuz, P3109): the sign or-ed as in _finish_with (``s`` is never 0 here) unless
+    # the code is 0, that is for the negative values above ``neg_thr``: one comparison of
+    # the signed bits, not two
+    return mag | s if v > neg_thr else mag
+
+
+@njit(inline="always")
 def encode_generic(v, p, q):
     """Integer-only rounding, valid for any format whose smallest normal is not below the
     source's.  Used where the FPU trick is unsafe (a flush-to-zero mode set by another

@@ -26,17 +26,22 @@ from numba.extending import intrinsic
 
 from ..formats import FloatFormat
 from .bits import (
+    STREAM_BYTES,
     as_float,
+    byte_address,
     cast_like,
     chunk,
     chunk_range,
     chunks,
     encode_fast,
     encode_generic,
+    encode_lean,
     encode_unsigned,
     half_to_single_bits,
     prefer_512,
     stack_buffer,
+    store_fence,
+    stream_line,
 )
 from .flatten import FlattenError, flatten
 from .rounding import _LO as _LO32
@@ -497,10 +502,52 @@ def with_globals(kernel, consts, **helpers):
 # Layout of a kernel's parameter array (the source's lane type: uint32 or uint64): the
 # tuples p and q of _params, the overflow codes of a rounding mode, the stochastic constants
 # and the rounding mode.  Floats are stored as their bits, flags as 0 or 1.
-_P, _Q, _O, _SP, _MODE, _NPARAMS = 0, 17, 29, 31, 36, 37
+_P, _Q, _O, _SP, _MODE, _LP, _NPARAMS = 0, 17, 29, 31, 36, 37, 39
+#: Round with :func:`fp8kit._kernels.bits.encode_lean` where it applies; tests switch it
+#: off to compare with :func:`fp8kit._kernels.bits.encode_fast`.
+USE_LEAN = True
 
 
-def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
+def lean_params(fmt: FloatFormat, source: str, p) -> tuple | None:
+    """``(nan_thr, neg_thr)`` of :func:`fp8kit._kernels.bits.encode_lean` for the constants
+    ``p`` of :func:`_params` (nearest-even), or None where it would differ from
+    :func:`fp8kit._kernels.bits.encode_fast`: it needs the rounded code of Inf (so of every
+    NaN) at or above ``ovf``, Inf's result ``ovf`` or the NaN code (one select then takes
+    NaN, and Inf with it), and without -0 the NaN code unchanged by the sign's or.
+    ``neg_thr``: the source bits of the negative numbers that round to a code other than 0
+    are those above it."""
+    width, src_m, _, _ = _SOURCES[source]
+    u = type(p[1])
+    sh, rb, src_inf = int(p[2]), int(p[3]), int(p[8])
+    ovf, inf_res, nan_mag = int(p[10]), int(p[11]), int(p[12])
+    s = int(p[13]) >> int(p[14])
+    wrap = (1 << width) - 1
+    code_inf = ((src_inf + rb + ((src_inf >> sh) & 1)) & wrap) >> sh
+    # (the largest NaN's sum not wrapped around: every NaN's code is then at least Inf's)
+    if code_inf < ovf or ((wrap >> 1) + rb + 1) & wrap < (src_inf + rb) & wrap:
+        return None
+    if inf_res == ovf:
+        nan_thr = src_inf
+    elif inf_res == nan_mag:
+        nan_thr = src_inf - 1
+    else:
+        return None
+    if not fmt.has_negative_zero and (s == 0 or nan_mag | s != nan_mag):
+        return None
+    # the largest magnitude rounding to code 0: half the smallest subnormal (the tie goes
+    # to the even code 0), in the FPU's rounding (bits.encode_fast's magic path) or, where
+    # the source has the format's smallest normal (and bias), in the integer one
+    if p[7]:
+        zero_max = int(np.array(2.0 ** (fmt.minexp - fmt.mantissa_bits - 1), f"f{width // 8}")
+                       .view(u))  # fmt: skip
+    elif (rb + 1) & wrap == 1 << (sh - 1):  # (no rebias: always so without the magic)
+        zero_max = 1 << (sh - 1)
+    else:  # pragma: no cover
+        return None
+    return u(nan_thr), u((1 << (width - 1)) | zero_max)
+
+
+def pack_params(p, q, o=None, sp=None, mode: int = 0, lean=None) -> np.ndarray:
     """The read-only parameter array of :func:`load_p` and friends."""
     u = type(p[1])
     width = np.dtype(u).itemsize * 8
@@ -523,6 +570,8 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0) -> np.ndarray:
     if sp is not None and len(sp) == 5:
         prm[_SP : _SP + 5] = [word(v) for v in sp]
     prm[_MODE] = mode
+    if lean is not None:
+        prm[_LP : _LP + 2] = [word(v) for v in lean]
     assert width in (32, 64)
     prm.flags.writeable = False
     return prm
@@ -570,6 +619,12 @@ def load_sp(prm, use_magic):
 
 #: Elements per block of a round-to-format kernel's code buffer (stays in L1).
 _LOOKUP_BLOCK = 2048
+#: Elements per block of an encode kernel's buffer for non-temporal stores (16M float32 ->
+#: e4m3fn, 1 thread: 512 measured 3% faster than 2048, 8192 slower than plain stores).
+_STREAM_BLOCK = 512
+#: Bytes read and written from which an encode kernel writes with non-temporal stores, as
+#: fake_convert's STREAM_MIN_BYTES of output (the output is then not left in the caches).
+STREAM_MIN_TRAFFIC = 64 << 20
 
 
 def _in_bits(load: int, width: int) -> np.dtype:
@@ -609,8 +664,12 @@ def encode_kernel(
     version = source_version()
     use_magic = bool(p[7])
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
+    lp = lean_params(fmt, pl.source, p) if USE_LEAN and strategy == "fast" else None
+    stream_min = STREAM_MIN_TRAFFIC // (in_bits.itemsize + out_dtype.itemsize)
+    line = STREAM_BYTES // out_dtype.itemsize
+    lean = lp is not None
     key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic,
-           fmt.bits <= 8)  # fmt: skip
+           fmt.bits <= 8, lean)  # fmt: skip
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
@@ -625,22 +684,58 @@ def encode_kernel(
                 q = load_q(prm)
             else:
                 q = 0
+            nan_thr, neg_thr = prm[_LP], prm[_LP + 1]
             one = p[1]
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()  # 512-bit vectors: float64 input 1.4-2x faster on 1 thread here
-                xc, oc = chunks(x, out, c, step)
                 if not lookup:
-                    for j in range(xc.size):
-                        # (a direct load without the helper: one inlined call less to compile)
-                        v = xc[j] if load == LOAD_DIRECT else load_bits(xc, j, lut, load, one)
-                        if unsigned:
-                            oc[j] = encode_unsigned(v, q)
-                        elif generic:
-                            oc[j] = encode_generic(v, p, q)
-                        else:
-                            oc[j] = encode_fast(v, p)
+                    # Arrays far larger than the caches (lean rounding only: the others are
+                    # bound by their arithmetic, float32 -> float8_e8m0fnu measured 2% slower
+                    # streamed): the codes of a block go to a stack buffer, then to ``out``
+                    # with non-temporal stores, whole cache lines, which saves the read of
+                    # every line a plain store makes (a fifth of the traffic of float32 -> 8
+                    # bits).  The blocks start on line boundaries of ``out``; the chunk's
+                    # partial blocks at both ends are written in place (and the whole chunk,
+                    # for smaller arrays), so that no copy loop has to handle partial lines
+                    # (stream_copy cost 0.25 s of CPU on a cold first call); blocks are
+                    # sliced from x and out directly (each slice costs compile time)
+                    # (and ``out`` aligned to its elements, as numpy allocates it: a line
+                    # boundary must fall on one, non-temporal stores fault off it)
+                    stream = lean and x.size >= stream_min
+                    stream = stream and byte_address(out, 0) % out.itemsize == 0
+                    sbuf = stack_buffer(_STREAM_BLOCK, code_type)
+                    b0 = c * step
+                    hi = b0 + step
+                    hi = hi if hi < x.size else x.size
+                    b1 = hi
+                    if stream:
+                        b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // out.itemsize
+                    while b0 < hi:
+                        b1 = b1 if b1 < hi else hi
+                        full = stream and b1 - b0 == _STREAM_BLOCK
+                        xs = x[b0:b1]
+                        os = sbuf if full else out[b0:b1]
+                        for j in range(xs.size):
+                            # (a direct load without the helper: one inlined call less)
+                            v = xs[j] if load == LOAD_DIRECT else load_bits(xs, j, lut, load, one)
+                            if unsigned:
+                                os[j] = encode_unsigned(v, q)
+                            elif generic:
+                                os[j] = encode_generic(v, p, q)
+                            elif lean:
+                                os[j] = encode_lean(v, p, nan_thr, neg_thr)
+                            else:
+                                os[j] = encode_fast(v, p)
+                        if full:
+                            for k in range(0, _STREAM_BLOCK, line):
+                                stream_line(out, b0 + k, sbuf, k)
+                        b0 = b1
+                        b1 = b0 + _STREAM_BLOCK
+                    if stream:
+                        store_fence()
                     continue
+                xc, oc = chunks(x, out, c, step)
                 # round-to-format: codes of a block into a buffer (a vectorized loop), then
                 # their values from the table.  In one loop the table read is a gather,
                 # which LLVM's cost model declines here, and the whole loop stayed scalar:
@@ -654,6 +749,8 @@ def encode_kernel(
                             buf[j] = encode_unsigned(v, q)
                         elif generic:
                             buf[j] = encode_generic(v, p, q)
+                        elif lean:
+                            buf[j] = encode_lean(v, p, nan_thr, neg_thr)
                         else:
                             buf[j] = encode_fast(v, p)
                     for j in range(xs.size):
@@ -661,7 +758,12 @@ def encode_kernel(
 
         return kernel
 
-    return Kernel(make, sig, key, pack_params(p, q)), pl
+    kern = Kernel(make, sig, key, pack_params(p, q, lean=lp))
+    # (the kernel allocates nothing: without reference counting, ``os`` (a stack buffer or
+    # a slice of out) costs no NRT_incref/decref calls per block, around which the loop's
+    # vector constants were spilled and reloaded; and the cold compile is shorter)
+    kern._options = {"_nrt": False}
+    return kern, pl
 
 
 @functools.cache
