@@ -62,6 +62,20 @@ def test_encode_and_decode_use_the_x_out_kernels():
         assert type(plan[0]).__name__ == "builtin_function_or_method"
 
 
+def test_large_encode_to_bfloat16_records_no_plan(monkeypatch):
+    """Arrays at the threading threshold or above take encode_kernel's streaming kernel,
+    not the x-and-out one: such a call records no small-call plan (a later small call
+    records the x-and-out kernel's), and both give the same bits."""
+    monkeypatch.setattr(codec, "_FAST_ENCODE", {})
+    x = _data(codec._SMALL)
+    big = fp8kit.encode(x, "bfloat16")
+    assert ("bfloat16", F32, True) not in codec._FAST_ENCODE
+    small = fp8kit.encode(x[:1000], "bfloat16")
+    plan = codec._FAST_ENCODE[("bfloat16", F32, True)]
+    assert plan[1:4] == (None, None, None)
+    np.testing.assert_array_equal(big[:1000].view(np.uint16), small.view(np.uint16))
+
+
 def _data(n, seed=0):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(n) * np.exp2(rng.integers(-133, 120, n))).astype(np.float32)
