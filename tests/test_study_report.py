@@ -439,3 +439,25 @@ def test_figure_no_overlap_at_scale(names, formats, scalings):
     fig = study_figure(fake_rows(names, formats, scalings), small_data(), title="at scale")
     _, bad, outside = overlapping(fig)
     assert bad == [] and outside == []
+
+
+def test_many_formats_lay_the_bars_down():
+    """More formats than the bar panel holds side by side (P3109's 120 with the others):
+    the bars lie down, one labelled row per format, the first on top as in the rug, and
+    nothing overlaps (a few formats keep upright bars: the tests above)."""
+    pytest.importorskip("matplotlib")
+    import fp8kit
+    from fp8kit.study.plot import study_figure
+
+    formats = dict(list(fp8kit.registered_formats().items())[:40])
+    fig = study_figure(fake_rows(["a"], formats, FIVE[1:3]), small_data())
+    (ax,) = [
+        a for sub in fig.subfigs for a in sub.axes if a.get_title() == "SQNR per format and scaling"
+    ]
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(formats)
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]
+    bars = [p for p in ax.patches if type(p).__name__ == "Rectangle"]
+    assert len(bars) == 40 * 2  # lying: every bar is a row's thickness high, widths vary
+    assert {round(b.get_height(), 6) for b in bars} == {round(0.4 * 0.92, 6)}
+    _, bad, outside = overlapping(fig)
+    assert bad == [] and outside == []

@@ -186,14 +186,71 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     for r in rows:
         by.setdefault((r.format, r.scaling), []).append(r)
     _values(ax_hist, ax_rug, tensors, formats)
-    ax_bar.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
-    ax_bar.set_ylabel("SQNR (dB), all tensors pooled")
+    # Side by side, each format needs a label's line height even standing up; beyond what
+    # the panel's width holds (~30 formats: P3109's 120 with the rest), the bars lie down
+    # and the formats go down the panel, which grows with them as the rug beside it does.
+    lying = nf * _LINE_PT > _WIDTH * 72 / 2.2 * 0.85
+    if lying:
+        ax_bar.set_yticks(np.arange(nf), formats, fontsize=8)
+        ax_bar.set_xlabel("SQNR (dB), all tensors pooled")
+    else:
+        ax_bar.set_xticks(np.arange(nf), [_wrap_format(f) for f in formats], fontsize=8)
+        ax_bar.set_ylabel("SQNR (dB), all tensors pooled")
     ax_bar.set_title("SQNR per format and scaling", fontsize=10)
     heat = _heat_image(bottom, ax_heat, by, formats, scalings, rows, heat_h)
     fig.draw_without_rendering()  # one layout: the sizes of the axes, in points
-    _bars(fig, ax_bar, by, formats, scalings)
+    (_lying_bars if lying else _bars)(fig, ax_bar, by, formats, scalings)
     _heat_labels(fig, ax_heat, heat)
     return fig
+
+
+#: Points a format label at fontsize 8 takes across its line (standing up, across the axis).
+_LINE_PT = 11.0
+
+
+def _lying_bars(fig, ax, by, formats, scalings) -> None:
+    """:func:`_bars` for many formats: horizontal bars, one row of them per format, top to
+    bottom in the rug's order; no value labels (the rows are too thin: the table has
+    them)."""
+    nf, ns = len(formats), len(scalings)
+    vals = np.array([[_pooled_sqnr(by.get((f, s), [])) for s in scalings] for f in formats])
+    finite = vals[np.isfinite(vals)]
+    hi = float(finite.max()) if finite.size else 30.0
+    lo = min(0.0, float(finite.min()) if finite.size else 0.0)
+    inf_level = max(hi, 1.0) * 1.12
+    height = 0.8 / ns
+    colors = _colors(ns)
+    for j, s in enumerate(scalings):
+        ys = np.arange(nf) + (j - (ns - 1) / 2) * height
+        col = vals[:, j]
+        shown = np.where(np.isinf(col), np.where(col > 0, inf_level, 0.0), col)
+        bars = ax.barh(ys, np.nan_to_num(shown, nan=0.0), height * 0.92, label=s,
+                       color=colors[j])  # fmt: skip
+        for v, b in zip(col, bars, strict=True):
+            if math.isinf(v) and v > 0:  # light, hatched, to the inf level
+                b.set_facecolor((*colors[j][:3], 0.3))
+                b.set_hatch("////")
+                b.set_edgecolor(colors[j])
+                b.set_linewidth(0)
+    span = inf_level - lo
+    ax.set_xlim(lo - 0.02 * span, inf_level + 0.02 * span)
+    if np.isposinf(vals).any():
+        ax.axvline(inf_level, color="0.5", linewidth=0.6, linestyle=":")
+        ticks = [t for t in ax.get_xticks() if lo <= t <= inf_level - 0.12 * span]
+        ax.set_xticks([*ticks, inf_level], [f"{t:g}" for t in ticks] + ["inf"])
+    ax.axvline(0, color="0.3", linewidth=0.6)
+    ax.set_yticks(np.arange(nf), formats, fontsize=8)
+    ax.set_ylim(nf - 0.45, -0.55)  # the first format on top, as in the rug
+    ax.set_xlabel("SQNR (dB), all tensors pooled")
+    # the legend between the title and the bars (the panel's top rows are data): the title
+    # stands a legend's height higher
+    legend_rows = 1 if ns <= 5 else 2
+    ax.set_title("SQNR per format and scaling", fontsize=10, pad=legend_rows * 13 + 20)
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=ns if ns <= 5 else math.ceil(ns / 2), fontsize=7.5, frameon=False,
+              title="scaling (hatched, to inf: no error)" if np.isposinf(vals).any()
+              else "scaling", title_fontsize=7.5, borderaxespad=0.2, handlelength=1.2,
+              columnspacing=1.0)  # fmt: skip
 
 
 def _colors(n: int) -> list:
