@@ -204,6 +204,24 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     return fig
 
 
+def _levels(by, formats, scalings) -> tuple[np.ndarray, float, float]:
+    """(pooled SQNR per format and scaling, the axis' low end, where an infinite SQNR's bar
+    ends) for both bar layouts."""
+    vals = np.array([[_pooled_sqnr(by.get((f, s), [])) for s in scalings] for f in formats])
+    finite = vals[np.isfinite(vals)]
+    hi = float(finite.max()) if finite.size else 30.0
+    lo = min(0.0, float(finite.min()) if finite.size else 0.0)
+    return vals, lo, max(hi, 1.0) * 1.12
+
+
+def _hatch_inf(bar, color) -> None:
+    """An infinite SQNR's bar (no error): light and hatched, up to the inf level."""
+    bar.set_facecolor((*color[:3], 0.3))
+    bar.set_hatch("////")
+    bar.set_edgecolor(color)
+    bar.set_linewidth(0)
+
+
 #: Points a format label at fontsize 8 takes across its line (standing up, across the axis).
 _LINE_PT = 11.0
 
@@ -213,11 +231,7 @@ def _lying_bars(fig, ax, by, formats, scalings) -> None:
     bottom in the rug's order; no value labels (the rows are too thin: the table has
     them)."""
     nf, ns = len(formats), len(scalings)
-    vals = np.array([[_pooled_sqnr(by.get((f, s), [])) for s in scalings] for f in formats])
-    finite = vals[np.isfinite(vals)]
-    hi = float(finite.max()) if finite.size else 30.0
-    lo = min(0.0, float(finite.min()) if finite.size else 0.0)
-    inf_level = max(hi, 1.0) * 1.12
+    vals, lo, inf_level = _levels(by, formats, scalings)
     height = 0.8 / ns
     colors = _colors(ns)
     for j, s in enumerate(scalings):
@@ -227,11 +241,8 @@ def _lying_bars(fig, ax, by, formats, scalings) -> None:
         bars = ax.barh(ys, np.nan_to_num(shown, nan=0.0), height * 0.92, label=s,
                        color=colors[j])  # fmt: skip
         for v, b in zip(col, bars, strict=True):
-            if math.isinf(v) and v > 0:  # light, hatched, to the inf level
-                b.set_facecolor((*colors[j][:3], 0.3))
-                b.set_hatch("////")
-                b.set_edgecolor(colors[j])
-                b.set_linewidth(0)
+            if math.isinf(v) and v > 0:
+                _hatch_inf(b, colors[j])
     span = inf_level - lo
     ax.set_xlim(lo - 0.02 * span, inf_level + 0.02 * span)
     if np.isposinf(vals).any():
@@ -262,11 +273,7 @@ def _colors(n: int) -> list:
 
 def _bars(fig, ax, by, formats, scalings) -> None:
     nf, ns = len(formats), len(scalings)
-    vals = np.array([[_pooled_sqnr(by.get((f, s), [])) for s in scalings] for f in formats])
-    finite = vals[np.isfinite(vals)]
-    hi = float(finite.max()) if finite.size else 30.0
-    lo = min(0.0, float(finite.min()) if finite.size else 0.0)
-    inf_level = max(hi, 1.0) * 1.12  # where an infinite SQNR's bar ends
+    vals, lo, inf_level = _levels(by, formats, scalings)
     width = 0.8 / ns
     colors = _colors(ns)
     box = ax.get_window_extent()  # laid out by the caller
@@ -290,10 +297,7 @@ def _bars(fig, ax, by, formats, scalings) -> None:
             length = (len(text) * 0.6 * size + 4) * per_pt  # rotated text, in data units
             ink = _ink(colors[j])
             if math.isinf(v) and v > 0:  # light, hatched, to the inf level, a triangle on top
-                b.set_facecolor((*colors[j][:3], 0.3))
-                b.set_hatch("////")
-                b.set_edgecolor(colors[j])
-                b.set_linewidth(0)
+                _hatch_inf(b, colors[j])
                 ink = "black"
                 ax.plot([x], [inf_level], marker="^", color=colors[j], markersize=5,
                         clip_on=False)  # fmt: skip
