@@ -357,7 +357,9 @@ class Kernel:
     compiled function serves every format: callers pass the arguments after it.
     """
 
-    _options: dict = {}
+    # No kernel allocates (scratch space is a stack buffer): without NRT, Numba emits no
+    # reference counting of array views (and its pruning pass has nothing to do).
+    _options: dict = {"_nrt": False}
 
     def __init__(self, make, sig, key=None, params=None):
         self._make = make
@@ -758,12 +760,10 @@ def encode_kernel(
 
         return kernel
 
-    kern = Kernel(make, sig, key, pack_params(p, q, lean=lp))
-    # (the kernel allocates nothing: without reference counting, ``os`` (a stack buffer or
-    # a slice of out) costs no NRT_incref/decref calls per block, around which the loop's
-    # vector constants were spilled and reloaded; and the cold compile is shorter)
-    kern._options = {"_nrt": False}
-    return kern, pl
+    # (built without NRT, as every Kernel: ``os`` (a stack buffer or a slice of out) costs
+    # no NRT_incref/decref calls per block, around which the loop's vector constants were
+    # spilled and reloaded)
+    return Kernel(make, sig, key, pack_params(p, q, lean=lp)), pl
 
 
 @functools.cache

@@ -47,7 +47,8 @@ def _pure_calls():
 
     return {
         bits.as_float, bits.as_bits, bits.cast_like, bits.shr, bits.shl,
-        bits.half_to_single_bits, bits.widen32, bits.to_unsigned_truncated, min, max,
+        bits.half_to_single_bits, bits.widen32, bits.to_unsigned_truncated, bits.fma,
+        bits.select, min, max,
     }  # fmt: skip
 
 
@@ -797,9 +798,97 @@ def _round(body, params, fl) -> tuple[list, bool]:
 
 
 def optimize(body, params, fl):
-    """Rounds of :func:`_round` until nothing changes."""
+    """Rounds of :func:`_round` until nothing changes, then :func:`_selects`."""
     for _ in range(20):
         body, changed = _round(body, params, fl)
         if not changed:
             break
-    return body
+    return _selects(body, fl) if USE_SELECT else body
+
+
+#: Write conditional expressions with safe operands as :func:`fp8kit._kernels.bits.select`
+#: calls; tests switch it off to compare.
+USE_SELECT = True
+
+# Operators that neither trap nor read memory, whatever their operands: integer division and
+# remainder (a branch for a zero divisor under error_model="numpy") and powers stay out.
+_SAFE_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift,
+                ast.RShift)  # fmt: skip
+
+
+def _safe(e, fl) -> bool:
+    """May ``e`` be evaluated where the source would not evaluate it?  Names, constants,
+    arithmetic without division, comparisons and the pure scalar calls: no memory read, no
+    trap, no effect (a shift too wide for its type gives a poison value that a select
+    discards)."""
+    t = type(e)
+    if t is ast.Name or t is ast.Constant:
+        return True
+    if t is ast.BinOp:
+        return isinstance(e.op, _SAFE_BINOPS) and _safe(e.left, fl) and _safe(e.right, fl)
+    if t is ast.UnaryOp:
+        return _safe(e.operand, fl)
+    if t is ast.Compare:
+        return _safe(e.left, fl) and all(_safe(c, fl) for c in e.comparators)
+    if t is ast.BoolOp:
+        return all(_safe(v, fl) for v in e.values)
+    if t is ast.IfExp:
+        return _safe(e.test, fl) and _safe(e.body, fl) and _safe(e.orelse, fl)
+    if t is ast.Call and not e.keywords:
+        f = e.func
+        if type(f) is ast.Name:
+            obj = fl.globals.get(f.id)
+        elif type(f) is ast.Attribute and type(f.value) is ast.Name:
+            obj = getattr(fl.globals.get(f.value.id), f.attr, None)
+        else:
+            return False
+        number = isinstance(obj, type) and issubclass(obj, np.number)
+        pure = obj in _PURE_CALLS or obj is abs or number
+        return pure and all(_safe(a, fl) for a in e.args)
+    return False
+
+
+def _selects(body, fl):
+    """``body`` with each conditional expression whose operands are :func:`_safe` written
+    as a call of :func:`fp8kit._kernels.bits.select` (see there why), and ``and``/``or`` of
+    safe comparisons as ``&``/``|``: fewer blocks for Numba to compile."""
+    from .bits import select
+
+    name = None
+
+    class Rewrite(ast.NodeTransformer):
+        def visit_IfExp(self, e):
+            nonlocal name
+            self.generic_visit(e)
+            if not (_safe(e.body, fl) and _safe(e.orelse, fl)):
+                return e
+            if name is None:
+                name = fl._intern(fl.globals, "select", select)
+            return ast.Call(ast.Name(name, ast.Load()), [e.test, e.body, e.orelse], [])
+
+        def visit_BoolOp(self, e):
+            # ``and``/``or`` of comparisons (bools): ``&``/``|``, no short-circuit blocks
+            self.generic_visit(e)
+            if not all(_is_compare(v) and _safe(v, fl) for v in e.values):
+                return e
+            op = ast.BitAnd() if isinstance(e.op, ast.And) else ast.BitOr()
+            out = e.values[0]
+            for v in e.values[1:]:
+                out = ast.BinOp(out, op, v)
+            return out
+
+    rw = Rewrite()
+    return [rw.visit(s) for s in body]
+
+
+def _is_compare(e) -> bool:
+    """Is ``e`` a bool whatever its operands' types (a comparison, or ``not`` of one)?"""
+    t = type(e)
+    if t is ast.UnaryOp and isinstance(e.op, ast.Not):
+        return _is_compare(e.operand)
+    return t is ast.Compare or (
+        t is ast.BinOp
+        and isinstance(e.op, (ast.BitAnd, ast.BitOr))
+        and _is_compare(e.left)
+        and _is_compare(e.right)
+    )

@@ -58,7 +58,7 @@ class SumKernel(Kernel):
     from a sequential sum by rounding (relative 1e-16 per term), as they do between thread
     counts anyway."""
 
-    _options = {"fastmath": {"reassoc"}}
+    _options = {**Kernel._options, "fastmath": {"reassoc"}}
 
 
 @functools.cache

@@ -1,0 +1,161 @@
+"""Branch-free conditional expressions in flattened kernels (issue 16, compile time).
+
+:func:`fp8kit._kernels.flatten.flatten` writes ``a if c else b`` as one LLVM ``select``
+(:func:`fp8kit._kernels.bits.select`) where both operands are safe to evaluate, and
+``and``/``or`` of comparisons as ``&``/``|``: Numba then types and lowers one call instead
+of three blocks and a phi node.  These tests pin what is rewritten, what is not (operands
+that read memory, divide or call anything else keep their branch), that ``select`` types
+its result as a conditional expression would, and that kernels give the same bits both ways.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import numpy as np
+import pytest
+from numba import njit
+
+import fp8kit
+from fp8kit._kernels import codec as kc
+from fp8kit._kernels import flatten as kf
+from fp8kit._kernels.bits import as_bits, select
+from fp8kit._kernels.fake import fake_convert_kernel
+from fp8kit._kernels.flatten import flatten
+
+ZERO = np.float64(0.0)
+LIMIT = np.int64(5)
+ONE = np.uint64(1)
+
+
+def _calls(func, name="select"):
+    tree = ast.parse(flatten(func).__flat_source__)
+    return sum(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id.startswith(name)
+        for n in ast.walk(tree)
+    )
+
+
+def _ifexps(func):
+    tree = ast.parse(flatten(func).__flat_source__)
+    return sum(isinstance(n, ast.IfExp) for n in ast.walk(tree))
+
+
+def _kernel_safe(x, out):
+    for i in range(x.size):
+        v = x[i]
+        a = v if v > ZERO else -v  # (arithmetic: select)
+        b = as_bits(a) if a < ZERO else as_bits(v + a)  # (pure intrinsics: select)
+        out[i] = a + (b & ONE)
+
+
+def _kernel_unsafe(x, out):
+    for i in range(x.size):
+        v = x[i]
+        d = v / x[0] if v != ZERO else ZERO  # (a division: keeps its branch)
+        e = x[i + 1] if i + 1 < x.size else ZERO  # (an array read: keeps its branch)
+        out[i] = d + e
+
+
+def _kernel_boolop(x, out):
+    for i in range(x.size):
+        v = x[i]
+        if v > ZERO and v < LIMIT:  # comparisons: v > 0 & v < 5
+            out[i] = v
+        if i < 3 and x[i] > ZERO:  # an array read: short-circuit kept
+            out[i] = -v
+
+
+def test_safe_conditional_expressions_become_selects():
+    assert _calls(_kernel_safe) == 2
+    assert _ifexps(_kernel_safe) == 0
+
+
+def test_reads_and_divisions_keep_their_branch():
+    assert _calls(_kernel_unsafe) == 0
+    assert _ifexps(_kernel_unsafe) == 2
+
+
+def test_and_of_comparisons_becomes_bitwise():
+    tree = ast.parse(flatten(_kernel_boolop).__flat_source__)
+    ops = [type(n.op) for n in ast.walk(tree) if isinstance(n, ast.BoolOp)]
+    assert ops == [ast.And]  # only the one that reads x[i]
+    assert any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.BitAnd) for n in ast.walk(tree))
+
+
+def test_switched_off_keeps_conditional_expressions(monkeypatch):
+    monkeypatch.setattr(kf, "USE_SELECT", False)
+    assert _calls(_kernel_safe) == 0
+    assert _ifexps(_kernel_safe) == 2
+
+
+@pytest.mark.parametrize("kernel", [_kernel_safe, _kernel_unsafe, _kernel_boolop])
+def test_rewritten_kernels_compute_what_the_source_does(kernel):
+    x = np.array([-3.0, -0.0, 0.0, 1.5, 4.0, 7.0, np.inf, np.nan], np.float64)
+    want, got = np.zeros_like(x), np.zeros_like(x)
+    njit(kernel)(x, want)  # (the source as Numba compiles it: no rewrite)
+    njit(flatten(kernel))(x, got)
+    np.testing.assert_array_equal(got, want)
+
+
+@njit
+def _select_types(c, i, u, f):
+    return select(c, i, u), select(i, f, f * 2.0), select(c, 1, 2), select(c, u, np.uint32(7))
+
+
+def _ifexp_types(c, i, u, f):
+    return (i if c else u), (f if i else f * 2.0), (1 if c else 2), (u if c else np.uint32(7))
+
+
+def test_select_types_and_values_as_a_conditional_expression():
+    args = (True, np.int64(-4), np.uint32(9), np.float32(1.5))
+    for c in (True, False):
+        got = _select_types(c, *args[1:])
+        ref = njit(_ifexp_types)(c, *args[1:])
+        assert got == ref
+        assert [type(g) for g in got] == [type(r) for r in ref]
+    # an integer condition is its truth, as in ``if``
+    assert _select_types(True, np.int64(0), np.uint32(0), np.float32(1.5))[1] == 3.0
+
+
+@pytest.fixture
+def without_selects(monkeypatch):
+    """Kernels compiled with their conditional expressions kept (no disk cache), then
+    restored."""
+    caches = (kc.encode_kernel, kc.encode_mode_kernel, kc.lookup_kernel, fake_convert_kernel)
+
+    def clear():
+        for c in caches:
+            c.cache_clear()
+
+    clear()
+    monkeypatch.setattr(kf, "USE_SELECT", False)
+    monkeypatch.setattr(kc, "_BUILT", {})
+    monkeypatch.setattr(kc, "_JIT", {**kc._JIT, "cache": False})
+    yield
+    monkeypatch.undo()
+    clear()
+
+
+def _results(x):
+    with fp8kit.num_threads(1):
+        return [
+            fp8kit.encode(x, "float8_e4m3fn"),
+            fp8kit.encode(x.astype(np.float64), "float8_e5m2fnuz"),
+            fp8kit.round_to(x, "float8_e4m3fn", rounding="stochastic", seed=7),
+            fp8kit.round_to(x, "float6_e3m2fn", rounding="toward_zero"),
+            fp8kit.fake_convert(x, 3.0, 0.5, destination_type="f8e4m3"),
+        ]
+
+
+def test_kernels_give_the_same_bits_with_and_without_selects(request):
+    rng = np.random.default_rng(17)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 448.0, 464.0, 480.0, 1e-9, -2.0**-9,
+                        2.0**-10, 3.0 * 2.0**-10, 28.0, 30.0, 1e30], np.float32)  # fmt: skip
+    x = (rng.standard_normal(200_000) * rng.choice([1e-3, 1.0, 300.0], 200_000)).astype(np.float32)
+    x = np.concatenate([special, -special, x])
+    with_sel = _results(x)
+    request.getfixturevalue("without_selects")
+    plain = _results(x)
+    for a, b in zip(with_sel, plain, strict=True):
+        np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
