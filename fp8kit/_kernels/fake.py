@@ -332,7 +332,7 @@ def fake_convert_kernel(
                     # whole cache lines of out, rows after rows, and written with
                     # non-temporal stores when full: plain stores to a line next to streamed
                     # ones measured very slow, so only the chunk's two ends get them)
-                    p0 = 0
+                    p0 = j0 - j0  # (int64 from the start: see metrics.count0)
                     while p0 < j1 - j0:
                         m = j1 - j0 - p0
                         if stream:

@@ -85,6 +85,9 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
     bits0 = np.uint64(0)
+    # (counters start as int64, not the literal 0: a literal's type widens on the loop's
+    # back edge, and Numba retypes every statement once per widening, two extra rounds)
+    count0 = np.int64(0)
 
     def make(parallel):
         def kernel(x, q, scale, shape, sstr, limits, out, nchunks):
@@ -101,12 +104,12 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 ss = zero
                 mabs = bits0
                 mrel = bits0
-                nan_in = 0
-                inf_in = 0
-                lost = 0
-                flushed = 0
-                sat = 0
-                sub = 0
+                nan_in = count0
+                inf_in = count0
+                lost = count0
+                flushed = count0
+                sat = count0
+                sub = count0
                 i = c * step
                 hi = i + step if i + step < total else total
                 # row indices (a, b, d) of the chunk's first element; then counted on, since
@@ -379,7 +382,11 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
     inf = np.float64(np.inf)
     zero = np.float64(0.0)
     bits0 = np.uint64(0)
+    # (counters start as int64, not the literal 0: a literal's type widens on the loop's
+    # back edge, and Numba retypes every statement once per widening, two extra rounds)
+    count0 = np.int64(0)
     one64 = np.uint64(1)
+    no_hit = np.bool_(False)
     near_half = np.float64(0.5 * (1.0 - 2.0**-40))
     bf_half, bf_keep = np.uint32(0x7FFF), np.uint32(0xFFFF0000)
     sh16, one32 = np.uint32(16), np.uint32(1)
@@ -410,12 +417,12 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                 ss = zero
                 mabs = bits0
                 mr = zero
-                nan_in = 0
-                inf_in = 0
-                lost = 0
-                flushed = 0
-                sat = 0
-                sub = 0
+                nan_in = count0
+                inf_in = count0
+                lost = count0
+                flushed = count0
+                sat = count0
+                sub = count0
                 i = c * step
                 hi = i + step if i + step < total else total
                 r, j0 = i // n3, i % n3
@@ -468,7 +475,7 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                     bse = zero
                     bss = zero
                     bmabs = bits0
-                    hit = False
+                    hit = no_hit
                     # quantized first, in float32 (16 lanes: twice those of the float64 loop
                     # below), into a buffer that stays in L1, with the counts: saturated
                     # |x| * s > ovf (or == with tie_up) and subnormal |q| * s < tiny from the
