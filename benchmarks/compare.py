@@ -7,8 +7,9 @@ Usage::
 
 What is measured (median of R samples per implementation, after one warm-up call that also
 compiles fp8kit's kernels and faults in the output pages; samples of different
-implementations are interleaved so that machine noise hits them alike, each preceded by an
-untimed call of the same implementation):
+implementations are interleaved so that machine noise hits them alike, each preceded by a
+20 ms pause (another library's idle OpenMP workers stop spinning) and an untimed call of the
+same implementation):
 
 * encode float32 -> each float8 format and bfloat16; decode those codes -> float32:
   ``fp8kit.encode/decode(..., out=preallocated)``, ``ml_dtypes`` as ``x.astype(dtype)``
@@ -59,6 +60,8 @@ FORMATS = FLOAT8_FORMATS + ("bfloat16",)
 SMALL_SIZE = 4096
 MIN_SAMPLE_SECONDS = 0.02
 MAX_CALLS_PER_SAMPLE = 100_000
+#: Pause before each sample: longer than the spin of another library's idle OpenMP workers.
+QUIET_SECONDS = 0.02
 
 FP8KIT = "fp8kit"
 ML_ASTYPE = "ml_dtypes astype"
@@ -177,9 +180,13 @@ def measure(
 ) -> list[Row]:
     """Warm up and calibrate each implementation, then interleave R samples of each.
 
-    Each timed sample follows an untimed call of the same implementation, so that no sample
-    starts right after another library's call (torch's OpenMP workers, for one, may still
-    be spinning on a core then); interleaving spreads machine noise over all of them."""
+    Each timed sample follows a pause of :data:`QUIET_SECONDS` and an untimed call of the
+    same implementation, so that no sample runs beside another library's idle workers:
+    torch's OpenMP threads spin for several milliseconds after each of its calls (GNU
+    OpenMP's default wait policy), on a 2-core machine one core of the next sample's two
+    (measured: fp8kit float64 -> bfloat16 on 2 threads 4.3 ms right after torch, 3.5 ms
+    with OMP_WAIT_POLICY=PASSIVE or this pause).  Interleaving spreads machine noise over
+    all implementations."""
     numbers = []
     for impl in impls:
         impl.run()  # warm-up: compiles fp8kit kernels, faults in output pages
@@ -188,6 +195,7 @@ def measure(
     for _ in range(repeat):
         for impl, number, acc in zip(impls, numbers, samples, strict=True):
             run = impl.run
+            time.sleep(QUIET_SECONDS)
             run()
             t0 = time.perf_counter()
             for _ in range(number):
