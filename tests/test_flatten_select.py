@@ -159,3 +159,18 @@ def test_kernels_give_the_same_bits_with_and_without_selects(request):
     plain = _results(x)
     for a, b in zip(with_sel, plain, strict=True):
         np.testing.assert_array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def test_a_source_file_changed_since_the_import_is_not_flattened(monkeypatch):
+    """inspect reads the file as it is now: where the kernel's lines hold other code (an
+    edit during a long session), flatten raises FlattenError, on which the kernel is
+    compiled from its own bytecode, never from the other code."""
+    kf._source.cache_clear()
+    monkeypatch.setattr(kf.inspect, "getsource", lambda f: "def other(x, out):\n    pass\n")
+    with pytest.raises(kf.FlattenError, match="changed"):
+        flatten(_kernel_safe)
+    monkeypatch.setattr(kf.inspect, "getsource", lambda f: "    x = (\n")
+    with pytest.raises(kf.FlattenError, match="not found"):
+        flatten(_kernel_safe)
+    monkeypatch.undo()
+    assert _calls(_kernel_safe) == 2

@@ -62,9 +62,15 @@ def _is_inline(obj) -> bool:
 
 @functools.cache
 def _source(func) -> ast.FunctionDef:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
-    node = tree.body[0]
-    assert isinstance(node, ast.FunctionDef), func
+    # (the file as it is now: edited since the import, its lines may hold other code; then
+    # the helper-built kernel is compiled, from the function's own bytecode)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    except SyntaxError as exc:
+        raise FlattenError(f"{func.__qualname__}: source not found ({exc})") from None
+    node = tree.body[0] if tree.body else None
+    if not (isinstance(node, ast.FunctionDef) and node.name == func.__name__):
+        raise FlattenError(f"{func.__qualname__}: its file has changed since the import")
     node.decorator_list = []
     return node
 
