@@ -95,3 +95,25 @@ def pytest_runtest_makereport(item, call):
     if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI (every oracle must be installed): {report.longrepr}"
+
+
+@pytest.fixture
+def fresh_kernels(monkeypatch):
+    """Kernels compiled anew (no disk cache, no shared builds, the kernel caches cleared
+    before and after), with the settings a test patches in through the returned
+    ``monkeypatch.setattr``; everything is restored afterwards."""
+    from fp8kit._kernels import codec as kc
+    from fp8kit._kernels.fake import fake_convert_kernel
+
+    caches = (kc.encode_kernel, kc.encode_mode_kernel, kc.lookup_kernel, fake_convert_kernel)
+
+    def clear():
+        for c in caches:
+            c.cache_clear()
+
+    clear()
+    monkeypatch.setattr(kc, "_BUILT", {})
+    monkeypatch.setattr(kc, "_JIT", {**kc._JIT, "cache": False})
+    yield monkeypatch.setattr
+    monkeypatch.undo()
+    clear()

@@ -96,21 +96,9 @@ def test_fake_convert_variants_flatten():
 
 
 @pytest.fixture
-def helper_built(monkeypatch):
+def helper_built(fresh_kernels):
     """Compile kernels as Numba inlines them (no flattening, no disk cache), then restore."""
-    caches = (kc.encode_kernel, kc.encode_mode_kernel, kc.lookup_kernel, fake_convert_kernel)
-
-    def clear():
-        for c in caches:
-            c.cache_clear()
-
-    clear()
-    monkeypatch.setattr(kc, "_FLATTEN", False)
-    monkeypatch.setattr(kc, "_BUILT", {})
-    monkeypatch.setattr(kc, "_JIT", {**kc._JIT, "cache": False})
-    yield
-    monkeypatch.undo()
-    clear()
+    fresh_kernels(kc, "_FLATTEN", False)
 
 
 def _inputs():

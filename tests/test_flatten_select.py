@@ -17,10 +17,8 @@ import pytest
 from numba import njit
 
 import fp8kit
-from fp8kit._kernels import codec as kc
 from fp8kit._kernels import flatten as kf
 from fp8kit._kernels.bits import as_bits, select
-from fp8kit._kernels.fake import fake_convert_kernel
 from fp8kit._kernels.flatten import flatten
 
 ZERO = np.float64(0.0)
@@ -119,22 +117,10 @@ def test_select_types_and_values_as_a_conditional_expression():
 
 
 @pytest.fixture
-def without_selects(monkeypatch):
+def without_selects(fresh_kernels):
     """Kernels compiled with their conditional expressions kept (no disk cache), then
     restored."""
-    caches = (kc.encode_kernel, kc.encode_mode_kernel, kc.lookup_kernel, fake_convert_kernel)
-
-    def clear():
-        for c in caches:
-            c.cache_clear()
-
-    clear()
-    monkeypatch.setattr(kf, "USE_SELECT", False)
-    monkeypatch.setattr(kc, "_BUILT", {})
-    monkeypatch.setattr(kc, "_JIT", {**kc._JIT, "cache": False})
-    yield
-    monkeypatch.undo()
-    clear()
+    fresh_kernels(kf, "USE_SELECT", False)
 
 
 def _results(x):

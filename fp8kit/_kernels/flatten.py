@@ -629,6 +629,20 @@ def _tuple_use(parent, n) -> bool:
     return False
 
 
+def _pure_call(e: ast.Call, fl, *more) -> bool:
+    """Does ``e`` call one of the scalar bit intrinsics, a numpy scalar type or ``more``
+    (a name or ``module.name`` of the flattened function's globals)?"""
+    f = e.func
+    if type(f) is ast.Name:
+        obj = fl.globals.get(f.id)
+    elif type(f) is ast.Attribute and type(f.value) is ast.Name:
+        obj = getattr(fl.globals.get(f.value.id), f.attr, None)
+    else:
+        return False
+    number = isinstance(obj, type) and issubclass(obj, np.number)
+    return obj in _PURE_CALLS or number or any(obj is m for m in more)
+
+
 def _no_effect(e, fl) -> bool:
     """Can ``e`` be dropped when its value is unused?  (It calls nothing but the scalar
     bit intrinsics and numpy scalar types: reading an array element has no effect.)"""
@@ -636,14 +650,7 @@ def _no_effect(e, fl) -> bool:
     if t is ast.Name or t is ast.Constant:
         return True
     if t is ast.Call:
-        f = e.func
-        if type(f) is ast.Name:
-            obj = fl.globals.get(f.id)
-        elif type(f) is ast.Attribute and type(f.value) is ast.Name:
-            obj = getattr(fl.globals.get(f.value.id), f.attr, None)
-        else:
-            return False
-        if not (obj in _PURE_CALLS or (isinstance(obj, type) and issubclass(obj, np.number))):
+        if not _pure_call(e, fl):
             return False
     elif t in (ast.NamedExpr, ast.Lambda):
         return False
@@ -841,16 +848,7 @@ def _safe(e, fl) -> bool:
     if t is ast.IfExp:
         return _safe(e.test, fl) and _safe(e.body, fl) and _safe(e.orelse, fl)
     if t is ast.Call and not e.keywords:
-        f = e.func
-        if type(f) is ast.Name:
-            obj = fl.globals.get(f.id)
-        elif type(f) is ast.Attribute and type(f.value) is ast.Name:
-            obj = getattr(fl.globals.get(f.value.id), f.attr, None)
-        else:
-            return False
-        number = isinstance(obj, type) and issubclass(obj, np.number)
-        pure = obj in _PURE_CALLS or obj is abs or number
-        return pure and all(_safe(a, fl) for a in e.args)
+        return _pure_call(e, fl, abs) and all(_safe(a, fl) for a in e.args)
     return False
 
 

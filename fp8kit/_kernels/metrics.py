@@ -104,12 +104,7 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
                 ss = zero
                 mabs = bits0
                 mrel = bits0
-                nan_in = count0
-                inf_in = count0
-                lost = count0
-                flushed = count0
-                sat = count0
-                sub = count0
+                nan_in = inf_in = lost = flushed = sat = sub = count0
                 i = c * step
                 hi = i + step if i + step < total else total
                 # row indices (a, b, d) of the chunk's first element; then counted on, since
@@ -417,12 +412,7 @@ def _quantize_metrics(narrow: str, use_magic: bool, neg_zero: bool, words) -> Ke
                 ss = zero
                 mabs = bits0
                 mr = zero
-                nan_in = count0
-                inf_in = count0
-                lost = count0
-                flushed = count0
-                sat = count0
-                sub = count0
+                nan_in = inf_in = lost = flushed = sat = sub = count0
                 i = c * step
                 hi = i + step if i + step < total else total
                 r, j0 = i // n3, i % n3
