@@ -42,6 +42,28 @@ def test_import_compiles_nothing(tmp_path):
     assert res == {"events": 0, "kernels": 0, "extras": []}
 
 
+def test_study_is_imported_on_first_use(tmp_path):
+    """``fp8kit.study`` (a quarter of fp8kit's own import time) loads when first named."""
+    res = run_python(
+        """
+        import json, sys
+        import fp8kit
+        before = "fp8kit.study" in sys.modules
+        quantize = fp8kit.study.quantize
+        from fp8kit import study
+        print(json.dumps({"before": before, "after": "fp8kit.study" in sys.modules,
+                          "same": study is sys.modules["fp8kit.study"],
+                          "listed": "study" in fp8kit.__all__}))
+        """,
+        {"NUMBA_CACHE_DIR": str(tmp_path)},
+    )
+    assert res == {"before": False, "after": True, "same": True, "listed": True}
+    with pytest.raises(AttributeError, match="no attribute 'studies'"):
+        import fp8kit
+
+        fp8kit.studies  # noqa: B018
+
+
 @pytest.mark.parametrize("size", [1001, 2_000_000], ids=["serial", "parallel"])
 def test_second_process_loads_kernels_from_disk_cache(tmp_path, size):
     code = f"""
