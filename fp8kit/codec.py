@@ -223,12 +223,13 @@ def _make_plan(fn, lut, table, x_bits: np.ndarray, out_bits, res_dtype):
     lut None for a kernel that takes only x and out (:class:`XOKernel`), or None when the
     compiled kernel has no entry point for these arrays (the full path then runs every
     time)."""
+    x1 = x_bits.reshape(-1)[:1]  # (one element of x's dtype, 1-D: x may be 0-d)
     if isinstance(fn, _XO):
-        ep = _entry_point(fn.func, (x_bits[:1], _empty(1, out_bits)))
+        ep = _entry_point(fn.func, (x1, _empty(1, out_bits)))
         if ep is None or ep[1] is not None:
             return None
         return (ep[0], None, None, None, np.dtype(res_dtype))
-    ep = _entry_point(fn, (x_bits[:1], lut, table, _empty(1, out_bits)))
+    ep = _entry_point(fn, (x1, lut, table, _empty(1, out_bits)))
     return None if ep is None else (ep[0], ep[1], lut, table, np.dtype(res_dtype))
 
 

@@ -415,3 +415,33 @@ def test_the_fast_paths_are_taken(monkeypatch):
     monkeypatch.setattr(fp8kit._backends, "kind_of", refuse)
     for call in calls:
         call()
+
+
+def test_a_0d_array_may_be_the_first_call_of_a_process():
+    """The first call of a (format, dtype) key records its fast path from one element of x;
+    a 0-d x (a numpy scalar array) raised IndexError there, on every kernel kind: the
+    x-and-out kernels of bfloat16 <-> float32 and the others.  Each call runs first in a
+    fresh process and is checked against ml_dtypes."""
+    import subprocess
+
+    code = """
+import ml_dtypes, numpy as np, fp8kit
+bf, e4 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
+calls = [
+    (lambda: fp8kit.decode(np.array(1.5, bf)), np.float32(1.5)),
+    (lambda: fp8kit.encode(np.array(1.5, np.float32), "bfloat16"),
+     np.array(1.5, bf).view(np.uint16)),
+    (lambda: fp8kit.encode(np.array(0.3, np.float32), "float8_e4m3fn"),
+     np.array(0.3, np.float32).astype(e4).view(np.uint8)),
+    (lambda: fp8kit.decode(np.array(57, np.uint8), "float8_e4m3fn"), np.float32(1.125)),
+    (lambda: fp8kit.round_to(np.array(1.3, np.float32), "float8_e4m3fn"), np.float32(1.25)),
+]
+for call, want in calls:
+    for _ in range(2):  # (the first records the fast path, the second runs it)
+        got = call()
+        assert got.dtype == want.dtype and got.ndim == 0 and got == want, (got, want)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"

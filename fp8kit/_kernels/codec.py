@@ -448,6 +448,19 @@ def refuse_small_call(x, out, limit):
     return bad | ((xa < oa + n * os) & (oa < xa + n * xs))
 
 
+@njit(inline="always")
+def xo_chunks(x, out, nchunks):
+    """``(first chunk, stop chunk, step)`` of an :class:`XOKernel`'s call; stop is -1 where
+    the small-call fast path (``nchunks < 0``) must leave the call to the full path (see
+    :func:`refuse_small_call`); the kernel then returns 1, having written nothing."""
+    if nchunks < 0:
+        if refuse_small_call(x, out, ~nchunks):
+            return 0, -1, 0
+        nchunks = 1
+    n, c_first, c_stop = chunk_range(nchunks)
+    return c_first, c_stop, (x.size + n - 1) // n
+
+
 def _compile_flattened(disp, func) -> None:
     """Make ``disp`` compile :func:`fp8kit._kernels.flatten.flatten` of ``func`` instead of
     ``func`` itself, only when its disk cache misses.
@@ -807,12 +820,9 @@ def _make_bf16_to_f32(parallel):
     def kernel(x, out, nchunks):
         if version == 0 or parallel is None:  # see source_version
             return 1
-        if nchunks < 0:  # the small-call fast path (see XOKernel)
-            if refuse_small_call(x, out, ~nchunks):
-                return 1
-            nchunks = 1
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        step = (x.size + nchunks - 1) // nchunks
+        c_first, c_stop, step = xo_chunks(x, out, nchunks)
+        if c_stop < 0:
+            return 1
         for c in range(c_first, c_stop):
             xc, oc = chunks(x, out, c, step)
             for j in range(xc.size):
@@ -846,12 +856,9 @@ def bf16_encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> XOKern
         def kernel(x, out, nchunks):
             if version == 0 or parallel is None:  # see source_version
                 return 1
-            if nchunks < 0:  # the small-call fast path (see XOKernel)
-                if refuse_small_call(x, out, ~nchunks):
-                    return 1
-                nchunks = 1
-            nchunks, c_first, c_stop = chunk_range(nchunks)
-            step = (x.size + nchunks - 1) // nchunks
+            c_first, c_stop, step = xo_chunks(x, out, nchunks)
+            if c_stop < 0:
+                return 1
             for c in range(c_first, c_stop):
                 prefer_512()
                 xc, oc = chunks(x, out, c, step)
