@@ -22,7 +22,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.decode import decode_f32_kernel
+from ._kernels.decode import decode_f32_kernel, plane_kernel
 from ._kernels.encode16 import encode16_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -582,8 +582,13 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         _check_out(out, arr.shape, (dt,), "decode")
     table = decode_table(fmt, dt)
     bf16_shift = fmt == _BFLOAT16 and dt == np.float32
-    # float32 output by the fields' formula (vectorized), else the table
-    kernel = None if bf16_shift or dt != np.float32 else decode_f32_kernel(fmt, arr.dtype)
+    # uint8 codes by byte permutes of the table in registers (AVX512-VBMI), float32 output
+    # by the fields' formula (vectorized), else the table read element by element
+    kernel = None
+    if arr.dtype == np.uint8 and not bf16_shift:
+        kernel = plane_kernel(fmt, dt)
+    if kernel is None and not bf16_shift and dt == np.float32:
+        kernel = decode_f32_kernel(fmt, arr.dtype)
     status = None
     if kernel is None:
         kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)

@@ -49,7 +49,7 @@ def test_public_decode_to_float32_matches_table_kernel(fmt):
         np.testing.assert_array_equal(got, want)
 
 
-def test_other_output_dtypes_keep_the_table():
+def test_other_output_dtypes_match_the_table():
     codes = _codes(fp8kit.get_format("float8_e4m3fn"))
     for dt in (np.float16, ml_dtypes.bfloat16, np.float64):
         got = fp8kit.decode(codes, "float8_e4m3fn", dtype=dt)

@@ -613,3 +613,47 @@ def stream_copy(dst, start, src, count):
         k += per_line
     for j in range(k, count):
         dst[start + j] = src[j]
+
+
+def vector_blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
+    """``body`` on every whole block of elements ``[0, n)`` (loads from ``src_of(j)``,
+    stores to ``dst_of(j)``, typed pointers to vectors), then on the last partial block
+    with masked loads and stores (AVX-512 masks them natively; other targets split the
+    tail into scalar accesses, once per call): no scalar copy of the kernel's formula.
+    A block is ``in_ty.count`` elements (``out_ty`` has as many lanes)."""
+    block = in_ty.count
+    step = ir.Constant(intp, block)
+    rem = builder.srem(n, step)
+    whole = builder.sub(n, rem)
+    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (j, _):
+        value = body(builder.load(src_of(j), align=in_ty.element.width // 8))
+        builder.store(value, dst_of(j), align=out_ty.element.width // 8)
+    with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0)), likely=False):
+        i32 = ir.IntType(32)
+        lanes = ir.VectorType(i32, block)
+        splat = builder.insert_element(
+            ir.Constant(lanes, ir.Undefined), builder.trunc(rem, i32), ir.Constant(i32, 0)
+        )
+        splat = builder.shuffle_vector(
+            splat, splat, ir.Constant(ir.VectorType(i32, block), [0] * block)
+        )
+        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(block))), splat)
+
+        def masked(name, ret, vec_ty, args):
+            fnty = ir.FunctionType(ret, [a.type for a in args])
+            vec = f"v{block}i{vec_ty.element.width}"
+            # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
+            # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
+            ptr = args[1 if name == "store" else 0].type
+            suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
+            fn = cgutils.get_or_insert_function(
+                builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
+            )
+            return builder.call(fn, args)
+
+        src = src_of(whole)
+        zero = ir.Constant(in_ty, [0] * block)
+        align_in = ir.Constant(i32, in_ty.element.width // 8)
+        value = body(masked("load", in_ty, in_ty, [src, align_in, mask, zero]))
+        align_out = ir.Constant(i32, out_ty.element.width // 8)
+        masked("store", ir.VoidType(), out_ty, [value, dst_of(whole), align_out, mask])

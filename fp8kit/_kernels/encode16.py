@@ -35,6 +35,7 @@ from .bits import (
     cpu_has,
     half_to_single_bits,
     prefer_512,
+    vector_blocks,
 )
 from .codec import Kernel, _array, _params, plan, source_version
 
@@ -222,48 +223,6 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
     return builder.trunc(res, ir.VectorType(ir.IntType(8), BLOCK))
 
 
-def _blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
-    """``body`` on every whole block of elements ``[0, n)`` (loads from ``src_of(j)``,
-    stores to ``dst_of(j)``, typed pointers to vectors), then on the last partial block
-    with masked loads and stores (AVX-512 masks them natively; other targets split the
-    tail into scalar accesses, once per call): no scalar copy of the kernel's formula."""
-    step = ir.Constant(intp, BLOCK)
-    rem = builder.srem(n, step)
-    whole = builder.sub(n, rem)
-    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (j, _):
-        value = body(builder.load(src_of(j), align=in_ty.element.width // 8))
-        builder.store(value, dst_of(j), align=out_ty.element.width // 8)
-    with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0)), likely=False):
-        i32 = ir.IntType(32)
-        lanes = ir.VectorType(i32, BLOCK)
-        splat = builder.insert_element(
-            ir.Constant(lanes, ir.Undefined), builder.trunc(rem, i32), ir.Constant(i32, 0)
-        )
-        splat = builder.shuffle_vector(
-            splat, splat, ir.Constant(ir.VectorType(i32, BLOCK), [0] * BLOCK)
-        )
-        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(BLOCK))), splat)
-
-        def masked(name, ret, vec_ty, args):
-            fnty = ir.FunctionType(ret, [a.type for a in args])
-            vec = f"v{BLOCK}i{vec_ty.element.width}"
-            # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
-            # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
-            ptr = args[1 if name == "store" else 0].type
-            suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
-            fn = cgutils.get_or_insert_function(
-                builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
-            )
-            return builder.call(fn, args)
-
-        src = src_of(whole)
-        zero = ir.Constant(in_ty, [0] * BLOCK)
-        align_in = ir.Constant(i32, in_ty.element.width // 8)
-        value = body(masked("load", in_ty, in_ty, [src, align_in, mask, zero]))
-        align_out = ir.Constant(i32, out_ty.element.width // 8)
-        masked("store", ir.VoidType(), out_ty, [value, dst_of(whole), align_out, mask])
-
-
 @intrinsic
 def _encode_blocks(typingctx, prm, x, out, n, pmadd):
     """Encode ``x[:n]`` into ``out[:n]`` with _prm's constants ``prm``, one vector of BLOCK
@@ -310,7 +269,7 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
         need_inf = builder.icmp_unsigned("!=", scalars[_NEED_INF], zero16)
 
         def loop(flags):
-            _blocks(
+            vector_blocks(
                 builder, intp, n,
                 lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
                 lambda j: builder.bitcast(builder.gep(oa.data, [j]), v8.as_pointer()),
@@ -454,7 +413,7 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
                 builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
             )
 
-        _blocks(
+        vector_blocks(
             builder, intp, args[3],
             lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
             lambda j: builder.bitcast(builder.gep(oa.data, [j]), v16.as_pointer()),

@@ -1,0 +1,120 @@
+"""Decoding uint8 codes by byte permutes of the table (fp8kit._kernels.decode.plane_kernel,
+AVX512-VBMI): the table's bits for every code of every format up to 8 bits, to every float
+dtype, in every block position and tail length; and the same bits where the CPU lacks
+VBMI (the formula and table kernels)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8kit
+import fp8kit.codec as public_codec
+from fp8kit._kernels import decode as kd
+from fp8kit._kernels.bits import cpu_has
+from fp8kit._kernels.tables import decode_table
+from fp8kit.formats import FloatFormat, registered_formats
+
+SMALL = [f for f in registered_formats().values() if f.bits <= 8]
+DTYPES = [np.float32, np.float64, np.float16, ml_dtypes.bfloat16]
+needs_vbmi = pytest.mark.skipif(
+    not cpu_has("avx512vbmi"), reason="the byte-permute kernel needs AVX512-VBMI"
+)
+
+
+def _want(fmt, dtype, codes):
+    table = decode_table(fmt, np.dtype(dtype))
+    return table[codes]
+
+
+@needs_vbmi
+@pytest.mark.parametrize("fmt", SMALL, ids=lambda f: f.name)
+def test_every_format_and_dtype_takes_the_plane_kernel(fmt):
+    """Every format up to 8 bits fits two byte planes for the 16-bit dtypes and float32
+    (at most 7 mantissa bits), and for float64 up to 4 mantissa bits (the rest keep the
+    table); fp8kit.decode gives the table's bits on every code, repeated past the threading
+    threshold."""
+    codes = np.tile(np.arange(1 << fmt.bits, dtype=np.uint8), (1 << 18) >> fmt.bits)
+    codes = np.concatenate([codes, codes[:77]])
+    for dt in DTYPES:
+        fits = np.dtype(dt) != np.float64 or fmt.mantissa_bits <= 4
+        assert (kd.plane_kernel(fmt, np.dtype(dt)) is not None) == fits
+        want = _want(fmt, dt, codes)
+        with fp8kit.num_threads(2):
+            got = fp8kit.decode(codes, fmt, dtype=dt)
+        np.testing.assert_array_equal(got.view(want.dtype), want)
+
+
+@needs_vbmi
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_block_tails_and_offsets(dtype):
+    """Lengths 0..200 (whole 64-code blocks and every tail, masked loads and stores) at
+    unaligned starts of both arrays, with out= and without: no element outside [0, n)
+    written."""
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    rng = np.random.default_rng(7)
+    pool = rng.integers(0, 256, 300).astype(np.uint8)
+    table = decode_table(fmt, np.dtype(dtype))
+    for n in range(201):
+        for start in (0, 1, 3):
+            codes = pool[start : start + n]
+            got = fp8kit.decode(codes, fmt, dtype=dtype)
+            np.testing.assert_array_equal(got.view(table.dtype), table[codes])
+            buf = np.full(n + 4, 0x5A5A, table.dtype)
+            fp8kit.decode(codes, fmt, out=buf[2 : 2 + n].view(dtype))
+            np.testing.assert_array_equal(buf[2 : 2 + n], table[codes])
+            assert (buf[:2] == 0x5A5A).all() and (buf[2 + n :] == 0x5A5A).all()
+
+
+@needs_vbmi
+def test_plane_constants():
+    """Two 256-byte planes (high bytes, then low bytes, of each entry's top 16 bits); a table
+    with bits below them gets no plane kernel."""
+    fmt = fp8kit.get_format("float8_e5m2")
+    prm = kd._planes(decode_table(fmt, np.dtype(np.float32)))
+    assert prm.shape == (512,) and prm.dtype == np.uint8 and not prm.flags.writeable
+    # code 0x3C is 1.0: float32 bits 0x3F800000
+    assert (prm[0x3C], prm[256 + 0x3C]) == (0x3F, 0x80)
+    low_bits = np.array([0x3F800001] * 256, np.uint32)
+    assert kd._planes(low_bits) is None
+    f16 = FloatFormat(name="t_e5m10", exponent_bits=5, mantissa_bits=10, bias=15)
+    assert kd.plane_kernel(f16, np.dtype(np.float32)) is None  # (wider than 8 bits)
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn"])
+def test_without_vbmi_same_bits(fresh_kernels, fmt):
+    """Where the CPU has no VBMI (here: made to say so), the formula kernel (float32) and
+    the table kernel (other dtypes) decode, with the same bits and the same range check."""
+    fresh_kernels(kd, "cpu_has", lambda name: False)
+    fresh_kernels(public_codec, "_FAST_DECODE", {})
+    kd.plane_kernel.cache_clear()
+    try:
+        f = fp8kit.get_format(fmt)
+        codes = np.tile(np.arange(1 << f.bits, dtype=np.uint8), 3)
+        for dt in DTYPES:
+            assert kd.plane_kernel(f, np.dtype(dt)) is None
+            want = _want(f, dt, codes)
+            np.testing.assert_array_equal(fp8kit.decode(codes, f, dtype=dt).view(want.dtype), want)
+        if f.bits < 8:
+            with pytest.raises(ValueError, match=r"codes\[1\] = 200 is not a code"):
+                fp8kit.decode(np.uint8([1, 200]), f)
+    finally:
+        kd.plane_kernel.cache_clear()
+
+
+@needs_vbmi
+def test_public_decode_uses_it(monkeypatch):
+    """fp8kit.decode of uint8 codes (and of an ml_dtypes array of them) runs the plane
+    kernel: the exhaustive decode tests elsewhere then test it on this CPU."""
+    calls = []
+
+    def spy(fmt, dtype):
+        kernel = kd.plane_kernel(fmt, dtype)
+        calls.append(kernel is not None)
+        return kernel
+
+    monkeypatch.setattr(public_codec, "plane_kernel", spy)
+    monkeypatch.setattr(public_codec, "_FAST_DECODE", {})
+    codes = np.arange(256, dtype=np.uint8)
+    fp8kit.decode(codes, "float8_e4m3fn")
+    fp8kit.decode(codes.view(ml_dtypes.float8_e5m2), dtype=np.float64)
+    assert calls == [True, True]
