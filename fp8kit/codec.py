@@ -22,7 +22,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.decode import decode_f32_kernel, plane_kernel
+from ._kernels.decode import decode_f32_kernel, plane_kernel, round_planes
 from ._kernels.encode16 import encode16_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -703,24 +703,31 @@ def round_to(
     if out is not None:
         _check_out(out, x.shape, (dt,), "round_to")
     table = decode_table(fmt, dt)
+    table_arg = table  # (the kernel's: the table, or its byte planes)
     sat = _saturate(saturate, "round_to", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
+    planes = round_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
     if mode == NEAREST_EVEN and not ftz:
-        kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype)
+        kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(
-            fmt, dt, sat, mode, rbits, table_dtype=table.dtype, flush=ftz
-        )
+            fmt, dt, sat, mode, rbits, table_dtype=table.dtype, flush=ftz,
+            planes=planes is not None,
+        )  # fmt: skip
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
+    if kernel.planes:
+        table_arg = planes
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
-    res = _apply(kernel, xb, _lut_for(pl.load), table, table.dtype, out, extra, is_stochastic(mode))
+    res = _apply(
+        kernel, xb, _lut_for(pl.load), table_arg, table.dtype, out, extra, is_stochastic(mode)
+    )
     if out is None:
         res = res.view(dt)
     if fast and x is x_arg and not pl.widen_first:
-        plan = _make_plan(kernel.build(), _lut_for(pl.load), table, xb, table.dtype, dt)
+        plan = _make_plan(kernel.build(), _lut_for(pl.load), table_arg, xb, table.dtype, dt)
         if plan is not None:
             key = (fmt_arg, dt, saturate) + (() if out is None else (out.dtype,))
             _FAST_ROUND[key] = plan

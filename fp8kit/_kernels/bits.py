@@ -657,3 +657,90 @@ def vector_blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
         value = body(masked("load", in_ty, in_ty, [src, align_in, mask, zero]))
         align_out = ir.Constant(i32, out_ty.element.width // 8)
         masked("store", ir.VoidType(), out_ty, [value, dst_of(whole), align_out, mask])
+
+
+# ---------------------------------------------------------------- table in byte planes
+
+#: Codes per block of :func:`plane_lookup`: one 512-bit vector of uint8 codes.
+PLANE_BLOCK = 64
+
+
+def table_planes(table: np.ndarray) -> np.ndarray | None:
+    """The constants of :func:`plane_lookup` for a decode table (uint16, uint32 or uint64
+    entries): the entries' top 16 bits as two byte planes (512 bytes: the high bytes for
+    codes 0..255, then the low bytes), codes past the table's end (above a sub-byte
+    format's width, reported by the caller) taking the entry of their low bits; None when
+    an entry has a bit below its top 16: float32 holds 7 mantissa bits there (every format
+    up to 8 bits), float64 4 (the float8 formats of ml_dtypes, float6, float4; not the
+    P3109 formats with 5 to 7)."""
+    width = table.dtype.itemsize * 8
+    bits = table.astype(np.uint64)[np.arange(256) % table.size]
+    shift = np.uint64(width - 16)
+    if width > 16 and (bits & ((np.uint64(1) << shift) - np.uint64(1))).any():
+        return None
+    top = bits >> shift
+    prm = np.concatenate([top >> np.uint64(8), top & np.uint64(0xFF)]).astype(np.uint8)
+    prm.flags.writeable = False
+    return prm
+
+
+@intrinsic
+def plane_lookup(typingctx, prm, x, out, n):
+    """``out[:n]`` = the table entries of the uint8 codes ``x[:n]`` (``prm``: the table's
+    :func:`table_planes`), one block of PLANE_BLOCK codes at a time, by AVX512-VBMI byte
+    permutes of the planes held in eight registers (only where :func:`cpu_has`
+    ``"avx512vbmi"``); returns the or of the codes (uint32)."""
+    if not (isinstance(prm, types.Array) and isinstance(out, types.Array)):
+        return None
+    width = out.dtype.bitwidth
+
+    def codegen(context, builder, signature, args):
+        pa = context.make_array(signature.args[0])(context, builder, args[0])
+        xa = context.make_array(signature.args[1])(context, builder, args[1])
+        oa = context.make_array(signature.args[2])(context, builder, args[2])
+        intp = context.get_value_type(types.intp)
+        i8, i32 = ir.IntType(8), ir.IntType(32)
+        v8 = ir.VectorType(i8, PLANE_BLOCK)
+        v16 = ir.VectorType(ir.IntType(16), PLANE_BLOCK)
+        vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
+        tables = builder.bitcast(pa.data, v8.as_pointer())
+        # planes: high bytes [0:256], low bytes [256:512], 64 bytes a register
+        t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(8)]
+        perm = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
+        )
+        zero8 = ir.Constant(v8, [0] * PLANE_BLOCK)
+        seen = cgutils.alloca_once_value(builder, zero8)
+        # byte i of the high plane then of the low plane -> little-endian word i
+        interleave = ir.Constant(
+            ir.VectorType(i32, 2 * PLANE_BLOCK),
+            [k for i in range(PLANE_BLOCK) for k in (i + PLANE_BLOCK, i)],
+        )
+
+        def body(v):
+            builder.store(builder.or_(builder.load(seen), v), seen)
+            upper = builder.icmp_signed("<", v, zero8)  # codes 128..255: the second half
+
+            def lookup(lo):
+                first = builder.call(perm, [t[lo], v, t[lo + 1]])
+                return builder.select(upper, builder.call(perm, [t[lo + 2], v, t[lo + 3]]), first)
+
+            words = builder.bitcast(builder.shuffle_vector(lookup(0), lookup(4), interleave), v16)
+            if width == 16:
+                return words
+            wide = builder.zext(words, vout)
+            return builder.shl(wide, ir.Constant(vout, [width - 16] * PLANE_BLOCK))
+
+        vector_blocks(
+            builder, intp, args[3],
+            lambda j: builder.bitcast(builder.gep(xa.data, [j]), v8.as_pointer()),
+            lambda j: builder.bitcast(builder.gep(oa.data, [j]), vout.as_pointer()),
+            v8, vout, body,
+        )  # fmt: skip
+        acc = builder.load(seen)
+        red = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"
+        )
+        return builder.zext(builder.call(red, [acc]), i32)
+
+    return types.uint32(prm, x, out, n), codegen

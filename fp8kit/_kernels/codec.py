@@ -38,6 +38,7 @@ from .bits import (
     encode_lean,
     encode_unsigned,
     half_to_single_bits,
+    plane_lookup,
     prefer_512,
     stack_buffer,
     store_fence,
@@ -360,6 +361,9 @@ class Kernel:
     # No kernel allocates (scratch space is a stack buffer): without NRT, Numba emits no
     # reference counting of array views (and its pruning pass has nothing to do).
     _options: dict = {"_nrt": False}
+    #: Whether a round-to kernel's table argument is the table's byte planes
+    #: (:func:`fp8kit._kernels.bits.table_planes`) instead of the table.
+    planes = False
 
     def __init__(self, make, sig, key=None, params=None):
         self._make = make
@@ -648,12 +652,20 @@ def _in_bits(load: int, width: int) -> np.dtype:
 
 @functools.cache
 def encode_kernel(
-    fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, strategy=None, table_dtype=None
+    fmt: FloatFormat,
+    in_dtype: np.dtype,
+    saturate: bool,
+    strategy=None,
+    table_dtype=None,
+    planes=False,
 ):
     """Kernel rounding ``in_dtype`` data to ``fmt`` codes.
 
     With ``table_dtype`` set, the kernel instead writes ``table[code]`` (a decode table of
-    that dtype's bits): that is round-to-format in one pass.
+    that dtype's bits): that is round-to-format in one pass.  With ``planes`` too, its
+    ``table`` argument is the table's byte planes
+    (:func:`fp8kit._kernels.decode.round_planes`; uint8 codes), looked up by
+    :func:`fp8kit._kernels.bits.plane_lookup`.
     Returns ``(kernel, plan)``; ``strategy`` forces "generic" (used by tests).  The
     format's constants are a run-time argument: kernels of every format with the same
     input, output and strategy share one compiled function.
@@ -672,7 +684,7 @@ def encode_kernel(
         _array(f"uint{width}", readonly=True),
         _array(in_bits, readonly=True),
         _array(np.uint32, readonly=True),
-        _array(out_dtype if lookup else np.uint8, readonly=True),
+        _array(out_dtype if lookup and not planes else np.uint8, readonly=True),
         _array(out_dtype),
         types.intp,
     )
@@ -683,8 +695,9 @@ def encode_kernel(
     stream_min = STREAM_MIN_TRAFFIC // (in_bits.itemsize + out_dtype.itemsize)
     line = STREAM_BYTES // out_dtype.itemsize
     lean = lp is not None
+    planes = bool(planes and lookup and fmt.bits <= 8)
     key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic,
-           fmt.bits <= 8, lean)  # fmt: skip
+           fmt.bits <= 8, planes, lean)  # fmt: skip
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
@@ -754,7 +767,9 @@ def encode_kernel(
                 # round-to-format: codes of a block into a buffer (a vectorized loop), then
                 # their values from the table.  In one loop the table read is a gather,
                 # which LLVM's cost model declines here, and the whole loop stayed scalar:
-                # 4M float32 -> e4m3fn values, 1 thread, measured 26 ms in one loop
+                # 4M float32 -> e4m3fn values, 1 thread, measured 26 ms in one loop.  The
+                # table read, one element at a time, still took half of the time (16M,
+                # one thread: 7.9 ms where encode took 2.8): with ``planes``, byte permutes
                 buf = stack_buffer(_LOOKUP_BLOCK, code_type)  # (no np.empty to compile)
                 for b0 in range(0, xc.size, _LOOKUP_BLOCK):
                     xs, os = xc[b0 : b0 + _LOOKUP_BLOCK], oc[b0 : b0 + _LOOKUP_BLOCK]
@@ -768,15 +783,20 @@ def encode_kernel(
                             buf[j] = encode_lean(v, p, nan_thr, neg_thr)
                         else:
                             buf[j] = encode_fast(v, p)
-                    for j in range(xs.size):
-                        os[j] = table[buf[j]]
+                    if planes:
+                        plane_lookup(table, buf, os, xs.size)
+                    else:
+                        for j in range(xs.size):
+                            os[j] = table[buf[j]]
 
         return kernel
 
     # (built without NRT, as every Kernel: ``os`` (a stack buffer or a slice of out) costs
     # no NRT_incref/decref calls per block, around which the loop's vector constants were
     # spilled and reloaded)
-    return Kernel(make, sig, key, pack_params(p, q, lean=lp)), pl
+    kernel = Kernel(make, sig, key, pack_params(p, q, lean=lp))
+    kernel.planes = planes
+    return kernel, pl
 
 
 @functools.cache
@@ -956,10 +976,13 @@ def encode_mode_kernel(
     random_bits: int = 32,
     table_dtype=None,
     flush: bool = False,
+    planes: bool = False,
 ):
     """:func:`encode_kernel` for the rounding modes of :mod:`fp8kit._kernels.rounding`
     (nearest-even too: with ``flush``, subnormal results become zeros of their sign, see
-    :func:`fp8kit._kernels.rounding.flush_code`).
+    :func:`fp8kit._kernels.rounding.flush_code`).  ``planes``: as in
+    :func:`encode_kernel`, where the kernel takes them (``kernel.planes``: the
+    stochastic variants with more than 8 words per call read the table).
 
     Signature ``(x, lut, table, out, key, offset, nchunks)``: ``key`` is the uint32[2]
     Philox key of stochastic rounding (unused otherwise); element ``i`` of chunk ``c`` has
@@ -985,16 +1008,6 @@ def encode_mode_kernel(
     width = _SOURCES[pl.source][0]
     in_bits = _in_bits(load, width)
     out_dtype = np.dtype(table_dtype) if lookup else _CODE_DTYPES[8 if fmt.bits <= 8 else 16]
-    sig = types.void(
-        _array(f"uint{width}", readonly=True),
-        _array(in_bits, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(out_dtype if lookup else np.uint8, readonly=True),
-        _array(out_dtype),
-        _array(np.uint32, readonly=True),
-        types.int64,
-        types.intp,
-    )
     version = source_version()
     rbits = int(random_bits) if stochastic else 32
     split = parts(rbits)
@@ -1005,6 +1018,17 @@ def encode_mode_kernel(
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
+    planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
+    sig = types.void(
+        _array(f"uint{width}", readonly=True),
+        _array(in_bits, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(out_dtype if lookup and not planes else np.uint8, readonly=True),
+        _array(out_dtype),
+        _array(np.uint32, readonly=True),
+        types.int64,
+        types.intp,
+    )
     use_magic = bool(p[7])
     sp_magic = bool(sp[0]) if fast else False
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
@@ -1014,11 +1038,14 @@ def encode_mode_kernel(
     mode_fixed = kind == KIND_DET
     det_mode = np.dtype(f"uint{width}").type(mode if mode_fixed else 0)
     key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
-           use_magic, sp_magic, fmt.bits <= 8, int(det_mode))  # fmt: skip
+           use_magic, sp_magic, fmt.bits <= 8, int(det_mode), planes)  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
     det_buf = _LOOKUP_BLOCK if lookup else 1
     sr_buf = 4 * K
-    x_type, o_type = in_bits.type, out_dtype.type
+    # (with planes the fused loop stores codes, looked up per block: see the deterministic
+    # path; a table read per element kept that loop scalar, 2.7x encode's time)
+    x_type, o_type = in_bits.type, (np.uint8 if planes else out_dtype.type)
+    lookup_each = lookup and not planes
 
     def make(parallel):
         # The kernel calls module-level functions only: a kernel closing over a dispatcher
@@ -1069,7 +1096,9 @@ def encode_mode_kernel(
                                 buf[j] = code
                             else:
                                 os[j] = code
-                        if lookup:
+                        if planes:
+                            plane_lookup(table, buf, os, xs.size)
+                        elif lookup:
                             for j in range(xs.size):
                                 os[j] = table[buf[j]]
                 return
@@ -1136,10 +1165,13 @@ def encode_mode_kernel(
                                     code = encode_mode_kind(v, p, q, o, rmode, kind, mm, rnd, rbits)
                                 if flush and not unsigned:
                                     code = flush_code(code, p, q[5])
-                                store_code(os, j, table, code, lookup)
+                                store_code(os, j, table, code, lookup_each)
                         osrc, odst = oin[lo - gb : hi - gb], out[lo - offset : hi - offset]
-                        for j in range(osrc.size):
-                            odst[j] = osrc[j]
+                        if planes:
+                            plane_lookup(table, osrc, odst, osrc.size)
+                        else:
+                            for j in range(osrc.size):
+                                odst[j] = osrc[j]
                     else:
                         # blocks where the fused loop would not unroll: their words through
                         # a buffer, one pass per run
@@ -1173,4 +1205,6 @@ def encode_mode_kernel(
 
         return kernel
 
-    return Kernel(make, sig, key, prm), pl
+    kernel = Kernel(make, sig, key, prm)
+    kernel.planes = planes
+    return kernel, pl

@@ -26,7 +26,6 @@ import functools
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..formats import FloatFormat
@@ -37,9 +36,10 @@ from .bits import (
     chunk_range,
     chunks,
     cpu_has,
+    plane_lookup,
     prefer_512,
     shl,
-    vector_blocks,
+    table_planes,
 )
 from .codec import Kernel, _array, dummy, source_version
 
@@ -197,48 +197,40 @@ def _make(parallel):
 
 # ---------------------------------------------------------------- byte-plane table kernel
 
-#: Codes per block of :func:`_plane_blocks`: one 512-bit vector of uint8 codes.
-PLANE_BLOCK = 64
 
+@functools.cache
+def round_planes(fmt: FloatFormat, dtype: np.dtype) -> np.ndarray | None:
+    """The byte planes of ``fmt``'s decode table to ``dtype`` for a round-to kernel's
+    values (:func:`fp8kit._kernels.codec.encode_kernel` with ``planes``), or None where
+    the CPU has no VBMI, the format is wider than 8 bits or the table does not fit them
+    (the kernel then reads the table element by element)."""
+    from .tables import decode_table
 
-def _planes(table: np.ndarray) -> np.ndarray | None:
-    """The kernel's constants for a decode table (uint16, uint32 or uint64 entries): its
-    entries' top 16 bits as two byte planes (512 bytes: the high bytes for codes 0..255,
-    then the low bytes), codes past the table's end (above a sub-byte format's width,
-    reported by the caller) taking the entry of their low bits; None when an entry has a
-    bit below its top 16: float32 holds 7 mantissa bits there (every format up to 8
-    bits), float64 4 (the float8 formats of ml_dtypes, float6, float4; not the P3109
-    formats with 5 to 7)."""
-    width = table.dtype.itemsize * 8
-    bits = table.astype(np.uint64)[np.arange(256) % table.size]
-    shift = np.uint64(width - 16)
-    if width > 16 and (bits & ((np.uint64(1) << shift) - np.uint64(1))).any():
+    if fmt.bits > 8 or not cpu_has("avx512vbmi"):
         return None
-    top = bits >> shift
-    prm = np.concatenate([top >> np.uint64(8), top & np.uint64(0xFF)]).astype(np.uint8)
-    prm.flags.writeable = False
-    return prm
+    return table_planes(decode_table(fmt, np.dtype(dtype)))
 
 
 @functools.cache
 def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> Kernel | None:
     """Kernel decoding uint8 codes of ``fmt`` to ``dtype`` (float16, bfloat16, float32,
-    float64) bits by byte permutes: the table (two 256-byte planes, see :func:`_planes`)
-    sits in eight vector registers and AVX512-VBMI's vpermi2b looks up 64 codes in 128 of
-    its bytes per instruction (four per plane pair and block).  The same call and return
+    float64) bits by byte permutes: the table (two 256-byte planes, see
+    :func:`fp8kit._kernels.bits.table_planes`) sits in eight vector registers and
+    AVX512-VBMI's vpermi2b looks up 64 codes in 128 of its bytes per instruction (four
+    per plane pair and block).  The same call and return
     value as :func:`decode_f32_kernel`'s (the or of the codes read).  About 7 vector
     instructions per 16 float32 outputs where the formula takes 20: decode float8_e4m3fn
     -> float32 measured 0.072 against 0.166 ns per element in cache (1M codes, one
     thread).  None where the CPU has no VBMI, the format is wider than 8 bits or its
-    table does not fit two byte planes (:func:`_planes`); checked once per format and
-    dtype on every code against the table, like the formula kernel."""
+    table does not fit two byte planes; checked once per format and dtype on every code
+    against the table, like the formula kernel."""
     from .tables import decode_table
 
     dtype = np.dtype(dtype)
     if fmt.bits > 8 or not cpu_has("avx512vbmi"):
         return None
     table = decode_table(fmt, dtype)
-    prm = _planes(table)
+    prm = table_planes(table)
     if prm is None:
         return None
     bits_dt = table.dtype
@@ -259,66 +251,6 @@ def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> Kernel | None:
     return kernel
 
 
-@intrinsic
-def _plane_blocks(typingctx, prm, x, out, n):
-    """``out[:n]`` = the table entries of the codes ``x[:n]`` (``prm``: :func:`_planes`),
-    one block of PLANE_BLOCK codes at a time; returns the or of the codes (uint32)."""
-    if not (isinstance(prm, types.Array) and isinstance(out, types.Array)):
-        return None
-    width = out.dtype.bitwidth
-
-    def codegen(context, builder, signature, args):
-        pa = context.make_array(signature.args[0])(context, builder, args[0])
-        xa = context.make_array(signature.args[1])(context, builder, args[1])
-        oa = context.make_array(signature.args[2])(context, builder, args[2])
-        intp = context.get_value_type(types.intp)
-        i8, i32 = ir.IntType(8), ir.IntType(32)
-        v8 = ir.VectorType(i8, PLANE_BLOCK)
-        v16 = ir.VectorType(ir.IntType(16), PLANE_BLOCK)
-        vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
-        tables = builder.bitcast(pa.data, v8.as_pointer())
-        # planes: high bytes [0:256], low bytes [256:512], 64 bytes a register
-        t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(8)]
-        perm = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
-        )
-        zero8 = ir.Constant(v8, [0] * PLANE_BLOCK)
-        seen = cgutils.alloca_once_value(builder, zero8)
-        # byte i of the high plane then of the low plane -> little-endian word i
-        interleave = ir.Constant(
-            ir.VectorType(i32, 2 * PLANE_BLOCK),
-            [k for i in range(PLANE_BLOCK) for k in (i + PLANE_BLOCK, i)],
-        )
-
-        def body(v):
-            builder.store(builder.or_(builder.load(seen), v), seen)
-            upper = builder.icmp_signed("<", v, zero8)  # codes 128..255: the second half
-
-            def lookup(lo):
-                first = builder.call(perm, [t[lo], v, t[lo + 1]])
-                return builder.select(upper, builder.call(perm, [t[lo + 2], v, t[lo + 3]]), first)
-
-            words = builder.bitcast(builder.shuffle_vector(lookup(0), lookup(4), interleave), v16)
-            if width == 16:
-                return words
-            wide = builder.zext(words, vout)
-            return builder.shl(wide, ir.Constant(vout, [width - 16] * PLANE_BLOCK))
-
-        vector_blocks(
-            builder, intp, args[3],
-            lambda j: builder.bitcast(builder.gep(xa.data, [j]), v8.as_pointer()),
-            lambda j: builder.bitcast(builder.gep(oa.data, [j]), vout.as_pointer()),
-            v8, vout, body,
-        )  # fmt: skip
-        acc = builder.load(seen)
-        red = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"
-        )
-        return builder.zext(builder.call(red, [acc]), i32)
-
-    return types.uint32(prm, x, out, n), codegen
-
-
 def _make_planes(parallel):
     version = source_version()
     zero = np.uint32(0)
@@ -331,7 +263,7 @@ def _make_planes(parallel):
         seen = zero
         for c in range(c_first, c_stop):
             xc, oc = chunks(x, out, c, step)
-            seen = seen | _plane_blocks(prm, xc, oc, xc.size)
+            seen = seen | plane_lookup(prm, xc, oc, xc.size)
         return seen
 
     return kernel
