@@ -340,9 +340,34 @@ def limit_rows(size: int, repeat: int, threads: int) -> list[Row]:
                 cases.append((f"limit {tag}: encode {src} -> {fmt}", x, fmt, "encode"))
         for fmt in FORMATS + MORE_8BIT + SUB_BYTE:
             cases.append((f"limit {tag}: decode {fmt} -> float32", x32, fmt, "decode"))
+        for dt in ("float64", "bfloat16", "float16"):
+            cases.append((f"limit {tag}: decode float8_e4m3fn -> {dt}", x32, dt, "decode_to"))
+        # round-to-format keeps the dtype: the limit reads and writes float32
+        for mode in ("nearest_even", "toward_zero", "stochastic"):
+            case = f"limit {tag}: round_to float32 -> float8_e4m3fn values, {mode}"
+            cases.append((case, x32, mode, "round_to"))
         for case, x, fmt, op in cases:
-            code_dt = fp8kit.get_format(fmt).code_dtype
-            if op == "encode":
+            if op == "round_to":
+                out = np.empty_like(x)
+                kw = {"rounding": fmt, "seed": 1 if fmt == "stochastic" else None}
+                run = _with_threads(
+                    lambda x=x, o=out, kw=kw: fp8kit.round_to(x, "float8_e4m3fn", out=o, **kw), n
+                )
+                fp = Impl(FP8KIT, run, lambda o=out: o.view(np.uint32))
+                lim = _limit_impl(x, np.float32, LIMIT)
+                nbytes = 2 * x.itemsize
+            elif op == "decode_to":
+                dt = np.dtype(ml_dtypes.bfloat16 if fmt == "bfloat16" else fmt)
+                codes = fp8kit.encode(x, "float8_e4m3fn")
+                out = np.empty(x.shape, dt)
+                run = _with_threads(
+                    lambda c=codes, o=out: fp8kit.decode(c, "float8_e4m3fn", out=o), n
+                )
+                fp = Impl(FP8KIT, run, lambda o=out: o.view(bits_dtype(o.itemsize)))
+                lim = _limit_impl(codes, dt, LIMIT)
+                nbytes = codes.itemsize + dt.itemsize
+            elif op == "encode":
+                code_dt = fp8kit.get_format(fmt).code_dtype
                 out = np.empty(x.shape, code_dt)
                 run = _with_threads(lambda x=x, f=fmt, o=out: fp8kit.encode(x, f, out=o), n)
                 fp = Impl(FP8KIT, run, lambda o=out: o)

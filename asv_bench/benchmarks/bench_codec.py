@@ -166,6 +166,46 @@ class Decode:
         self.run()
 
 
+class DecodeTo:
+    """float8_e4m3fn codes -> float64, bfloat16, float16 (fp8kit with out=, ml_dtypes'
+    astype)."""
+
+    params = [["fp8kit", "ml_dtypes"], ["float64", "bfloat16", "float16"], SIZES]
+    param_names = ["library", "dtype", "size"]
+    fmt = "float8_e4m3fn"
+
+    def setup(self, library, dtype, size):
+        dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+        codes = _codes(self.fmt, size)
+        if library == "fp8kit":
+            out = np.empty(codes.shape, dt)
+            self.run = lambda: fp8kit.decode(codes, self.fmt, out=out)
+        else:
+            view = codes.view(_ml_dtype(self.fmt))
+            self.run = lambda: view.astype(dt)
+        self.run()
+
+    def time_decode_to(self, library, dtype, size):
+        self.run()
+
+
+class RoundToModes:
+    """fp8kit.round_to float32 -> float8_e4m3fn values in the directed and stochastic
+    modes (nearest-even: :class:`RoundTo`)."""
+
+    params = [["toward_zero", "stochastic"], SIZES]
+    param_names = ["rounding", "size"]
+
+    def setup(self, rounding, size):
+        self.x = _data(size)
+        self.out = np.empty_like(self.x)
+        self.kw = {"rounding": rounding, "seed": 1 if rounding == "stochastic" else None}
+        fp8kit.round_to(self.x, "float8_e4m3fn", out=self.out, **self.kw)
+
+    def time_round_to_mode(self, rounding, size):
+        fp8kit.round_to(self.x, "float8_e4m3fn", out=self.out, **self.kw)
+
+
 class RoundTo:
     """fp8kit.round_to: float32 -> nearest value of the format, kept as float32."""
 
