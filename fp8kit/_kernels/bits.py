@@ -615,13 +615,29 @@ def stream_copy(dst, start, src, count):
         dst[start + j] = src[j]
 
 
-def vector_blocks(builder, intp, n, src_of, dst_of, in_ty, out_ty, body):
-    """``body`` on every whole block of elements ``[0, n)`` (loads from ``src_of(j)``,
-    stores to ``dst_of(j)``, typed pointers to vectors), then on the last partial block
-    with masked loads and stores (AVX-512 masks them natively; other targets split the
-    tail into scalar accesses, once per call): no scalar copy of the kernel's formula.
-    A block is ``in_ty.count`` elements (``out_ty`` has as many lanes)."""
+def array_args(context, builder, signature, args, count):
+    """The first ``count`` arguments of an intrinsic's codegen, arrays, as Numba's array
+    structs (``.data``, ``.shape``, ...)."""
+    return [
+        context.make_array(ty)(context, builder, value)
+        for ty, value in zip(signature.args[:count], args[:count], strict=True)
+    ]
+
+
+def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body):
+    """``dst[j] = body(src[j])`` for the elements ``[0, n)`` of the arrays at the pointers
+    ``src`` and ``dst``, one vector of ``in_ty.count`` elements at a time (``in_ty`` and
+    ``out_ty``: vector types with that many lanes), the last partial block with masked
+    loads and stores (AVX-512 masks them natively; other targets split the tail into scalar
+    accesses, once per call): no scalar copy of the kernel's formula."""
     block = in_ty.count
+
+    def src_of(j):
+        return builder.bitcast(builder.gep(src, [j]), in_ty.as_pointer())
+
+    def dst_of(j):
+        return builder.bitcast(builder.gep(dst, [j]), out_ty.as_pointer())
+
     step = ir.Constant(intp, block)
     rem = builder.srem(n, step)
     whole = builder.sub(n, rem)
@@ -695,9 +711,7 @@ def plane_lookup(typingctx, prm, x, out, n):
     width = out.dtype.bitwidth
 
     def codegen(context, builder, signature, args):
-        pa = context.make_array(signature.args[0])(context, builder, args[0])
-        xa = context.make_array(signature.args[1])(context, builder, args[1])
-        oa = context.make_array(signature.args[2])(context, builder, args[2])
+        pa, xa, oa = array_args(context, builder, signature, args, 3)
         intp = context.get_value_type(types.intp)
         i8, i32 = ir.IntType(8), ir.IntType(32)
         v8 = ir.VectorType(i8, PLANE_BLOCK)
@@ -731,12 +745,7 @@ def plane_lookup(typingctx, prm, x, out, n):
             wide = builder.zext(words, vout)
             return builder.shl(wide, ir.Constant(vout, [width - 16] * PLANE_BLOCK))
 
-        vector_blocks(
-            builder, intp, args[3],
-            lambda j: builder.bitcast(builder.gep(xa.data, [j]), v8.as_pointer()),
-            lambda j: builder.bitcast(builder.gep(oa.data, [j]), vout.as_pointer()),
-            v8, vout, body,
-        )  # fmt: skip
+        vector_blocks(builder, intp, args[3], xa.data, oa.data, v8, vout, body)
         acc = builder.load(seen)
         red = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"

@@ -646,6 +646,21 @@ _STREAM_BLOCK = 512
 STREAM_MIN_TRAFFIC = 64 << 20
 
 
+def _encode_signature(width, in_bits, out_dtype, table: bool, extra=()):
+    """An encode or round-to kernel's signature: (constants, x, lut, table, out, *extra,
+    nchunks), the table of out's dtype where ``table`` (round-to reading ``table[code]``),
+    else uint8 (a dummy, or the table's byte planes)."""
+    return types.void(
+        _array(f"uint{width}", readonly=True),
+        _array(in_bits, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(out_dtype if table else np.uint8, readonly=True),
+        _array(out_dtype),
+        *extra,
+        types.intp,
+    )
+
+
 def _in_bits(load: int, width: int) -> np.dtype:
     return np.dtype({LOAD_DIRECT: f"uint{width}", LOAD_BF16: "uint16", LOAD_LUT: "uint16"}[load])
 
@@ -680,14 +695,7 @@ def encode_kernel(
     width = _SOURCES[pl.source][0]
     in_bits = _in_bits(load, width)
     out_dtype = np.dtype(table_dtype) if lookup else _CODE_DTYPES[8 if fmt.bits <= 8 else 16]
-    sig = types.void(
-        _array(f"uint{width}", readonly=True),
-        _array(in_bits, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(out_dtype if lookup and not planes else np.uint8, readonly=True),
-        _array(out_dtype),
-        types.intp,
-    )
+    sig = _encode_signature(width, in_bits, out_dtype, lookup and not planes)
     version = source_version()
     use_magic = bool(p[7])
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
@@ -1019,15 +1027,8 @@ def encode_mode_kernel(
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
-    sig = types.void(
-        _array(f"uint{width}", readonly=True),
-        _array(in_bits, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(out_dtype if lookup and not planes else np.uint8, readonly=True),
-        _array(out_dtype),
-        _array(np.uint32, readonly=True),
-        types.int64,
-        types.intp,
+    sig = _encode_signature(
+        width, in_bits, out_dtype, lookup and not planes, (_array(np.uint32, True), types.int64)
     )
     use_magic = bool(p[7])
     sp_magic = bool(sp[0]) if fast else False

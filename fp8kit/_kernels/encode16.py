@@ -29,6 +29,7 @@ from numba.extending import intrinsic
 
 from ..formats import FloatFormat, get_format
 from .bits import (
+    array_args,
     cast_like,
     chunk_range,
     chunks,
@@ -236,9 +237,7 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
     use_pmadd = bool(pmadd.literal_value)
 
     def codegen(context, builder, signature, args):
-        pa = context.make_array(signature.args[0])(context, builder, args[0])
-        xa = context.make_array(signature.args[1])(context, builder, args[1])
-        oa = context.make_array(signature.args[2])(context, builder, args[2])
+        pa, xa, oa = array_args(context, builder, signature, args, 3)
         n = args[3]
         intp = context.get_value_type(types.intp)
         i16 = ir.IntType(16)
@@ -270,10 +269,8 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
 
         def loop(flags):
             vector_blocks(
-                builder, intp, n,
-                lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
-                lambda j: builder.bitcast(builder.gep(oa.data, [j]), v8.as_pointer()),
-                v16, v8, lambda v: _vector_body(builder, v, c, use_pmadd, *flags),
+                builder, intp, n, xa.data, oa.data, v16, v8,
+                lambda v: _vector_body(builder, v, c, use_pmadd, *flags),
             )  # fmt: skip
 
         def branch(cond, flags, then):
@@ -374,9 +371,7 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
         return None
 
     def codegen(context, builder, signature, args):
-        pa = context.make_array(signature.args[0])(context, builder, args[0])
-        xa = context.make_array(signature.args[1])(context, builder, args[1])
-        oa = context.make_array(signature.args[2])(context, builder, args[2])
+        pa, xa, oa = array_args(context, builder, signature, args, 3)
         intp = context.get_value_type(types.intp)
         i16, i32 = ir.IntType(16), ir.IntType(32)
         v16 = ir.VectorType(i16, BLOCK)
@@ -413,12 +408,7 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
                 builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
             )
 
-        vector_blocks(
-            builder, intp, args[3],
-            lambda j: builder.bitcast(builder.gep(xa.data, [j]), v16.as_pointer()),
-            lambda j: builder.bitcast(builder.gep(oa.data, [j]), v16.as_pointer()),
-            v16, v16, body,
-        )  # fmt: skip
+        vector_blocks(builder, intp, args[3], xa.data, oa.data, v16, v16, body)
         return context.get_dummy_value()
 
     return types.void(prm, x, out, n), codegen
