@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fp8kit
+from fp8kit._kernels.bits import cpu_has
 from fp8kit._kernels.codec import LOAD_LUT, dummy, encode_kernel, f16_lut
 from fp8kit._kernels.encode16 import encode16_kernel
 from fp8kit.formats import registered_formats
@@ -185,3 +186,57 @@ def test_float16_input_on_a_generic_cpu(tmp_path):
     for i, name in enumerate(names):
         want = fp8kit.encode(x, name).view(np.uint8)
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), want, err_msg=name)
+
+
+BYTE_LANES = [
+    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3",
+    "float8_e4m3b11fnuz", "p3109_k8p3se", "p3109_k8p4sf",
+]  # fmt: skip
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("name", BYTE_LANES)
+def test_bfloat16_takes_the_byte_lane_kernel(name):
+    """bfloat16 input to the float8 formats (and the P3109 8-bit ones with 2-4 mantissa
+    bits) runs on byte lanes, 64 elements a vector: the tests above check it on every input
+    and length on this CPU; float16 input keeps the 16-bit lanes."""
+    fmt = fp8kit.get_format(name)
+    for sat in SATURATE:
+        assert encode16_kernel(fmt, DTYPES[0], sat)._key[0] == "encode16_bytes"
+        f16 = encode16_kernel(fmt, DTYPES[1], sat)
+        assert f16 is None or f16._key[0] == "encode16"
+
+
+def test_byte_lane_tables_reproduce_the_16bit_kernel():
+    """The byte-lane scheme in numpy (what the tables are checked with) gives the 16-bit
+    kernel's formula on every input where its tables exist, and none where they cannot (a
+    sub-byte format: its subnormal rows do not fit one 128-byte table)."""
+    from fp8kit._kernels import encode16
+
+    bf16 = DTYPES[0]
+    for name in BYTE_LANES:
+        for sat in SATURATE:
+            prm = encode16._prm(fp8kit.get_format(name), bf16, sat)
+            bp = encode16._byte_params(prm)
+            np.testing.assert_array_equal(encode16._byte_codes(bp), encode16._word_codes(prm))
+            want = _old(fp8kit.get_format(name), bf16, sat, ALL16)
+            np.testing.assert_array_equal(encode16._word_codes(prm), want)
+    prm = encode16._prm(fp8kit.get_format("float4_e2m1fn"), bf16, True)
+    assert encode16._byte_params(prm) is None
+
+
+def test_bfloat16_without_vbmi_keeps_the_16bit_lanes(monkeypatch):
+    """Where the CPU has no VBMI (made to say so), bfloat16 runs on the 16-bit lanes: the
+    same bits on all 65,536 inputs."""
+    from fp8kit._kernels import encode16
+
+    monkeypatch.setattr(encode16, "cpu_has", lambda name: name != "avx512vbmi" and cpu_has(name))
+    bf16 = DTYPES[0]
+    for name in ("float8_e4m3fn", "float8_e5m2fnuz"):
+        fmt = fp8kit.get_format(name)
+        for sat in SATURATE:
+            kernel = encode16.encode16_kernel.__wrapped__(fmt, bf16, sat)
+            assert kernel._key[0] == "encode16"
+            got = np.empty(ALL16.size, np.uint8)
+            kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
+            np.testing.assert_array_equal(got, _old(fmt, bf16, sat, ALL16), err_msg=name)
