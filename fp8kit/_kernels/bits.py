@@ -624,6 +624,14 @@ def array_args(context, builder, signature, args, count):
     ]
 
 
+def splat(builder, value, vec_type):
+    """The scalar ``value`` in every lane of a ``vec_type`` vector (LLVM IR)."""
+    i32 = ir.IntType(32)
+    vec = builder.insert_element(ir.Constant(vec_type, ir.Undefined), value, ir.Constant(i32, 0))
+    zeros = ir.Constant(ir.VectorType(i32, vec_type.count), [0] * vec_type.count)
+    return builder.shuffle_vector(vec, vec, zeros)
+
+
 def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body):
     """``dst[j] = body(src[j])`` for the elements ``[0, n)`` of the arrays at the pointers
     ``src`` and ``dst``, one vector of ``in_ty.count`` elements at a time (``in_ty`` and
@@ -647,13 +655,8 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body):
     with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0)), likely=False):
         i32 = ir.IntType(32)
         lanes = ir.VectorType(i32, block)
-        splat = builder.insert_element(
-            ir.Constant(lanes, ir.Undefined), builder.trunc(rem, i32), ir.Constant(i32, 0)
-        )
-        splat = builder.shuffle_vector(
-            splat, splat, ir.Constant(ir.VectorType(i32, block), [0] * block)
-        )
-        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(block))), splat)
+        count = splat(builder, builder.trunc(rem, i32), lanes)
+        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(block))), count)
 
         def masked(name, ret, vec_ty, args):
             fnty = ir.FunctionType(ret, [a.type for a in args])

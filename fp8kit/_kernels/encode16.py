@@ -47,6 +47,7 @@ from .bits import (
     cpu_has,
     half_to_single_bits,
     prefer_512,
+    splat,
     vector_blocks,
 )
 from .codec import Kernel, _array, _params, plan, source_version
@@ -154,7 +155,8 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
     if in_dtype != np.float16 and cpu_has("avx512vbmi"):
         byte_prm = _byte_params(prm)
         if byte_prm is not None:
-            return Kernel(_make_bytes, _BYTES_SIG, ("encode16_bytes", source_version()), byte_prm)
+            key = ("encode16_bytes", source_version())
+            return Kernel(_chunked(_BYTES), _BYTES_SIG, key, byte_prm)
     sig = types.void(
         _array(np.uint16, readonly=True),
         _array(np.uint16, readonly=True),
@@ -164,7 +166,7 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
         types.intp,
     )
     pmadd = int(cpu_has("avx512bw"))
-    return Kernel(_maker(pmadd), sig, ("encode16", source_version(), pmadd), prm)
+    return Kernel(_chunked(_WORDS, pmadd), sig, ("encode16", source_version(), pmadd), prm)
 
 
 # Layout of _prm's array (the vector code reads it by index).
@@ -188,10 +190,6 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
     def k32(value):
         return ir.Constant(v32, [value] * (BLOCK // 2))
 
-    def splat32(x):
-        vec = builder.insert_element(ir.Constant(v32, ir.Undefined), x, ir.Constant(i32, 0))
-        return builder.shuffle_vector(vec, vec, ir.Constant(v32, [0] * (BLOCK // 2)))
-
     a = builder.and_(v, c(_ABS))
     # nearest-even on the source's bits: the carry out of the mantissa bumps the exponent
     sh = c(_SH)
@@ -213,7 +211,7 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
         even = builder.shl(w, k32(16))
         odd = builder.and_(w, k32(0xFFFF0000))
     magic_bits = builder.shl(builder.zext(c(_MAGIC, True), i32), ir.Constant(i32, 16))
-    magic = builder.bitcast(splat32(magic_bits), f32)
+    magic = builder.bitcast(splat(builder, magic_bits, v32), f32)
     fe = builder.fadd(builder.bitcast(even, f32), magic)
     fo = builder.fadd(builder.bitcast(odd, f32), magic)
     fe, fo = builder.bitcast(fe, v32), builder.bitcast(fo, v32)
@@ -268,12 +266,7 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
             if scalar:
                 return scalars[k]
             if k not in splats:
-                vec = builder.insert_element(
-                    ir.Constant(v16, ir.Undefined), scalars[k], ir.Constant(ir.IntType(32), 0)
-                )
-                splats[k] = builder.shuffle_vector(
-                    vec, vec, ir.Constant(ir.VectorType(ir.IntType(32), BLOCK), [0] * BLOCK)
-                )
+                splats[k] = splat(builder, scalars[k], v16)
             return splats[k]
 
         for k in range(_KEEP + 1):  # (in the entry: LLVM hoists nothing out of the branches)
@@ -302,31 +295,6 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
     return types.void(prm, x, out, n, pmadd), codegen
 
 
-def _maker(pmadd: int):
-    """The kernel factory; ``pmadd``: use AVX512-BW's vpmaddwd (a closure value, so that
-    Numba's disk cache keys it)."""
-
-    def make(parallel):
-        return _make(parallel, pmadd)
-
-    return make
-
-
-def _make(parallel, pmadd):
-    version = source_version()
-
-    def kernel(prm, x, lut, table, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see codec.source_version
-            return
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        step = (x.size + nchunks - 1) // nchunks
-        for c in range(c_first, c_stop):
-            xc, oc = chunks(x, out, c, step)
-            _encode_blocks(prm, xc, oc, xc.size, pmadd)
-
-    return kernel
-
-
 @functools.cache
 def f16_to_bf16_kernel(saturate) -> Kernel:
     """Kernel rounding float16 bits to bfloat16 bits, nearest-even (the call of
@@ -346,7 +314,7 @@ def f16_to_bf16_kernel(saturate) -> Kernel:
         types.intp,
     )
     if _bf16_convert():
-        return Kernel(_make_f16_bf16_vec, sig, ("f16_to_bf16_vec", source_version()), prm)
+        return Kernel(_chunked(_F16_BF16), sig, ("f16_to_bf16_vec", source_version()), prm)
     return Kernel(_make_f16_bf16, sig, ("f16_to_bf16", source_version()), prm)
 
 
@@ -392,17 +360,11 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
         i16, i32 = ir.IntType(16), ir.IntType(32)
         v16 = ir.VectorType(i16, BLOCK)
 
-        def splat(x):
-            vec = builder.insert_element(ir.Constant(v16, ir.Undefined), x, ir.Constant(i32, 0))
-            return builder.shuffle_vector(
-                vec, vec, ir.Constant(ir.VectorType(i32, BLOCK), [0] * BLOCK)
-            )
-
         def k16(value):
             return ir.Constant(v16, [value] * BLOCK)
 
-        inf_res = splat(builder.load(builder.gep(pa.data, [ir.Constant(intp, 0)])))
-        nan_mag = splat(builder.load(builder.gep(pa.data, [ir.Constant(intp, 1)])))
+        inf_res = splat(builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, 0)])), v16)
+        nan_mag = splat(builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, 1)])), v16)
         half = ir.VectorType(ir.HalfType(), BLOCK)
         f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
         bf = ir.VectorType(_bfloat_type(), BLOCK // 2)
@@ -428,21 +390,6 @@ def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
         return context.get_dummy_value()
 
     return types.void(prm, x, out, n), codegen
-
-
-def _make_f16_bf16_vec(parallel):
-    version = source_version()
-
-    def kernel(prm, x, lut, table, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see codec.source_version
-            return
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        step = (x.size + nchunks - 1) // nchunks
-        for c in range(c_first, c_stop):
-            xc, oc = chunks(x, out, c, step)
-            _f16_to_bf16_blocks(prm, xc, oc, xc.size)
-
-    return kernel
 
 
 def _make_f16_bf16(parallel):
@@ -689,10 +636,7 @@ def _byte_blocks(typingctx, prm, x, out, n):
         splats = {}
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
             x8 = builder.load(builder.gep(pa.data, [ir.Constant(intp, k)]))
-            vec = builder.insert_element(ir.Constant(v8, ir.Undefined), x8, ir.Constant(i32, 0))
-            splats[k] = builder.shuffle_vector(
-                vec, vec, ir.Constant(ir.VectorType(i32, BYTE_BLOCK), [0] * BYTE_BLOCK)
-            )
+            splats[k] = splat(builder, x8, v8)
         neg_zero = builder.icmp_unsigned(
             "!=",
             builder.extract_element(splats[_B_NEG_ZERO], ir.Constant(i32, 0)),
@@ -711,16 +655,32 @@ def _byte_blocks(typingctx, prm, x, out, n):
     return types.void(prm, x, out, n), codegen
 
 
-def _make_bytes(parallel):
-    version = source_version()
+# The vector loop a chunked kernel runs: a closure constant, so that the other branches are
+# pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
+_WORDS, _F16_BF16, _BYTES = range(3)
 
-    def kernel(prm, x, lut, table, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see codec.source_version
-            return
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        step = (x.size + nchunks - 1) // nchunks
-        for c in range(c_first, c_stop):
-            xc, oc = chunks(x, out, c, step)
-            _byte_blocks(prm, xc, oc, xc.size)
 
-    return kernel
+def _chunked(which: int, pmadd: int = 0):
+    """The factory of a kernel running one of this module's vector loops on each of its
+    chunks; ``pmadd``: the 16-bit-lane loop may use AVX512-BW's vpmaddwd."""
+
+    def make(parallel):
+        version = source_version()
+
+        def kernel(prm, x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # never true; see codec.source_version
+                return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            step = (x.size + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                xc, oc = chunks(x, out, c, step)
+                if which == _BYTES:
+                    _byte_blocks(prm, xc, oc, xc.size)
+                elif which == _F16_BF16:
+                    _f16_to_bf16_blocks(prm, xc, oc, xc.size)
+                else:
+                    _encode_blocks(prm, xc, oc, xc.size, pmadd)
+
+        return kernel
+
+    return make
