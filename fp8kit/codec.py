@@ -22,7 +22,7 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.decode import decode_f32_kernel, plane_kernel, round_planes
+from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
 from ._kernels.encode16 import encode16_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -706,7 +706,7 @@ def round_to(
     table_arg = table  # (the kernel's: the table, or its byte planes)
     sat = _saturate(saturate, "round_to", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "round_to")
-    planes = round_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
+    planes = format_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
         extra = ()

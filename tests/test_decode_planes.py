@@ -21,6 +21,12 @@ needs_vbmi = pytest.mark.skipif(
 )
 
 
+def _clear_plane_caches():
+    """Forget the planes and plane kernels built so far (for a patched ``cpu_has``)."""
+    kd.format_planes.cache_clear()
+    kd.plane_kernel.cache_clear()
+
+
 def _want(fmt, dtype, codes):
     table = decode_table(fmt, np.dtype(dtype))
     return table[codes]
@@ -86,7 +92,7 @@ def test_without_vbmi_same_bits(fresh_kernels, fmt):
     the table kernel (other dtypes) decode, with the same bits and the same range check."""
     fresh_kernels(kd, "cpu_has", lambda name: False)
     fresh_kernels(public_codec, "_FAST_DECODE", {})
-    kd.plane_kernel.cache_clear()
+    _clear_plane_caches()
     try:
         f = fp8kit.get_format(fmt)
         codes = np.tile(np.arange(1 << f.bits, dtype=np.uint8), 3)
@@ -98,7 +104,7 @@ def test_without_vbmi_same_bits(fresh_kernels, fmt):
             with pytest.raises(ValueError, match=r"codes\[1\] = 200 is not a code"):
                 fp8kit.decode(np.uint8([1, 200]), f)
     finally:
-        kd.plane_kernel.cache_clear()
+        _clear_plane_caches()
 
 
 @needs_vbmi
@@ -140,7 +146,7 @@ def test_round_to_reads_the_planes(fmt):
     planes where they fit: the table's entry of encode(x), for every dtype."""
     for dt in DTYPES:
         x = _round_inputs(fmt, dt)
-        planes = kd.round_planes(fmt, np.dtype(dt))
+        planes = kd.format_planes(fmt, np.dtype(dt))
         fits = np.dtype(dt) != np.float64 or fmt.mantissa_bits <= 4
         assert (planes is not None) == fits
         with fp8kit.num_threads(2):
@@ -158,14 +164,14 @@ def test_round_to_without_vbmi_same_bits(fresh_kernels, fmt):
     want = {dt: fp8kit.round_to(x, f) for dt, x in xs.items()}
     fresh_kernels(kd, "cpu_has", lambda name: False)
     fresh_kernels(public_codec, "_FAST_ROUND", {})
-    kd.round_planes.cache_clear()
+    _clear_plane_caches()
     try:
         for dt, x in xs.items():
-            assert kd.round_planes(f, np.dtype(dt)) is None
+            assert kd.format_planes(f, np.dtype(dt)) is None
             bits = f"u{np.dtype(dt).itemsize}"
             np.testing.assert_array_equal(fp8kit.round_to(x, f).view(bits), want[dt].view(bits))
     finally:
-        kd.round_planes.cache_clear()
+        _clear_plane_caches()
 
 
 @needs_vbmi

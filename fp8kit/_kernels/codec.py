@@ -679,7 +679,7 @@ def encode_kernel(
     With ``table_dtype`` set, the kernel instead writes ``table[code]`` (a decode table of
     that dtype's bits): that is round-to-format in one pass.  With ``planes`` too, its
     ``table`` argument is the table's byte planes
-    (:func:`fp8kit._kernels.decode.round_planes`; uint8 codes), looked up by
+    (:func:`fp8kit._kernels.decode.format_planes`; uint8 codes), looked up by
     :func:`fp8kit._kernels.bits.plane_lookup`.
     Returns ``(kernel, plan)``; ``strategy`` forces "generic" (used by tests).  The
     format's constants are a run-time argument: kernels of every format with the same

@@ -449,7 +449,7 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     smallest normal), as uint8 for the inputs 0..65535."""
     p = [int(v) for v in prm]
     u16 = np.uint16
-    v = np.arange(1 << 16, dtype=np.uint32).astype(u16)
+    v = np.arange(1 << 16, dtype=u16)
     a = v & u16(p[_ABS])
     sh = u16(p[_SH])
     lsb = (a >> sh) & u16(1)
@@ -474,21 +474,12 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     return (res & u16(0xFF)).astype(np.uint8)
 
 
-@functools.cache
-def _byte_tables(key: bytes) -> np.ndarray | None:
-    return _build_byte_params(np.frombuffer(key, np.uint16))
-
-
 def _byte_params(prm: np.ndarray) -> np.ndarray | None:
     """The constants of the byte-lane kernel (:func:`_byte_blocks`) for a bfloat16 kernel's
     ``prm`` (:func:`_prm`), or None where its scheme does not reproduce the 16-bit kernel's
     codes on every input (then that kernel runs).  Built from those codes (numpy, no
     compile) and checked against them by :func:`_byte_codes`, the kernel's arithmetic in
-    numpy, on all 65,536 inputs."""
-    return _byte_tables(prm.tobytes())
-
-
-def _build_byte_params(prm: np.ndarray) -> np.ndarray | None:
+    numpy, on all 65,536 inputs (once per format and saturation: encode16_kernel caches)."""
     codes = _word_codes(prm)
     mag = codes[: 1 << 15].astype(np.int64)  # the positive inputs: h = high byte, l = low
     ovf = int(mag[0x7F7F])  # the largest finite bfloat16
@@ -606,7 +597,7 @@ def _byte_body(builder, w, t, c, neg_zero):
     small = builder.icmp_unsigned("<=", eb, c(_B_E_HI))
     mag = builder.select(small, builder.call(perm, [t[4], idx, t[5]]), mag)
     # Inf and NaN (exponent 255): their codes (a NaN code of a format without -0 is or-ed
-    # with the sign below: _build_byte_params' check fails where that changes it)
+    # with the sign below: _byte_params' check fails where that changes it)
     mnz = builder.icmp_unsigned("!=", builder.and_(lo, k8(0x7F)), zero)
     special = builder.select(mnz, c(_B_NAN), c(_B_INF))
     mag = builder.select(builder.icmp_unsigned("==", eb, k8(255)), special, mag)
