@@ -188,55 +188,77 @@ def test_float16_input_on_a_generic_cpu(tmp_path):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), want, err_msg=name)
 
 
-BYTE_LANES = [
-    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3",
-    "float8_e4m3b11fnuz", "p3109_k8p3se", "p3109_k8p4sf",
-]  # fmt: skip
+BYTE_LANES = {
+    DTYPES[0]: [
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e4m3",
+        "float8_e4m3b11fnuz", "p3109_k8p2se", "p3109_k8p2sf", "p3109_k8p3se", "p3109_k8p3sf",
+        "p3109_k8p4se", "p3109_k8p4sf",
+    ],
+    DTYPES[1]: [
+        "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e4m3",
+        "float8_e4m3b11fnuz", "p3109_k8p4se", "p3109_k8p4sf",
+    ],
+}  # fmt: skip
+BYTE_KEYS = {DTYPES[0]: "encode16_bytes", DTYPES[1]: "encode16_half_bytes"}
 
 
 @pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
-@pytest.mark.parametrize("name", BYTE_LANES)
-def test_bfloat16_takes_the_byte_lane_kernel(name):
-    """bfloat16 input to the float8 formats (and the P3109 8-bit ones with 2-4 mantissa
-    bits) runs on byte lanes, 64 elements a vector: the tests above check it on every input
-    and length on this CPU; float16 input keeps the 16-bit lanes."""
-    fmt = fp8kit.get_format(name)
-    for sat in SATURATE:
-        assert encode16_kernel(fmt, DTYPES[0], sat)._key[0] == "encode16_bytes"
-        f16 = encode16_kernel(fmt, DTYPES[1], sat)
-        assert f16 is None or f16._key[0] == "encode16"
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_exactly_these_formats_take_the_byte_lane_kernel(dt):
+    """bfloat16 input to the float8 formats and the P3109 8-bit ones with 2-4 mantissa bits,
+    and float16 input to those float8 and P3109 formats whose range is within float16's,
+    runs on byte lanes, 64 elements a vector (the tests above check it on every input and
+    length on this CPU); every other format the 16-bit kernel takes keeps its 16-bit lanes
+    (the tables do not fit: sub-byte formats, P3109 with 5 or more mantissa bits, and
+    float8_e3m4)."""
+    taken = []
+    for fmt in registered_formats().values():
+        for sat in SATURATE:
+            kernel = encode16_kernel(fmt, dt, sat)
+            if kernel is not None and kernel._key[0] == BYTE_KEYS[dt]:
+                taken.append(fmt.name)
+            elif kernel is not None:
+                assert kernel._key[0] in ("encode16", "f16_to_bf16", "f16_to_bf16_vec"), kernel._key
+    assert sorted(set(taken)) == sorted(BYTE_LANES[dt])
+    assert taken.count("float8_e4m3fn") == len(SATURATE)
 
 
-def test_byte_lane_tables_reproduce_the_16bit_kernel():
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_byte_lane_tables_reproduce_the_16bit_kernel(dt):
     """The byte-lane scheme in numpy (what the tables are checked with) gives the 16-bit
-    kernel's formula on every input where its tables exist, and none where they cannot (a
-    sub-byte format: its subnormal rows do not fit one 128-byte table)."""
+    kernel's formula on every input where its tables exist, and none where they cannot
+    (a sub-byte format: its subnormal rows do not fit one 128-byte table; float16 to
+    float8_e3m4: neither do they)."""
     from fp8kit._kernels import encode16
 
-    bf16 = DTYPES[0]
-    for name in BYTE_LANES:
+    half = dt == np.float16
+    for name in BYTE_LANES[dt]:
+        fmt = fp8kit.get_format(name)
         for sat in SATURATE:
-            prm = encode16._prm(fp8kit.get_format(name), bf16, sat)
+            prm = encode16._prm(fmt, dt, sat)
             bp = encode16._byte_params(prm)
-            np.testing.assert_array_equal(encode16._byte_codes(bp), encode16._word_codes(prm))
-            want = _old(fp8kit.get_format(name), bf16, sat, ALL16)
-            np.testing.assert_array_equal(encode16._word_codes(prm), want)
-    prm = encode16._prm(fp8kit.get_format("float4_e2m1fn"), bf16, True)
-    assert encode16._byte_params(prm) is None
+            np.testing.assert_array_equal(
+                encode16._byte_codes(bp, half), encode16._word_codes(prm), err_msg=name
+            )
+            want = _old(fmt, dt, sat, ALL16)
+            np.testing.assert_array_equal(encode16._word_codes(prm), want, err_msg=name)
+    for name in ("float4_e2m1fn", "float8_e3m4"):
+        prm = encode16._prm(fp8kit.get_format(name), dt, True)
+        assert encode16._byte_params(prm) is None
 
 
-def test_bfloat16_without_vbmi_keeps_the_16bit_lanes(monkeypatch):
-    """Where the CPU has no VBMI (made to say so), bfloat16 runs on the 16-bit lanes: the
-    same bits on all 65,536 inputs."""
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_without_vbmi_the_16bit_lanes_run(monkeypatch, dt):
+    """Where the CPU has no VBMI (made to say so), bfloat16 and float16 run on the 16-bit
+    lanes: the same bits on all 65,536 inputs."""
     from fp8kit._kernels import encode16
 
     monkeypatch.setattr(encode16, "cpu_has", lambda name: name != "avx512vbmi" and cpu_has(name))
-    bf16 = DTYPES[0]
-    for name in ("float8_e4m3fn", "float8_e5m2fnuz"):
+    for name in ("float8_e4m3fn", "float8_e5m2"):
         fmt = fp8kit.get_format(name)
         for sat in SATURATE:
-            kernel = encode16.encode16_kernel.__wrapped__(fmt, bf16, sat)
+            kernel = encode16.encode16_kernel.__wrapped__(fmt, dt, sat)
             assert kernel._key[0] == "encode16"
             got = np.empty(ALL16.size, np.uint8)
             kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
-            np.testing.assert_array_equal(got, _old(fmt, bf16, sat, ALL16), err_msg=name)
+            np.testing.assert_array_equal(got, _old(fmt, dt, sat, ALL16), err_msg=name)

@@ -15,16 +15,18 @@ float32 normal).  Nearest-even only; the overflow, Inf, NaN and sign rules are t
 :func:`fp8kit._kernels.codec._params`).  One compiled kernel serves every format and both
 16-bit dtypes (constants at run time; the variant is picked once per call).
 
-Where the CPU has AVX512-VBMI, bfloat16 input runs on byte lanes instead, 64 elements per
+Where the CPU has AVX512-VBMI, 16-bit input runs on byte lanes instead, 64 elements per
 vector (:func:`_byte_body`): a normal code is the sum of a table entry for the high byte
-(sign and 7 exponent bits) and one for the low byte (the last exponent bit and the
-mantissa, rounded), both looked up by ``vpermi2b``; the few exponents below the format's
-smallest normal take a third table.  The tables are built in numpy from the 16-bit
-kernel's own formula (:func:`_word_codes`) and used only where the scheme reproduces it on
-every input (:func:`_byte_params`): the float8 formats and the P3109 8-bit formats with
-2-4 mantissa bits.  About 29 instructions per 64 elements where the 16-bit lanes take 42:
-bfloat16 -> float8_e4m3fn, 1M elements in cache, one thread, 0.073 against 0.099 ns an
-element.
+(bfloat16: sign and 7 exponent bits; float16: sign, 5 exponent and 2 mantissa bits) and
+one for the low byte (the rest of the bits that round; float16's index also takes the
+high byte's last mantissa bit, which decides ties of 2-bit mantissas), both looked up by
+``vpermi2b``; the few exponents below the format's smallest normal take a third table.
+The tables are built in numpy from the 16-bit kernel's own formula (:func:`_word_codes`)
+and used only where the scheme reproduces it on every input (:func:`_byte_params`): the
+float8 formats and the P3109 8-bit formats with 2-4 mantissa bits (from float16: those
+within its range).  About 30 vector operations per 64 elements where the 16-bit lanes
+take about 42; 64K elements in cache, one thread: bfloat16 -> float8_e4m3fn 0.082 against 0.096
+ns an element, float16 -> float8_e4m3fn 0.079 against 0.098.
 """
 
 from __future__ import annotations
@@ -152,11 +154,12 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
     prm = _prm(fmt, in_dtype, saturate)
     if prm is None:
         return None
-    if in_dtype != np.float16 and cpu_has("avx512vbmi"):
+    if cpu_has("avx512vbmi"):
         byte_prm = _byte_params(prm)
         if byte_prm is not None:
-            key = ("encode16_bytes", source_version())
-            return Kernel(_chunked(_BYTES), _BYTES_SIG, key, byte_prm)
+            half = in_dtype == np.float16
+            key = ("encode16_half_bytes" if half else "encode16_bytes", source_version())
+            return Kernel(_chunked(_HALF_BYTES if half else _BYTES), _BYTES_SIG, key, byte_prm)
     sig = types.void(
         _array(np.uint16, readonly=True),
         _array(np.uint16, readonly=True),
@@ -427,7 +430,7 @@ def _make_f16_bf16(parallel):
     return kernel
 
 
-# ---------------------------------------------------------------- bfloat16 on byte lanes
+# ---------------------------------------------------------------- 16-bit input on byte lanes
 
 #: Elements per block of :func:`_byte_blocks`: 64 byte lanes of a 512-bit vector.
 BYTE_BLOCK = 64
@@ -440,12 +443,57 @@ _BYTES_SIG = types.void(
     types.intp,
 )
 # Layout of _byte_params' array: three 128-byte tables, then scalars.
-_B_OVF, _B_E_HI, _B_NAN, _B_INF, _B_STEP, _B_E_LO1, _B_NEG_ZERO = range(384, 391)
+_B_OVF, _B_E_END, _B_NAN, _B_INF, _B_STEP, _B_E_LO1, _B_NEG_ZERO = range(384, 391)
+# Per source (float16 or not): the high byte of 1.0 (shifted: a row of normal inputs),
+# the bits of the largest finite value, Inf and a NaN, and the exponent field of Inf/NaN.
+_B_SOURCE = {
+    False: (0x3F00, 0x7F7F, 0x7F80, 0x7FC0, 255),
+    True: (0x3C00, 0x7BFF, 0x7C00, 0x7E00, 31),
+}
+
+
+def _byte_fields(v: np.ndarray, half: bool):
+    """What :func:`_byte_body` derives from the 16-bit inputs ``v`` (int64), in numpy: the
+    index of table ``A`` (high byte, bits 0-6), of table ``C`` (bits 0-6) and whether the
+    low exponent step is added to ``C``'s entry, the exponent field, the index of table
+    ``S`` before its row (``S`` rows: see :func:`_byte_params`; float16: the high byte
+    less the row's exponents), and whether the mantissa is nonzero.
+
+    bfloat16: high byte = sign, 7 exponent bits; low byte = the last exponent bit, 7
+    mantissa bits.  float16: high byte = sign, 5 exponent bits, 2 mantissa bits; low byte =
+    8 mantissa bits.  ``C`` is indexed by float16's mantissa bits 8-2 (bit 8, in the high
+    byte, decides ties of formats with 2 mantissa bits) with the last two or-ed into bit 2
+    (a sticky bit for the formats with up to 6 mantissa bits; the check of the tables
+    rejects the others)."""
+    hi, lo = (v >> 8) & 0xFF, v & 0xFF
+    if half:
+        c_idx = (((hi << 6) | (lo >> 2)) & 0x7F) | ((lo & 3) != 0)
+        step = np.zeros(v.shape, bool)
+        exponent = (hi >> 2) & 0x1F
+        s_low = ((lo >> 2) & 0x20) | np.where(lo & 0x7F, 0x40, 0)
+        mantissa = ((hi & 3) | lo) != 0
+    else:
+        c_idx = lo & 0x7F
+        step = lo >= 0x80
+        exponent = ((hi << 1) & 0xFF) | (lo >> 7)
+        s_low = ((lo >> 4) & 7) | np.where(lo & 15, 8, 0)
+        mantissa = (lo & 0x7F) != 0
+    return hi & 0x7F, c_idx, step, exponent, s_low, mantissa
+
+
+def _s_index(hi7, exponent, s_low, e_lo1, half):
+    """Index of table ``S``: 16 entries a row, row 0 for the exponents below ``e_lo1 + 1``
+    (numpy; :func:`_byte_body` does the same on 8 bits).  float16's high byte is its
+    exponent and top 2 mantissa bits: one saturating subtraction gives row and bits (bits
+    0-4), the low byte's top bit and sticky bit are bits 5 and 6."""
+    if half:
+        return (np.maximum(hi7 - (e_lo1 << 2), 0) | s_low) & 0xFF
+    return ((np.maximum(exponent - e_lo1, 0) << 4) | s_low) & 0xFF
 
 
 def _word_codes(prm: np.ndarray) -> np.ndarray:
-    """The codes :func:`_vector_body` gives every bfloat16 (numpy, the same arithmetic on
-    the same constants ``prm``: wrapping 16-bit adds, the float32 FPU step below the
+    """The codes :func:`_vector_body` gives every 16-bit input (numpy, the same arithmetic
+    on the same constants ``prm``: wrapping 16-bit adds, the float32 FPU step below the
     smallest normal), as uint8 for the inputs 0..65535."""
     p = [int(v) for v in prm]
     u16 = np.uint16
@@ -454,7 +502,7 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     sh = u16(p[_SH])
     lsb = (a >> sh) & u16(1)
     code = (a + u16(p[_RB]) + lsb) >> sh  # (uint16: wraps as the vector adds do)
-    w = a.astype(np.uint32) << np.uint32(16)
+    w = a.astype(np.uint32) << np.uint32(p[_WSH])
     magic = np.uint32(p[_MAGIC] << 16).view(np.float32)
     with np.errstate(invalid="ignore"):  # (NaN inputs: their sum is not used)
         total = w.view(np.float32) + magic
@@ -475,77 +523,86 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
 
 
 def _byte_params(prm: np.ndarray) -> np.ndarray | None:
-    """The constants of the byte-lane kernel (:func:`_byte_blocks`) for a bfloat16 kernel's
+    """The constants of the byte-lane kernel (:func:`_byte_blocks`) for a 16-bit kernel's
     ``prm`` (:func:`_prm`), or None where its scheme does not reproduce the 16-bit kernel's
     codes on every input (then that kernel runs).  Built from those codes (numpy, no
     compile) and checked against them by :func:`_byte_codes`, the kernel's arithmetic in
-    numpy, on all 65,536 inputs (once per format and saturation: encode16_kernel caches)."""
+    numpy, on all 65,536 inputs (once per format, source and saturation: encode16_kernel
+    caches)."""
+    half = int(prm[_WSH]) != 16
+    one, largest, inf_bits, nan_bits, special = _B_SOURCE[half]
     codes = _word_codes(prm)
-    mag = codes[: 1 << 15].astype(np.int64)  # the positive inputs: h = high byte, l = low
-    ovf = int(mag[0x7F7F])  # the largest finite bfloat16
-    # the low byte's part of a normal code: its mantissa rounded (the carry included) and
-    # its exponent bit, one exponent step (relative to the code of 1.0)
-    c = mag[0x3F00 | np.arange(256)] - mag[0x3F00]
-    step = int(c[0x80] - c[0])
-    if c.min() < 0 or c.max() > 255 or not (c[0x80:] == c[:0x80] + step).all():
+    mag = codes[: 1 << 15].astype(np.int64)  # the positive inputs
+    hi7, c_idx, step_at, exponent, s_low, _ = _byte_fields(np.arange(1 << 15), half)
+    ovf = int(mag[largest])
+    # the low byte's part of a normal code (relative to the row's first): its mantissa
+    # rounded (the carry included) and, for bfloat16, its exponent bit, one exponent step
+    # (two rows: float16's first high-byte bit is a mantissa bit, in C's index)
+    rows2 = (one | np.arange(256)[None, :]) + np.array([[0], [0x100]])
+    c512 = (mag[rows2] - mag[rows2[:, :1]]).ravel()
+    rows2 = rows2.ravel()
+    step = int(c512[0x80] - c512[0]) if not half else 0
+    c512 = c512 - np.where(step_at[rows2], step, 0)
+    c = np.zeros(128, np.int64)
+    c[c_idx[rows2]] = c512
+    if c.min() < 0 or c.max() > 255 or (c[c_idx[rows2]] != c512).any():
         return None
     a_tab = np.zeros(128, np.int64)
     regular = np.zeros(1 << 15, bool)
-    for h in range(128):
+    for h in range(128):  # (the high byte's 256 inputs are h << 8 | the low byte)
         rows = slice(h << 8, (h + 1) << 8)
+        cc = np.minimum(c[c_idx[rows]] + np.where(step_at[rows], step, 0), 255)
         best = None
-        for base in (mag[h << 8] - c[0], mag[(h << 8) | 0x80] - c[0x80]):
+        for base in (mag[h << 8] - cc[0], mag[(h << 8) | 0x80] - cc[0x80]):
             base = 255 if h == 127 else min(max(int(base), 0), 255)
-            ok = np.minimum(base + c, ovf) == mag[rows]
+            ok = np.minimum(base + cc, ovf) == mag[rows]
             if best is None or ok.sum() > best[1].sum():
                 best = (base, ok)
         a_tab[h], regular[rows] = best
-    exponent = np.arange(1 << 15) >> 7
-    irregular = ~regular & (exponent < 255)  # (Inf and NaN: their own rule)
-    if not irregular.any():
-        return None
-    e_hi = int(exponent[irregular].max())
-    below = exponent <= e_hi
+    irregular = ~regular & (exponent < special)  # (Inf and NaN: their own rule)
+    e_end = int(exponent[irregular].max()) + 1 if irregular.any() else 0
+    below = exponent < e_end
     nonzero = below & (mag != 0)
-    e_lo = int(exponent[nonzero].min()) if nonzero.any() else e_hi
-    if (e_hi - e_lo + 2) * 16 > 128 or e_hi >= 128 or e_lo < 1:
+    e_lo = int(exponent[nonzero].min()) if nonzero.any() else e_end
+    if (e_end - e_lo + 1) * 16 > 128 or e_end > 128:
         return None
-    # below and at e_hi every input goes through the table of the smallest exponents:
-    # row (exponent - e_lo + 1, 0 below e_lo), the mantissa's top 3 bits and whether any
-    # of the 4 below them is set
+    # below e_end every input goes through the table of the smallest exponents, S: row
+    # exponent - e_lo + 1 (0 below e_lo), then the bits that round there (_byte_fields)
     v = np.flatnonzero(below)
-    low = v & 0xFF
-    row = np.maximum(exponent[v] - (e_lo - 1), 0)
-    idx = (row << 4) | ((low >> 4) & 7) | np.where(low & 15, 8, 0)
+    idx = _s_index(hi7[v], exponent[v], s_low[v], max(e_lo - 1, 0), half)
     s_tab = np.zeros(128, np.int64)
-    s_tab[idx] = mag[v]
-    if (s_tab[idx] != mag[v]).any():  # (an index with two codes: the scheme does not fit)
-        return None
-    neg_zero = int(prm[_NEG_ZERO])
+    s_tab[idx & 0x7F] = mag[v]
+    if idx.max(initial=0) > 0x7F or (s_tab[idx] != mag[v]).any():
+        return None  # (an index with two codes: the scheme does not fit)
+    e_lo1 = max(e_lo - 1, 0)
     out = np.zeros(391, np.uint8)
-    out[:384] = np.concatenate([a_tab, c[:128], s_tab])
-    out[384:] = [ovf, e_hi, codes[0x7FC0], codes[0x7F80], step, e_lo - 1, neg_zero]
-    if not np.array_equal(_byte_codes(out), codes):
+    out[:384] = np.concatenate([a_tab, c, s_tab])
+    out[384:] = [
+        ovf, e_end << 2 if half else e_end, codes[nan_bits], codes[inf_bits], step,
+        e_lo1 << 2 if half else e_lo1, int(prm[_NEG_ZERO]),
+    ]  # fmt: skip
+    if not np.array_equal(_byte_codes(out, half), codes):
         return None
     out.flags.writeable = False
     return out
 
 
-def _byte_codes(bp: np.ndarray) -> np.ndarray:
-    """:func:`_byte_body`'s codes for every bfloat16, in numpy (the check of the tables)."""
-    v = np.arange(1 << 16, dtype=np.uint32)
-    hi, lo = (v >> 8).astype(np.int64), (v & 0xFF).astype(np.int64)
+def _byte_codes(bp: np.ndarray, half: bool) -> np.ndarray:
+    """:func:`_byte_body`'s codes for every 16-bit input, in numpy (the check of the
+    tables)."""
+    v = np.arange(1 << 16, dtype=np.int64)
+    hi7, c_idx, step_at, exponent, s_low, mantissa = _byte_fields(v, half)
     a_tab, c_tab, s_tab = (bp[k : k + 128].astype(np.int64) for k in (0, 128, 256))
-    ovf, e_hi, nan_c, inf_c, step, e_lo1, neg_zero = (int(x) for x in bp[384:391])
-    k7 = lo >= 128
-    cc = np.minimum(c_tab[lo & 0x7F] + np.where(k7, step, 0), 255)
-    mag = np.minimum(np.minimum(a_tab[hi & 0x7F] + cc, 255), ovf)
-    eb = ((hi << 1) & 0xFF) | k7
-    row = (np.maximum(eb - e_lo1, 0) << 4) & 0xFF
-    idx = row | ((lo >> 4) & 7) | np.where(lo & 15, 8, 0)
-    mag = np.where(eb <= e_hi, s_tab[idx & 0x7F], mag)
-    mag = np.where(eb == 255, np.where((lo & 0x7F) != 0, nan_c, inf_c), mag)
-    sign = hi & 0x80
+    ovf, e_end, nan_c, inf_c, step, e_lo1, neg_zero = (int(x) for x in bp[384:391])
+    if half:  # (stored as limits of the high byte)
+        e_end, e_lo1 = e_end >> 2, e_lo1 >> 2
+    cc = np.minimum(c_tab[c_idx] + np.where(step_at, step, 0), 255)
+    mag = np.minimum(np.minimum(a_tab[hi7] + cc, 255), ovf)
+    idx = _s_index(hi7, exponent, s_low, e_lo1, half)
+    mag = np.where(exponent < e_end, s_tab[idx & 0x7F], mag)
+    special = _B_SOURCE[half][4]
+    mag = np.where(exponent == special, np.where(mantissa, nan_c, inf_c), mag)
+    sign = (v >> 8) & 0x80
     if neg_zero:
         res = mag ^ sign
     else:
@@ -553,13 +610,14 @@ def _byte_codes(bp: np.ndarray) -> np.ndarray:
     return res.astype(np.uint8)
 
 
-def _byte_body(builder, w, t, c, neg_zero):
-    """The codes (``<64 x i8>``) of the bfloat16 bits ``w`` (``<64 x i16>``) on byte lanes:
-    ``t``: the three 128-byte tables, two registers each; ``c(k)``: scalar k splat.  A
-    normal code is ``A[high byte] + C[low byte]`` (saturating; ``A`` the exponent's code
-    base, ``C`` the rounded mantissa plus one exponent step for the low exponent bit);
-    below the smallest normal, table ``S`` indexed by the exponent and the mantissa's top
-    bits; then Inf, NaN and the sign."""
+def _byte_body(builder, w, t, c, neg_zero, half):
+    """The codes (``<64 x i8>``) of the 16-bit inputs ``w`` (``<64 x i16>``) on byte
+    lanes (float16 where ``half``, else bfloat16): ``t``: the three 128-byte tables, two
+    registers each; ``c(k)``: scalar k splat.  A normal code is ``A[high byte] + C[low
+    byte]`` (saturating; ``A`` the exponent's code base, ``C`` the rounded mantissa, plus
+    one exponent step for bfloat16's low exponent bit); below the smallest normal, table
+    ``S`` indexed by the exponent and the mantissa's top bits; then Inf, NaN and the sign
+    (the fields: :func:`_byte_fields`)."""
     i8, i32 = ir.IntType(8), ir.IntType(32)
     v8 = ir.VectorType(i8, BYTE_BLOCK)
     module = builder.module
@@ -577,30 +635,47 @@ def _byte_body(builder, w, t, c, neg_zero):
     def k8(value):
         return ir.Constant(v8, [value] * BYTE_BLOCK)
 
+    def ne0(value, mask):
+        return builder.icmp_unsigned("!=", builder.and_(value, k8(mask)), zero)
+
     zero = k8(0)
     raw = builder.bitcast(w, ir.VectorType(i8, 2 * BYTE_BLOCK))
     pick = ir.VectorType(i32, BYTE_BLOCK)
     hi = builder.shuffle_vector(raw, raw, ir.Constant(pick, list(range(1, 2 * BYTE_BLOCK, 2))))
     lo = builder.shuffle_vector(raw, raw, ir.Constant(pick, list(range(0, 2 * BYTE_BLOCK, 2))))
-    k7 = builder.icmp_signed("<", lo, zero)  # the exponent's low bit
-    cc = builder.call(
-        uadd, [builder.call(perm, [t[2], lo, t[3]]), builder.select(k7, c(_B_STEP), zero)]
-    )
+    if half:
+        # (vpermi2b reads bits 0-6 of an index: no masks; the exponent compares are on the
+        # high byte, less its sign)
+        hi7 = builder.and_(hi, k8(0x7F))
+        lo2 = builder.lshr(lo, k8(2))
+        sticky = builder.call(umin, [builder.and_(lo, k8(3)), k8(1)])
+        c_idx = builder.or_(builder.or_(builder.shl(hi, k8(6)), lo2), sticky)
+        cc = builder.call(perm, [t[2], c_idx, t[3]])
+        idx = builder.or_(builder.call(usub, [hi7, c(_B_E_LO1)]), builder.and_(lo2, k8(0x20)))
+        idx = builder.select(ne0(lo, 0x7F), builder.or_(idx, k8(0x40)), idx)
+        mantissa = builder.icmp_unsigned("!=", builder.or_(builder.and_(hi, k8(3)), lo), zero)
+        small = builder.icmp_unsigned("<", hi7, c(_B_E_END))
+        special = builder.icmp_unsigned(">=", hi7, k8(0x7C))
+    else:
+        k7 = builder.icmp_signed("<", lo, zero)  # the exponent's low bit
+        cc = builder.call(
+            uadd, [builder.call(perm, [t[2], lo, t[3]]), builder.select(k7, c(_B_STEP), zero)]
+        )
+        exponent = builder.or_(builder.add(hi, hi), builder.zext(k7, v8))
+        row = builder.shl(builder.call(usub, [exponent, c(_B_E_LO1)]), k8(4))
+        idx = builder.or_(row, builder.and_(builder.lshr(lo, k8(4)), k8(7)))
+        idx = builder.or_(idx, builder.select(ne0(lo, 15), k8(8), zero))
+        mantissa = ne0(lo, 0x7F)
+        small = builder.icmp_unsigned("<", exponent, c(_B_E_END))
+        special = builder.icmp_unsigned("==", exponent, k8(255))
     mag = builder.call(
         umin, [builder.call(uadd, [builder.call(perm, [t[0], hi, t[1]]), cc]), c(_B_OVF)]
     )
-    eb = builder.or_(builder.add(hi, hi), builder.zext(k7, v8))  # the exponent (bits 0-7)
-    row = builder.shl(builder.call(usub, [eb, c(_B_E_LO1)]), k8(4))
-    idx = builder.or_(row, builder.and_(builder.lshr(lo, k8(4)), k8(7)))
-    sticky = builder.icmp_unsigned("!=", builder.and_(lo, k8(15)), zero)
-    idx = builder.or_(idx, builder.select(sticky, k8(8), zero))
-    small = builder.icmp_unsigned("<=", eb, c(_B_E_HI))
     mag = builder.select(small, builder.call(perm, [t[4], idx, t[5]]), mag)
-    # Inf and NaN (exponent 255): their codes (a NaN code of a format without -0 is or-ed
-    # with the sign below: _byte_params' check fails where that changes it)
-    mnz = builder.icmp_unsigned("!=", builder.and_(lo, k8(0x7F)), zero)
-    special = builder.select(mnz, c(_B_NAN), c(_B_INF))
-    mag = builder.select(builder.icmp_unsigned("==", eb, k8(255)), special, mag)
+    # Inf and NaN: their codes (a NaN code of a format without -0 is or-ed with the sign
+    # below: _byte_params' check fails where that changes it)
+    nan_or_inf = builder.select(mantissa, c(_B_NAN), c(_B_INF))
+    mag = builder.select(special, nan_or_inf, mag)
     sign = builder.and_(hi, k8(0x80))
     if neg_zero:
         return builder.xor(mag, sign)
@@ -610,12 +685,14 @@ def _byte_body(builder, w, t, c, neg_zero):
 
 
 @intrinsic
-def _byte_blocks(typingctx, prm, x, out, n):
-    """Encode the bfloat16 bits ``x[:n]`` into ``out[:n]`` with :func:`_byte_params`'
-    constants ``prm``, 64 elements a block (:func:`_byte_body`; AVX512-VBMI); the sign
-    rule (-0 or not) chosen once per call, outside the loop."""
-    if not (isinstance(prm, types.Array) and isinstance(x, types.Array)):
+def _byte_blocks(typingctx, prm, x, out, n, half):
+    """Encode the 16-bit inputs ``x[:n]`` (float16 bits where the literal ``half`` is
+    true, else bfloat16) into ``out[:n]`` with :func:`_byte_params`' constants ``prm``, 64
+    elements a block (:func:`_byte_body`; AVX512-VBMI); the sign rule (-0 or not) chosen
+    once per call, outside the loop."""
+    if not (isinstance(prm, types.Array) and isinstance(half, types.IntegerLiteral)):
         return None
+    is_half = bool(half.literal_value)
 
     def codegen(context, builder, signature, args):
         pa, xa, oa = array_args(context, builder, signature, args, 3)
@@ -639,16 +716,18 @@ def _byte_blocks(typingctx, prm, x, out, n):
                 with block:
                     vector_blocks(
                         builder, intp, args[3], xa.data, oa.data, vw, v8,
-                        lambda w, flag=flag: _byte_body(builder, w, t, splats.__getitem__, flag),
+                        lambda w, flag=flag: _byte_body(
+                            builder, w, t, splats.__getitem__, flag, is_half
+                        ),
                     )  # fmt: skip
         return context.get_dummy_value()
 
-    return types.void(prm, x, out, n), codegen
+    return types.void(prm, x, out, n, half), codegen
 
 
 # The vector loop a chunked kernel runs: a closure constant, so that the other branches are
 # pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
-_WORDS, _F16_BF16, _BYTES = range(3)
+_WORDS, _F16_BF16, _BYTES, _HALF_BYTES = range(4)
 
 
 def _chunked(which: int, pmadd: int = 0):
@@ -666,7 +745,9 @@ def _chunked(which: int, pmadd: int = 0):
             for c in range(c_first, c_stop):
                 xc, oc = chunks(x, out, c, step)
                 if which == _BYTES:
-                    _byte_blocks(prm, xc, oc, xc.size)
+                    _byte_blocks(prm, xc, oc, xc.size, 0)
+                elif which == _HALF_BYTES:
+                    _byte_blocks(prm, xc, oc, xc.size, 1)
                 elif which == _F16_BF16:
                     _f16_to_bf16_blocks(prm, xc, oc, xc.size)
                 else:
