@@ -476,19 +476,22 @@ def _byte_fields(v: np.ndarray, half: bool):
         c_idx = lo & 0x7F
         step = lo >= 0x80
         exponent = ((hi << 1) & 0xFF) | (lo >> 7)
-        s_low = ((lo >> 4) & 7) | np.where(lo & 15, 8, 0)
+        s_low = ((lo >> 1) & 0x38) | np.where(lo & 15, 0x40, 0)
         mantissa = (lo & 0x7F) != 0
     return hi & 0x7F, c_idx, step, exponent, s_low, mantissa
 
 
 def _s_index(hi7, exponent, s_low, e_lo1, half):
-    """Index of table ``S``: 16 entries a row, row 0 for the exponents below ``e_lo1 + 1``
-    (numpy; :func:`_byte_body` does the same on 8 bits).  float16's high byte is its
-    exponent and top 2 mantissa bits: one saturating subtraction gives row and bits (bits
-    0-4), the low byte's top bit and sticky bit are bits 5 and 6."""
+    """Index of table ``S`` (numpy; :func:`_byte_body` does the same on 8 bits): up to 8
+    rows, row 0 for the exponents below ``e_lo1 + 1``, times 16 entries for the bits that
+    round there.  bfloat16: the row in bits 0-2, the mantissa's top 3 bits in bits 3-5;
+    float16, whose high byte is its exponent and top 2 mantissa bits: one saturating
+    subtraction gives the row and those 2 bits (bits 0-4), the low byte's top bit is bit
+    5.  Bit 6: whether any bit below them is set.  (No shifts of the row: one operation
+    fewer per vector.)"""
     if half:
         return (np.maximum(hi7 - (e_lo1 << 2), 0) | s_low) & 0xFF
-    return ((np.maximum(exponent - e_lo1, 0) << 4) | s_low) & 0xFF
+    return (np.maximum(exponent - e_lo1, 0) | s_low) & 0xFF
 
 
 def _word_codes(prm: np.ndarray) -> np.ndarray:
@@ -652,7 +655,6 @@ def _byte_body(builder, w, t, c, neg_zero, half):
         c_idx = builder.or_(builder.or_(builder.shl(hi, k8(6)), lo2), sticky)
         cc = builder.call(perm, [t[2], c_idx, t[3]])
         idx = builder.or_(builder.call(usub, [hi7, c(_B_E_LO1)]), builder.and_(lo2, k8(0x20)))
-        idx = builder.select(ne0(lo, 0x7F), builder.or_(idx, k8(0x40)), idx)
         mantissa = builder.icmp_unsigned("!=", builder.or_(builder.and_(hi, k8(3)), lo), zero)
         small = builder.icmp_unsigned("<", hi7, c(_B_E_END))
         special = builder.icmp_unsigned(">=", hi7, k8(0x7C))
@@ -662,15 +664,15 @@ def _byte_body(builder, w, t, c, neg_zero, half):
             uadd, [builder.call(perm, [t[2], lo, t[3]]), builder.select(k7, c(_B_STEP), zero)]
         )
         exponent = builder.or_(builder.add(hi, hi), builder.zext(k7, v8))
-        row = builder.shl(builder.call(usub, [exponent, c(_B_E_LO1)]), k8(4))
-        idx = builder.or_(row, builder.and_(builder.lshr(lo, k8(4)), k8(7)))
-        idx = builder.or_(idx, builder.select(ne0(lo, 15), k8(8), zero))
+        row = builder.call(usub, [exponent, c(_B_E_LO1)])
+        idx = builder.or_(row, builder.and_(builder.lshr(lo, k8(1)), k8(0x38)))
         mantissa = ne0(lo, 0x7F)
         small = builder.icmp_unsigned("<", exponent, c(_B_E_END))
         special = builder.icmp_unsigned("==", exponent, k8(255))
     mag = builder.call(
         umin, [builder.call(uadd, [builder.call(perm, [t[0], hi, t[1]]), cc]), c(_B_OVF)]
     )
+    idx = builder.select(ne0(lo, 0x7F if half else 15), builder.or_(idx, k8(0x40)), idx)
     mag = builder.select(small, builder.call(perm, [t[4], idx, t[5]]), mag)
     # Inf and NaN: their codes (a NaN code of a format without -0 is or-ed with the sign
     # below: _byte_params' check fails where that changes it)
