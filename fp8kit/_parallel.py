@@ -186,8 +186,13 @@ def launch(kernel, size: int, *args) -> None:
     pool threads, each running a contiguous range of chunks); ``args`` precede the chunk
     argument.  Returns the kernel's result, or-ed over the threads' (None for a kernel that
     returns nothing)."""
+    return launch_compiled(kernel.build(False), size, *args)
+
+
+def launch_compiled(fn, size: int, *args):
+    """:func:`launch` of a kernel's compiled function ``fn`` (what ``Kernel.build`` returns,
+    or an entry point of it taking the same arguments)."""
     nchunks = chunks_for(size)
-    fn = kernel.build(False)
     if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
         return fn(*args, nchunks)
     threads = min(nchunks, get_num_threads())

@@ -1,6 +1,6 @@
-"""The small-array fast paths of encode, decode and round_to (fp8kit/codec.py): a call on a
-C-contiguous numpy array below the threading threshold reuses the kernel and constants that
-an earlier fully checked call with the same (fmt, dtype, option) key recorded.  They must give
+"""The fast paths of encode, decode and round_to (fp8kit/codec.py): a call on a
+C-contiguous numpy array reuses the kernel and constants that an earlier fully checked call
+with the same (fmt, dtype, option) key recorded (threaded from the threading threshold up).  They must give
 the full path's bits and never skip a check that depends on the data or on an argument."""
 
 import contextlib
@@ -100,12 +100,16 @@ def test_byte_swapped_and_strided_inputs_take_the_full_path():
 
 @contextlib.contextmanager
 def full_path():
-    saved = codec._SMALL  # (cast's fast path runs through codec._run_plan too)
+    """Every call takes the full path: no plan runs (the kernels of x and out alone take
+    arrays below codec._SMALL only; cast's fast path runs through codec._run_plan too)."""
+    cast_module = sys.modules["fp8kit.cast"]  # (fp8kit.cast is the function)
+    saved = codec._SMALL, codec._run_plan, cast_module._run_plan
     codec._SMALL = 0
+    codec._run_plan = cast_module._run_plan = lambda plan, x, out: None
     try:
         yield
     finally:
-        codec._SMALL = saved
+        codec._SMALL, codec._run_plan, cast_module._run_plan = saved
 
 
 def both(call):
@@ -445,3 +449,46 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_large_arrays_take_the_plan_threaded(threads, monkeypatch):
+    """From the threading threshold up the plan runs too, threaded (after a call that
+    streamed more than the caches hold, the full path's Python costs ~0.1 ms, from memory):
+    the full path's bits for encode, decode, round_to, astype and cast, 1-D and 2-D, with
+    and without out; a kernel of x and out alone (float32 -> bfloat16) is not used there."""
+    from fp8kit._parallel import PARALLEL_THRESHOLD
+
+    n = 2 * PARALLEL_THRESHOLD + 7
+    x = data((n,))
+    calls = []
+    real = codec._launch_compiled
+    monkeypatch.setattr(
+        codec, "_launch_compiled", lambda *a: calls.append(a[1]) or real(*a), raising=True
+    )
+
+    def check(fmt):
+        codes = fp8kit.encode(x, fmt)
+        calls.clear()
+        same(*both(lambda: fp8kit.encode(x, fmt)))
+        assert calls == [n, n], fmt  # (both's second and third calls ran the plan)
+        x2 = x[: n - 7].reshape(2, -1)
+        same(*both(lambda: fp8kit.encode(x2, fmt, out=np.empty(x2.shape, codes.dtype))))
+        same(*both(lambda: fp8kit.round_to(x, fmt)))
+        if fmt != "float4_e2m1fn":  # (sub-byte codes in uint8 are range-checked: no plan)
+            same(*both(lambda: fp8kit.decode(codes, fmt)))
+            same(*both(lambda: fp8kit.decode(codes, fmt, dtype=np.float64)))
+        same(*both(lambda: fp8kit.astype(x, fmt)))
+
+    with fp8kit.num_threads(threads):
+        for fmt in ("float8_e4m3fn", "float16", "float4_e2m1fn"):
+            check(fmt)
+        calls.clear()
+        same(*both(lambda: fp8kit.encode(x, "bfloat16")))
+        assert calls == []
+        same(*both(lambda: fp8kit.cast(x, "float8_e5m2")))
+        # overlapping out: the full path (it copies first)
+        buf = data((n + 1,))
+        xs = buf[1:]
+        want = fp8kit.round_to(xs.copy(), "float8_e4m3fn")
+        same(want, fp8kit.round_to(xs, "float8_e4m3fn", out=buf[:n]).copy())
