@@ -262,3 +262,51 @@ def test_without_vbmi_the_16bit_lanes_run(monkeypatch, dt):
             got = np.empty(ALL16.size, np.uint8)
             kernel.serial(ALL16, dummy(np.uint32), dummy(np.uint8), got)
             np.testing.assert_array_equal(got, _old(fmt, dt, sat, ALL16), err_msg=name)
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_byte_lanes_with_non_temporal_stores(dt):
+    """From encode16.STREAM_MIN elements the byte-lane kernels write whole cache lines with
+    non-temporal stores, from the first one the output starts (a masked block before it):
+    a kernel built to stream from 0 elements gives the plain kernel's bits at every start
+    within a line and lengths around the blocks, writes nothing outside the output, and
+    threads (each chunk aligns its own start) change nothing."""
+    from fp8kit import _parallel
+    from fp8kit._kernels import encode16
+    from fp8kit._kernels.codec import Kernel
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    plain = encode16_kernel(fmt, dt, True)
+    which = encode16._HALF_BYTES if dt == np.float16 else encode16._BYTES
+
+    class Uncached(Kernel):  # (Numba shows no assembly of code loaded from its cache)
+        _options = {**Kernel._options, "cache": False}
+
+    def asm(kernel):
+        disp = kernel.build().func  # (the compiled function, its parameters bound)
+        return disp.inspect_asm(disp.signatures[0]).lower()
+
+    streamed = Uncached(encode16._chunked(which, stream_min=0), encode16._BYTES_SIG, None,
+                        plain._params)  # fmt: skip
+    assert "vmovnt" in asm(streamed)
+    bits = np.tile(ALL16, 3)
+    d32, d8 = dummy(np.uint32), dummy(np.uint8)
+    for start in [*range(0, 64, 5), 63]:
+        for n in (0, 1, 2, 63, 64, 65, 127, 128, 129, 200, 4096 + 17):
+            x = bits[start * 3 : start * 3 + n]
+            want = np.empty(n, np.uint8)
+            plain.serial(x, d32, d8, want)
+            buf = np.full(n + 128, 0xA5, np.uint8)
+            streamed.serial(x, d32, d8, buf[start : start + n])
+            np.testing.assert_array_equal(buf[start : start + n], want, err_msg=f"{start} {n}")
+            assert (buf[:start] == 0xA5).all() and (buf[start + n :] == 0xA5).all()
+    x = np.tile(ALL16, 9)[5:]
+    want = np.empty(x.size, np.uint8)
+    plain.serial(x, d32, d8, want)
+    got = np.empty(x.size + 1, np.uint8)[1:]
+    with fp8kit.num_threads(2):
+        _parallel.launch(streamed, x.size, x, d32, d8, got)
+    np.testing.assert_array_equal(got, want)
+    # and fp8kit.encode's kernel streams (from STREAM_MIN elements: the bits above)
+    assert "vmovnt" in asm(Uncached(plain._make, plain._sig, None, plain._params))

@@ -1,7 +1,8 @@
 """The fast paths of encode, decode and round_to (fp8kit/codec.py): a call on a
 C-contiguous numpy array reuses the kernel and constants that an earlier fully checked call
-with the same (fmt, dtype, option) key recorded (threaded from the threading threshold up).  They must give
-the full path's bits and never skip a check that depends on the data or on an argument."""
+with the same (fmt, dtype, option) key recorded (threaded from the threading threshold up).
+They must give the full path's bits and never skip a check that depends on the data or on an
+argument."""
 
 import contextlib
 import sys

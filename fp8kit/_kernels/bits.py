@@ -632,13 +632,21 @@ def splat(builder, value, vec_type):
     return builder.shuffle_vector(vec, vec, zeros)
 
 
-def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body):
+def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
     """``dst[j] = body(src[j])`` for the elements ``[0, n)`` of the arrays at the pointers
     ``src`` and ``dst``, one vector of ``in_ty.count`` elements at a time (``in_ty`` and
     ``out_ty``: vector types with that many lanes), the last partial block with masked
     loads and stores (AVX-512 masks them natively; other targets split the tail into scalar
-    accesses, once per call): no scalar copy of the kernel's formula."""
+    accesses, once per call): no scalar copy of the kernel's formula.
+
+    ``stream``: an LLVM ``i1``; where true (at run time) the whole blocks are written with
+    non-temporal stores, from the first block whose output starts a cache line (the
+    elements before it take a masked block), and an ``sfence`` follows: the lines go to
+    memory without first being read into the cache (a quarter of the traffic of 16-bit ->
+    8-bit), for arrays larger than the caches.  ``out_ty`` must then be whole cache lines
+    and ``dst`` aligned to its elements."""
     block = in_ty.count
+    i32 = ir.IntType(32)
 
     def src_of(j):
         return builder.bitcast(builder.gep(src, [j]), in_ty.as_pointer())
@@ -646,36 +654,68 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body):
     def dst_of(j):
         return builder.bitcast(builder.gep(dst, [j]), out_ty.as_pointer())
 
-    step = ir.Constant(intp, block)
-    rem = builder.srem(n, step)
-    whole = builder.sub(n, rem)
-    with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (j, _):
-        value = body(builder.load(src_of(j), align=in_ty.element.width // 8))
-        builder.store(value, dst_of(j), align=out_ty.element.width // 8)
-    with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0)), likely=False):
-        i32 = ir.IntType(32)
+    def masked(name, ret, vec_ty, args):
+        fnty = ir.FunctionType(ret, [a.type for a in args])
+        vec = f"v{block}i{vec_ty.element.width}"
+        # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
+        # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
+        ptr = args[1 if name == "store" else 0].type
+        suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
+        fn = cgutils.get_or_insert_function(
+            builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
+        )
+        return builder.call(fn, args)
+
+    def partial(start, count):  # elements [start, start + count), 0 < count < block
         lanes = ir.VectorType(i32, block)
-        count = splat(builder, builder.trunc(rem, i32), lanes)
-        mask = builder.icmp_signed("<", ir.Constant(lanes, list(range(block))), count)
-
-        def masked(name, ret, vec_ty, args):
-            fnty = ir.FunctionType(ret, [a.type for a in args])
-            vec = f"v{block}i{vec_ty.element.width}"
-            # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
-            # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
-            ptr = args[1 if name == "store" else 0].type
-            suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
-            fn = cgutils.get_or_insert_function(
-                builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
-            )
-            return builder.call(fn, args)
-
-        src = src_of(whole)
+        mask = builder.icmp_signed(
+            "<", ir.Constant(lanes, list(range(block))), splat(builder, count, lanes)
+        )
         zero = ir.Constant(in_ty, [0] * block)
         align_in = ir.Constant(i32, in_ty.element.width // 8)
-        value = body(masked("load", in_ty, in_ty, [src, align_in, mask, zero]))
+        value = body(masked("load", in_ty, in_ty, [src_of(start), align_in, mask, zero]))
         align_out = ir.Constant(i32, out_ty.element.width // 8)
-        masked("store", ir.VoidType(), out_ty, [value, dst_of(whole), align_out, mask])
+        masked("store", ir.VoidType(), out_ty, [value, dst_of(start), align_out, mask])
+
+    zero = ir.Constant(intp, 0)
+    head = zero
+    if stream is not None:
+        assert out_ty.count * out_ty.element.width % (STREAM_BYTES * 8) == 0
+        # (one loop for both kinds of store, a branch per block, and one head block: each
+        # further copy of the body cost ~0.03 s of LLVM's time on a cold first call)
+        out_bytes = ir.Constant(intp, out_ty.element.width // 8)
+        lead = builder.udiv(
+            builder.and_(builder.neg(builder.ptrtoint(dst, intp)), ir.Constant(intp, 63)),
+            out_bytes,
+        )
+        lead = builder.select(builder.icmp_signed("<", lead, n), lead, n)
+        head = builder.select(stream, lead, zero)
+        with builder.if_then(builder.icmp_signed(">", head, zero), likely=False):
+            partial(zero, builder.trunc(head, i32))
+    step = ir.Constant(intp, block)
+    rem = builder.srem(builder.sub(n, head), step)
+    whole = builder.sub(n, rem)
+    with cgutils.for_range_slice(builder, head, whole, step, intp) as (j, _):
+        value = body(builder.load(src_of(j), align=in_ty.element.width // 8))
+        if stream is None:
+            builder.store(value, dst_of(j), align=out_ty.element.width // 8)
+        else:
+            with builder.if_else(stream, likely=True) as (yes, no):
+                with yes:
+                    store = builder.store(value, dst_of(j), align=STREAM_BYTES)
+                    store.set_metadata(
+                        "nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)])
+                    )
+                with no:
+                    builder.store(value, dst_of(j), align=out_ty.element.width // 8)
+    with builder.if_then(builder.icmp_signed(">", rem, zero), likely=False):
+        partial(whole, builder.trunc(rem, i32))
+    if stream is not None and _X86:
+        with builder.if_then(stream):
+            fence = builder.module.declare_intrinsic(
+                "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])
+            )
+            builder.call(fence, [])
 
 
 # ---------------------------------------------------------------- table in byte planes
@@ -708,7 +748,8 @@ def plane_lookup(typingctx, prm, x, out, n):
     """``out[:n]`` = the table entries of the uint8 codes ``x[:n]`` (``prm``: the table's
     :func:`table_planes`), one block of PLANE_BLOCK codes at a time, by AVX512-VBMI byte
     permutes of the planes held in eight registers (only where :func:`cpu_has`
-    ``"avx512vbmi"``); returns the or of the codes (uint32)."""
+    ``"avx512vbmi"``); returns the or of the codes (uint32).  (Plain stores: non-temporal
+    ones, 4M-16M codes to float32, measured no faster here.)"""
     if not (isinstance(prm, types.Array) and isinstance(out, types.Array)):
         return None
     width = out.dtype.bitwidth
