@@ -2,6 +2,8 @@
 exactly the codes of the float32 kernels, on all 65,536 inputs, for every registered format
 and saturation the 16-bit kernel takes."""
 
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -310,3 +312,87 @@ def test_byte_lanes_with_non_temporal_stores(dt):
     np.testing.assert_array_equal(got, want)
     # and fp8kit.encode's kernel streams (from STREAM_MIN elements: the bits above)
     assert "vmovnt" in asm(Uncached(plain._make, plain._sig, None, plain._params))
+
+
+# ---------------------------------------------------------------- float32 on byte lanes
+
+#: Every float32 whose low 16 bits are one of these: with the top 16 bits, all that decides
+#: a rounding to a format of at most 5 mantissa bits (its rounding bit is in the top 16).
+LOW16 = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+ALL32 = ((ALL16.astype(np.uint32)[:, None] << 16) | LOW16).ravel()
+
+
+def test_float32_byte_lanes_for_exactly_the_bfloat16_formats():
+    """float32 input takes the bfloat16 byte-lane tables (its top 16 bits with a sticky
+    bit) for the formats that have them (all keep at most 5 mantissa bits), and the float32
+    kernels elsewhere; without VBMI, never."""
+    from fp8kit._kernels import encode16
+
+    for fmt in registered_formats().values():
+        for sat in SATURATE:
+            kernel = encode16.f32_byte_kernel(fmt, sat)
+            bf16 = encode16_kernel(fmt, DTYPES[0], sat)
+            expect = cpu_has("avx512vbmi") and fmt.name in BYTE_LANES[DTYPES[0]]
+            assert (kernel is not None) == expect, fmt.name
+            if kernel is not None:
+                assert kernel._key[0] == "encode32_bytes" and bf16._key[0] == "encode16_bytes"
+                assert fmt.mantissa_bits <= 5
+    real = encode16.cpu_has
+    try:
+        encode16.cpu_has = lambda name: name != "avx512vbmi" and real(name)
+        fmt = fp8kit.get_format("float8_e4m3fn")
+        assert encode16.f32_byte_kernel.__wrapped__(fmt, True) is None
+    finally:
+        encode16.cpu_has = real
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("name", BYTE_LANES[DTYPES[0]])
+def test_float32_byte_lanes_match_the_float32_kernel(name):
+    """Every top-16-bit pattern with low bits zero, one, just below, at and above half, and
+    all ones (every tie and its neighbours, every NaN payload kind, Inf, zeros and
+    subnormals, both signs), each saturation: the float32 kernel's codes; and
+    fp8kit.encode runs the byte-lane kernel."""
+    from fp8kit._kernels import encode16
+
+    fmt = fp8kit.get_format(name)
+    f32 = np.dtype(np.float32)
+    for sat in SATURATE:
+        kernel = encode16.f32_byte_kernel(fmt, sat)
+        got = np.empty(ALL32.size, np.uint8)
+        kernel.serial(ALL32, dummy(np.uint32), dummy(np.uint8), got)
+        want = _old(fmt, f32, sat, ALL32)
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {sat}")
+        np.testing.assert_array_equal(
+            fp8kit.encode(ALL32.view(np.float32), fmt, saturate=sat), want, err_msg=str(sat)
+        )
+        if sat is not False and sat is not True:
+            continue
+        # the plan fp8kit.encode recorded runs this kernel (its tables bound)
+        plan = sys.modules["fp8kit.codec"]._FAST_ENCODE[(fmt, f32, sat)]
+        assert plan[1] is kernel._params
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+def test_float32_byte_lanes_every_length_and_offset():
+    """Lengths 0-200 at every start within a cache line (the masked head and tail blocks),
+    nothing outside the output written, streamed and not."""
+    from fp8kit._kernels import encode16
+    from fp8kit._kernels.codec import Kernel
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    plain = encode16.f32_byte_kernel(fmt, True)
+    streamed = Kernel(
+        encode16._chunked(encode16._F32_BYTES, stream_min=0), encode16._F32_SIG,
+        plain._key + ("stream_min", 0), plain._params,
+    )  # fmt: skip
+    bits = ALL32[::7].copy()
+    want = _old(fmt, np.dtype(np.float32), True, bits)
+    d32, d8 = dummy(np.uint32), dummy(np.uint8)
+    for kernel in (plain, streamed):
+        for start in (0, 1, 17, 63):
+            for n in [*range(0, 200, 7), 64, 128, 4111]:
+                buf = np.full(n + 128, 0xA5, np.uint8)
+                kernel.serial(bits[start : start + n], d32, d8, buf[start : start + n])
+                np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+                assert (buf[:start] == 0xA5).all() and (buf[start + n :] == 0xA5).all()
