@@ -23,7 +23,7 @@ from ._kernels.codec import (
     lookup_kernel,
 )
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
-from ._kernels.encode16 import encode16_kernel, f32_byte_kernel
+from ._kernels.encode16 import encode16_kernel, f32_byte_kernel, f32_round_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -728,6 +728,8 @@ def round_to(
     planes = format_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
+        if dt == np.float32 and planes is not None:  # (on the byte lanes, in one pass)
+            kernel = f32_round_kernel(fmt, sat) or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(

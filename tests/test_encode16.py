@@ -396,3 +396,39 @@ def test_float32_byte_lanes_every_length_and_offset():
                 kernel.serial(bits[start : start + n], d32, d8, buf[start : start + n])
                 np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
                 assert (buf[:start] == 0xA5).all() and (buf[start + n :] == 0xA5).all()
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("name", BYTE_LANES[DTYPES[0]])
+def test_float32_round_to_on_byte_lanes(name):
+    """round_to float32 (nearest-even) in one pass: the byte-lane codes' values from the
+    planes give the float32 round-to kernel's bits on the boundary inputs (ALL32), each
+    saturation, lengths 0-200 at unaligned starts with nothing outside written; and
+    fp8kit.round_to runs it."""
+    from fp8kit._kernels import encode16
+    from fp8kit._kernels.decode import format_planes
+
+    fmt = fp8kit.get_format(name)
+    f32 = np.dtype(np.float32)
+    planes = format_planes(fmt, f32)
+    d32 = dummy(np.uint32)
+    for sat in SATURATE:
+        kernel = encode16.f32_round_kernel(fmt, sat)
+        assert kernel._key[0] == "round32_bytes" and kernel.planes
+        old, _ = encode_kernel(fmt, f32, sat, table_dtype=np.dtype(np.uint32), planes=True)
+        want = np.empty(ALL32.size, np.uint32)
+        old.serial(ALL32, d32, planes, want)
+        got = np.empty(ALL32.size, np.uint32)
+        kernel.serial(ALL32, d32, planes, got)
+        np.testing.assert_array_equal(got, want, err_msg=str(sat))
+        y = fp8kit.round_to(ALL32.view(np.float32), fmt, saturate=sat)
+        np.testing.assert_array_equal(y.view(np.uint32), want, err_msg=str(sat))
+        if sat is True or sat is False:
+            plan = sys.modules["fp8kit.codec"]._FAST_ROUND[(fmt, f32, sat)]
+            assert plan[1] is kernel._params
+    for start in (0, 1, 17, 63):
+        for n in [*range(0, 200, 7), 64, 128, 4111]:
+            buf = np.full(n + 128, 0xA5A5A5A5, np.uint32)
+            kernel.serial(ALL32[start : start + n], d32, planes, buf[start : start + n])
+            np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+            assert (buf[:start] == 0xA5A5A5A5).all() and (buf[start + n :] == 0xA5A5A5A5).all()

@@ -743,6 +743,43 @@ def table_planes(table: np.ndarray) -> np.ndarray | None:
     return prm
 
 
+def load_planes(builder, data, intp):
+    """The byte planes of :func:`table_planes` at the pointer ``data`` (uint8) as eight
+    ``<64 x i8>`` registers: high bytes [0:256], low bytes [256:512]."""
+    v8 = ir.VectorType(ir.IntType(8), PLANE_BLOCK)
+    tables = builder.bitcast(data, v8.as_pointer())
+    return [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(8)]
+
+
+def plane_values(builder, t, v, width):
+    """The table entries (``<64 x iW>``, ``width`` W) of the codes ``v`` (``<64 x i8>``)
+    from the planes ``t`` (:func:`load_planes`): four vpermi2b and two merges per plane
+    pair, then the two planes interleaved into the entries' top 16 bits."""
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+    v8 = ir.VectorType(i8, PLANE_BLOCK)
+    perm = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
+    )
+    upper = builder.icmp_signed("<", v, ir.Constant(v8, [0] * PLANE_BLOCK))  # codes 128..255
+
+    def lookup(lo):
+        first = builder.call(perm, [t[lo], v, t[lo + 1]])
+        return builder.select(upper, builder.call(perm, [t[lo + 2], v, t[lo + 3]]), first)
+
+    # byte i of the high plane then of the low plane -> little-endian word i
+    interleave = ir.Constant(
+        ir.VectorType(i32, 2 * PLANE_BLOCK),
+        [k for i in range(PLANE_BLOCK) for k in (i + PLANE_BLOCK, i)],
+    )
+    v16 = ir.VectorType(ir.IntType(16), PLANE_BLOCK)
+    words = builder.bitcast(builder.shuffle_vector(lookup(0), lookup(4), interleave), v16)
+    if width == 16:
+        return words
+    vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
+    wide = builder.zext(words, vout)
+    return builder.shl(wide, ir.Constant(vout, [width - 16] * PLANE_BLOCK))
+
+
 @intrinsic
 def plane_lookup(typingctx, prm, x, out, n):
     """``out[:n]`` = the table entries of the uint8 codes ``x[:n]`` (``prm``: the table's
@@ -759,35 +796,14 @@ def plane_lookup(typingctx, prm, x, out, n):
         intp = context.get_value_type(types.intp)
         i8, i32 = ir.IntType(8), ir.IntType(32)
         v8 = ir.VectorType(i8, PLANE_BLOCK)
-        v16 = ir.VectorType(ir.IntType(16), PLANE_BLOCK)
         vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
-        tables = builder.bitcast(pa.data, v8.as_pointer())
-        # planes: high bytes [0:256], low bytes [256:512], 64 bytes a register
-        t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(8)]
-        perm = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
-        )
+        t = load_planes(builder, pa.data, intp)
         zero8 = ir.Constant(v8, [0] * PLANE_BLOCK)
         seen = cgutils.alloca_once_value(builder, zero8)
-        # byte i of the high plane then of the low plane -> little-endian word i
-        interleave = ir.Constant(
-            ir.VectorType(i32, 2 * PLANE_BLOCK),
-            [k for i in range(PLANE_BLOCK) for k in (i + PLANE_BLOCK, i)],
-        )
 
         def body(v):
             builder.store(builder.or_(builder.load(seen), v), seen)
-            upper = builder.icmp_signed("<", v, zero8)  # codes 128..255: the second half
-
-            def lookup(lo):
-                first = builder.call(perm, [t[lo], v, t[lo + 1]])
-                return builder.select(upper, builder.call(perm, [t[lo + 2], v, t[lo + 3]]), first)
-
-            words = builder.bitcast(builder.shuffle_vector(lookup(0), lookup(4), interleave), v16)
-            if width == 16:
-                return words
-            wide = builder.zext(words, vout)
-            return builder.shl(wide, ir.Constant(vout, [width - 16] * PLANE_BLOCK))
+            return plane_values(builder, t, v, width)
 
         vector_blocks(builder, intp, args[3], xa.data, oa.data, v8, vout, body)
         acc = builder.load(seen)
