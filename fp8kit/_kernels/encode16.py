@@ -523,7 +523,8 @@ _ROUND_SIG = types.void(
     _array(np.uint32),
     types.intp,
 )
-# Layout of _byte_params' array: three 128-byte tables, then scalars.
+# Layout of _byte_params' array: three 128-byte tables, then scalars (_B_NEG_ZERO: the sign
+# bit a negative zero code gets, 0x80 or 0).
 _B_OVF, _B_E_END, _B_NAN, _B_INF, _B_STEP, _B_E_LO1, _B_NEG_ZERO = range(384, 391)
 # Per source (float16 or not): the high byte of 1.0 (shifted: a row of normal inputs),
 # the bits of the largest finite value, Inf and a NaN, and the exponent field of Inf/NaN.
@@ -663,7 +664,7 @@ def _byte_params(prm: np.ndarray) -> np.ndarray | None:
     out[:384] = np.concatenate([a_tab, c, s_tab])
     out[384:] = [
         ovf, e_end << 2 if half else e_end, codes[nan_bits], codes[inf_bits], step,
-        e_lo1 << 2 if half else e_lo1, int(prm[_NEG_ZERO]),
+        e_lo1 << 2 if half else e_lo1, 0x80 if int(prm[_NEG_ZERO]) else 0,
     ]  # fmt: skip
     if not np.array_equal(_byte_codes(out, half), codes):
         return None
@@ -746,7 +747,7 @@ def _bytes_of_words(builder, v, indexes):
     return out
 
 
-def _byte_body(builder, hi, lo, t, c, neg_zero, half):
+def _byte_body(builder, hi, lo, t, c, half):
     """The codes (``<64 x i8>``) of the 16-bit inputs whose high and low bytes are ``hi``
     and ``lo`` (``<64 x i8>`` each) on byte lanes (float16 where ``half``, else bfloat16):
     ``t``: the three 128-byte tables, two registers each; ``c(k)``: scalar k splat.  A
@@ -808,12 +809,11 @@ def _byte_body(builder, hi, lo, t, c, neg_zero, half):
     # below: _byte_params' check fails where that changes it)
     nan_or_inf = builder.select(mantissa, c(_B_NAN), c(_B_INF))
     mag = builder.select(special, nan_or_inf, mag)
-    sign = builder.and_(hi, k8(0x80))
-    if neg_zero:
-        return builder.xor(mag, sign)
-    negative = builder.icmp_signed("<", hi, zero)
-    signed = builder.and_(negative, builder.icmp_unsigned("!=", mag, zero))
-    return builder.select(signed, builder.or_(mag, k8(0x80)), mag)
+    # the sign: or-ed in, but for a zero code only where the format has -0 (one variant
+    # of the loop, not one per rule: each copy cost ~0.045 s of compiling on a first call,
+    # this 2 operations a block more than the xor of formats with -0)
+    sign_bit = builder.select(builder.icmp_unsigned("==", mag, zero), c(_B_NEG_ZERO), k8(0x80))
+    return builder.or_(mag, builder.and_(hi, sign_bit))
 
 
 @intrinsic
@@ -835,7 +835,7 @@ def _byte_blocks(typingctx, prm, planes, x, out, n, source, stream):
     def codegen(context, builder, signature, args):
         pa, pl, xa, oa = array_args(context, builder, signature, args, 4)
         intp = context.get_value_type(types.intp)
-        i8, i32 = ir.IntType(8), ir.IntType(32)
+        i8 = ir.IntType(8)
         v8 = ir.VectorType(i8, BYTE_BLOCK)
         tables = builder.bitcast(pa.data, v8.as_pointer())
         t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(6)]
@@ -843,16 +843,11 @@ def _byte_blocks(typingctx, prm, planes, x, out, n, source, stream):
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
             x8 = builder.load(builder.gep(pa.data, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
-        neg_zero = builder.icmp_unsigned(
-            "!=",
-            builder.extract_element(splats[_B_NEG_ZERO], ir.Constant(i32, 0)),
-            ir.Constant(i8, 0),
-        )
         vin = ir.VectorType(ir.IntType(32 if kind >= 2 else 16), BYTE_BLOCK)
         word_indexes = _word_byte_indexes(builder, (3, 2)) if kind >= 2 else None
         value_planes = load_planes(builder, pl.data, intp) if kind == 3 else None
 
-        def body(v, flag):
+        def body(v):
             if kind < 2:
                 hi, lo = _bytes_of(builder, v, (1, 0))
             else:  # float32: its top 16 bits, whether any below is set or-ed into the lowest
@@ -860,18 +855,12 @@ def _byte_blocks(typingctx, prm, planes, x, out, n, source, stream):
                 low = builder.and_(v, ir.Constant(vin, [0xFFFF] * BYTE_BLOCK))
                 sticky = builder.icmp_unsigned("!=", low, ir.Constant(vin, [0] * BYTE_BLOCK))
                 lo = builder.select(sticky, builder.or_(lo, ir.Constant(v8, [1] * BYTE_BLOCK)), lo)
-            codes = _byte_body(builder, hi, lo, t, splats.__getitem__, flag, kind == 1)
+            codes = _byte_body(builder, hi, lo, t, splats.__getitem__, kind == 1)
             return codes if kind != 3 else plane_values(builder, value_planes, codes, 32)
 
         vout = vin if kind == 3 else v8
-        with builder.if_else(neg_zero) as (yes, no):
-            for block, flag in ((yes, True), (no, False)):
-                with block:
-                    vector_blocks(
-                        builder, intp, args[4], xa.data, oa.data, vin, vout,
-                        lambda v, flag=flag: body(v, flag),
-                        stream=None if kind == 3 else args[6],
-                    )  # fmt: skip
+        stream = None if kind == 3 else args[6]
+        vector_blocks(builder, intp, args[4], xa.data, oa.data, vin, vout, body, stream=stream)
         return context.get_dummy_value()
 
     return types.void(prm, planes, x, out, n, source, types.boolean), codegen
