@@ -1,0 +1,106 @@
+"""FakeConvert of float32 data with one scale (and shift), spec mode, nearest-even, runs a
+kernel of LLVM vector code (fp8kit._kernels.encode16.fake_kernel, which compiles in less
+than half the time of the general kernel).  It must give the general kernel's bits: that
+kernel is run here on the same data with the same scale repeated along a dimension (a
+per-row scale), which takes it."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit._args import rounds_in_place
+from fp8kit.formats import registered_formats
+
+#: Every top-16-bit pattern with low bits zero, one, around half and all ones: ties, their
+#: neighbours, every NaN payload kind, Inf, zeros, subnormals, both signs.
+ALL16 = np.arange(1 << 16, dtype=np.uint32)
+LOW16 = np.array([0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+ALL32 = ((ALL16[:, None] << 16) | LOW16).ravel()
+X = ALL32.view(np.float32)
+FORMATS = [n for n, f in registered_formats().items() if rounds_in_place(f)]
+SCALES = [
+    (1.0, None), (2.0, None), (0.37, 0.125), (3e-5, -1.5), (np.inf, None), (-2.0, 0.0),
+    (1e30, 1e30), (0.0, None), (-0.0, -0.0), (448.0, 1e-40), (2.0**-130, None),
+    (2.0, -0.0), (0.5, 0.0),
+]  # fmt: skip
+
+
+def module():
+    return sys.modules["fp8kit.fake_convert"]
+
+
+def general(x, scale, shift, fmt):
+    """The general kernel's result: the same scale (and shift) given per row."""
+    rows = x.reshape(-1, 2)
+    s = np.full((rows.shape[0], 1), scale, np.float32)
+    h = None if shift is None else np.full((rows.shape[0], 1), shift, np.float32)
+    return fp8kit.fake_convert(rows, s, h, destination_type=fmt).reshape(-1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_scale_gives_the_general_kernels_bits(fmt, monkeypatch):
+    calls = []
+    real = module().fake_kernel
+    monkeypatch.setattr(module(), "fake_kernel", lambda: calls.append(1) or real())
+    for scale, shift in SCALES:
+        s = np.float32(scale)
+        h = None if shift is None else np.float32(shift)
+        got = fp8kit.fake_convert(X, s, h, destination_type=fmt)
+        want = general(X, scale, shift, fmt)
+        np.testing.assert_array_equal(
+            got.view(np.uint32), want.view(np.uint32), err_msg=f"{fmt} {scale} {shift}"
+        )
+    assert len(calls) == len(SCALES)
+
+
+def test_what_takes_the_one_scale_kernel(monkeypatch):
+    """Only float32 data, spec mode, nearest-even, no flush and one scale that is not NaN
+    (a NaN scale or shift needs the general kernel's fix of x86's NaN rule)."""
+    calls = []
+    real = module().fake_kernel
+    monkeypatch.setattr(module(), "fake_kernel", lambda: calls.append(1) or real())
+    x = X[:1000]
+    one = np.float32(3.0)
+    fp8kit.fake_convert(x, one)
+    assert len(calls) == 1
+    fp8kit.fake_convert(x.reshape(10, 100), np.float32([[3.0]]))  # (a 1x1 scale: one)
+    assert len(calls) == 2
+    for kwargs in (
+        dict(scale=np.float32(np.nan)),
+        dict(scale=one, shift=np.float32(np.nan)),
+        dict(scale=one, mode="openvino-f32"),
+        dict(scale=one, rounding="toward_zero"),
+        dict(scale=one, flush_subnormals=True),
+        dict(scale=np.full((1000,), 3.0, np.float32)),
+    ):
+        fp8kit.fake_convert(x, **kwargs)
+    fp8kit.fake_convert(x.astype(np.float16), np.float16(3.0))
+    assert len(calls) == 2
+    # a NaN scale: the general kernel's bits (x86's rule: x's NaN where x is one)
+    got = fp8kit.fake_convert(x, np.float32(np.nan))
+    assert np.isnan(got).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_lengths_offsets_out_and_threads(threads):
+    """Lengths around the 64-element blocks at unaligned starts, nothing outside written,
+    out= (also not contiguous: a copy), 2-D data, a threaded large array (streamed from
+    8M elements: the tests of encode16 cover those stores)."""
+    s, h = np.float32(0.75), np.float32(0.5)
+    want = general(X, 0.75, 0.5, "float8_e4m3fn").view(np.uint32)
+    with fp8kit.num_threads(threads):
+        for start in (0, 1, 17, 63):
+            for n in [*range(0, 200, 7), 64, 128, 4111]:
+                buf = np.full(n + 128, 0xA5A5A5A5, np.uint32)
+                out = buf[start : start + n].view(np.float32)
+                fp8kit.fake_convert(X[start : start + n], s, h, out=out)
+                np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+                assert (buf[:start] == 0xA5A5A5A5).all() and (buf[start + n :] == 0xA5A5A5A5).all()
+        big = np.tile(X, 2)
+        got = fp8kit.fake_convert(big.reshape(2, -1), s, h)
+        np.testing.assert_array_equal(got.reshape(-1).view(np.uint32), np.tile(want, 2))
+        strided = np.empty((X.size, 2), np.float32)[:, 0]
+        fp8kit.fake_convert(X, s, h, out=strided)
+        np.testing.assert_array_equal(strided.view(np.uint32), want)
