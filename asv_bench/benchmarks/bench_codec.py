@@ -150,6 +150,30 @@ class EncodeFloat64:
         self.run()
 
 
+class Encode16:
+    """bfloat16 / float16 -> float8 codes (fp8kit: on byte lanes where the CPU has
+    AVX512-VBMI, issue 16; torch converts a bfloat16/float16 tensor to float8 directly)."""
+
+    params = [LIBRARIES, ["bfloat16", "float16"], ["float8_e4m3fn", "float8_e5m2"], SIZES]
+    param_names = ["library", "source", "format", "size"]
+
+    def setup(self, library, source, fmt, size):
+        if library == "torch":
+            _torch_dtype(fmt)
+        dt = ml_dtypes.bfloat16 if source == "bfloat16" else np.float16
+        x = _data(size, dt)
+        if library == "torch":
+            t_out = torch.empty(x.shape, dtype=_torch_dtype(fmt))
+            t_x = torch.from_numpy(x.view(np.int16)).view(_torch_dtype(source))
+            self.run = lambda: t_out.copy_(t_x)
+        else:
+            self.run = _encoder(library, fmt, x)
+        self.run()
+
+    def time_encode16(self, library, source, fmt, size):
+        self.run()
+
+
 class Decode:
     """float8 / bfloat16 codes -> float32."""
 
