@@ -1,8 +1,9 @@
-"""FakeConvert of float32 data with one scale (and shift), spec mode, nearest-even, runs a
-kernel of LLVM vector code (fp8kit._kernels.encode16.fake_kernel, which compiles in less
-than half the time of the general kernel).  It must give the general kernel's bits: that
-kernel is run here on the same data with the same scale repeated along a dimension (a
-per-row scale), which takes it."""
+"""FakeConvert of float32 data with one scale (and shift), or a scale constant along rows
+of 16 elements or more (per channel, block scaling), spec mode, nearest-even, runs kernels
+of LLVM vector code (fp8kit._kernels.encode16.fake_kernel and fake_rows_kernel, which
+compile in less than half the time of the general kernel).  They must give the general
+kernel's bits: that kernel is run here on the same data (one scale: the same scale per row
+of 2, too short for the rows kernel; rows: with the rows kernel turned off)."""
 
 import sys
 
@@ -104,3 +105,87 @@ def test_lengths_offsets_out_and_threads(threads):
         strided = np.empty((X.size, 2), np.float32)[:, 0]
         fp8kit.fake_convert(X, s, h, out=strided)
         np.testing.assert_array_equal(strided.view(np.uint32), want)
+
+
+# ---------------------------------------------------------------- a scale per row
+
+ROW_SHAPES = [
+    ((X.size // 32, 32), (X.size // 32, 1)),  # block scaling along the last axis
+    ((X.size // 1024, 1024), (X.size // 1024, 1)),  # per channel
+    ((16, X.size // 512, 32), (16, X.size // 512, 1)),
+    ((X.size // 64, 2, 32), (1, 2, 1)),  # a scale broadcast along the first axis
+    ((X.size // 32, 2, 16), (X.size // 32, 1, 1)),  # rows of 32 merged from 2 x 16
+]
+
+
+def general_rows(x, scale, shift, fmt, monkeypatch):
+    """The general kernel's result for the same call (the rows kernel turned off)."""
+    with monkeypatch.context() as m:
+        m.setattr(module(), "ROW_BLOCK", 1 << 40)
+        return fp8kit.fake_convert(x, scale, shift, destination_type=fmt)
+
+
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "float8_e4m3fnuz", "p3109_k8p3se"])
+@pytest.mark.parametrize("shapes", ROW_SHAPES, ids=lambda s: "x".join(map(str, s[0])))
+def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch):
+    """Scales (and shifts) constant along rows of 16 elements or more, with powers of two,
+    zeros and odd values among them: the general kernel's bits on every boundary input,
+    through the rows kernel."""
+    calls = []
+    real = module().fake_rows_kernel
+    monkeypatch.setattr(module(), "fake_rows_kernel", lambda: calls.append(1) or real())
+    shape, sshape = shapes
+    x = X.reshape(shape)
+    rng = np.random.default_rng(7)
+    scale = np.exp2(rng.integers(-30, 30, sshape)).astype(np.float32)
+    scale *= rng.choice(np.float32([1, -1, 0.37, 0.0, 3e5]), sshape)
+    for shift in (None, (rng.standard_normal(sshape) * 4).astype(np.float32)):
+        got = fp8kit.fake_convert(x, scale, shift, destination_type=fmt)
+        want = general_rows(x, scale, shift, fmt, monkeypatch)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert len(calls) == 2
+
+
+def test_what_takes_the_rows_kernel(monkeypatch):
+    """Not rows shorter than 16 elements, a NaN among the scales or shifts (x86's NaN rule:
+    the general kernel), scales varying along the last axis, other modes, float16 data."""
+    calls = []
+    real = module().fake_rows_kernel
+    monkeypatch.setattr(module(), "fake_rows_kernel", lambda: calls.append(1) or real())
+    x = X[: 64 * 40].reshape(64, 40)
+    rows = np.full((64, 1), 2.0, np.float32)
+    fp8kit.fake_convert(x, rows)
+    assert len(calls) == 1
+    nan_rows = rows.copy()
+    nan_rows[5] = np.nan
+    for args, kwargs in (
+        ((X[: 64 * 8].reshape(64, 8), rows), {}),
+        ((x, nan_rows), {}),
+        ((x, rows, nan_rows), {}),
+        ((x, np.full((1, 40), 2.0, np.float32)), {}),
+        ((x, rows), dict(rounding="stochastic", seed=1)),
+        ((x, rows), dict(mode="openvino-fp16")),
+        ((x, rows), dict(flush_subnormals=True)),
+        ((x.astype(np.float16), rows.astype(np.float16)), {}),
+    ):
+        fp8kit.fake_convert(*args, **kwargs)
+    assert len(calls) == 1
+    got = fp8kit.fake_convert(x, nan_rows)
+    assert np.isnan(got[5]).all() and not np.isnan(got[4]).any()
+    assert fp8kit.fake_convert(
+        np.empty((0, 32), np.float32), np.ones((0, 1), np.float32)
+    ).shape == (0, 32)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_kernel_threads_and_out(threads, monkeypatch):
+    """A large array split between threads by rows, into a non-contiguous out."""
+    x = np.tile(X, 3).reshape(-1, 48)
+    rng = np.random.default_rng(3)
+    scale = np.exp2(rng.integers(-8, 8, (x.shape[0], 1))).astype(np.float32)
+    want = general_rows(x, scale, None, "f8e4m3", monkeypatch)
+    out = np.empty((x.shape[0], 96), np.float32)[:, ::2]
+    with fp8kit.num_threads(threads):
+        got = fp8kit.fake_convert(x, scale, out=out)
+    assert got is out
+    np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
