@@ -718,6 +718,91 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
             builder.call(fence, [])
 
 
+@intrinsic
+def run_amax(typingctx, bits, lo, n, mask, inf_bits, amax, bad, t):
+    """``amax[t]`` = the largest ``bits[lo + j] & mask`` below ``inf_bits`` for j < n (the
+    largest finite magnitude, as bits: they order like the values), ``bad[t]`` = 1 where
+    one is at or above it (a NaN or an Inf), else 0: 512-bit vectors of unsigned maxima,
+    the last partial block masked, a second pass only where the first met ``inf_bits``.
+    Written out in LLVM vector code (a loop of Numba's would go through LLVM's loop
+    vectorizer, the larger part of that kernel's compile time)."""
+    if not (isinstance(bits, types.Array) and isinstance(bits.dtype, types.Integer)):
+        return None
+    width = bits.dtype.bitwidth
+
+    def codegen(context, builder, signature, args):
+        ba, aa, fa = (
+            context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 5, 6)
+        )
+        intp = context.get_value_type(types.intp)
+        iw = ir.IntType(width)
+        lanes = 512 // width
+        vt = ir.VectorType(iw, lanes)
+        i32 = ir.IntType(32)
+        base = builder.gep(ba.data, [args[1]])
+        n = args[2]
+        mask = splat(builder, args[3], vt)
+        inf = splat(builder, args[4], vt)
+        zero = ir.Constant(vt, [0] * lanes)
+        vname = f"v{lanes}i{width}"
+        umax = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt, vt]), f"llvm.umax.{vname}"
+        )
+        reduce_max = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(iw, [vt]), f"llvm.vector.reduce.umax.{vname}"
+        )
+        ptr_t = vt.as_pointer()
+        suffix = "p0" if str(ptr_t) == "ptr" else f"p0{vname}"
+        mload = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(vt, [ptr_t, i32, ir.VectorType(ir.IntType(1), lanes), vt]),
+            f"llvm.masked.load.{vname}.{suffix}",
+        )
+        step = ir.Constant(intp, lanes)
+        rem = builder.srem(n, step)
+        whole = builder.sub(n, rem)
+        count = splat(builder, builder.trunc(rem, i32), ir.VectorType(i32, lanes))
+        tail_mask = builder.icmp_signed(
+            "<", ir.Constant(ir.VectorType(i32, lanes), list(range(lanes))), count
+        )
+
+        def load(j):
+            return builder.load(builder.bitcast(builder.gep(base, [j]), ptr_t), align=width // 8)
+
+        def tail():  # (zeros past the end: they change no maximum)
+            p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
+            return builder.call(mload, [p, ir.Constant(i32, width // 8), tail_mask, zero])
+
+        def pass_max(finite_only):
+            acc = cgutils.alloca_once_value(builder, zero)
+
+            def add(v):
+                a = builder.and_(v, mask)
+                if finite_only:
+                    a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
+                builder.store(builder.call(umax, [builder.load(acc), a]), acc)
+
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
+                j, _,
+            ):  # fmt: skip
+                add(load(j))
+            with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
+                add(tail())
+            return builder.call(reduce_max, [builder.load(acc)])
+
+        m = pass_max(False)
+        seen = builder.icmp_unsigned(">=", m, args[4])
+        result = cgutils.alloca_once_value(builder, m)
+        with builder.if_then(seen, likely=False):
+            builder.store(pass_max(True), result)
+        t = args[7]
+        builder.store(builder.load(result), builder.gep(aa.data, [t]))
+        builder.store(builder.zext(seen, iw), builder.gep(fa.data, [t]))
+        return context.get_dummy_value()
+
+    return types.void(bits, lo, n, mask, inf_bits, amax, bad, t), codegen
+
+
 # ---------------------------------------------------------------- table in byte planes
 
 #: Codes per block of :func:`plane_lookup`: one 512-bit vector of uint8 codes.

@@ -26,6 +26,7 @@ from .bits import (
     fma,
     prefer_512,
     round_in_place,
+    run_amax,
     stack_buffer,
     widen32,
 )
@@ -213,7 +214,7 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
     is not a multiple); run ``t`` is run ``t % runs_per_row`` of row ``t // runs_per_row``.
     amax, bad: bits dtype, one entry per run.
     """
-    bits_dt, mask, inf_bits, zero, one = _amax_constants(data_dtype)
+    bits_dt, mask, inf_bits, _, _ = _amax_constants(data_dtype)
     version = source_version()
     sig = types.void(
         _arr(bits_dt), _arr(np.int64), _arr(bits_dt, readonly=False),
@@ -237,21 +238,10 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
                 row, b = t // per_row, t % per_row  # then counted on: no division per run
                 while t < stop:
                     lo = row * length + b * run
-                    seg = bits[lo : lo + (run if run < length - b * run else length - b * run)]
-                    m = zero
-                    for j in range(seg.size):  # every |x|; NaN and Inf are the largest
-                        a = cast_like(seg[j] & mask, zero)
-                        m = a if a > m else m
-                    f = zero
-                    if m >= inf_bits:  # (rare) the run again, without them
-                        f = one
-                        m = zero
-                        for j in range(seg.size):
-                            a = cast_like(seg[j] & mask, zero)
-                            a = a if a < inf_bits else zero
-                            m = a if a > m else m
-                    amax[t] = m
-                    bad[t] = f
+                    # (every |x|, NaN and Inf the largest; where one is met, the run again
+                    # without them: LLVM vector code, see bits.run_amax)
+                    n = run if run < length - b * run else length - b * run
+                    run_amax(bits, lo, n, mask, inf_bits, amax, bad, t)
                     t += 1
                     b += 1
                     if b == per_row:
