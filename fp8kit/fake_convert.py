@@ -240,11 +240,16 @@ def fake_convert(
     ):  # fmt: skip
         # a scale per row (per channel, per block of block scaling): its row's scale and
         # shift gathered first (one per row: 1/32 of the data for blocks of 32)
-        rows = x.size // int(shape4[3])
-        a, b, d = np.unravel_index(np.arange(rows), tuple(int(v) for v in shape4[:3]))
-        at = a * sstr4[0] + b * sstr4[1] + d * sstr4[2]
-        srow = sc_flat[at]
-        hrow = sh_flat[at] if sh is not None else srow
+        (n0, n1, n2), (s0, s1, s2) = (int(v) for v in shape4[:3]), (int(v) for v in sstr4[:3])
+        if n0 == n1 == 1 and s2 == 1:  # (a scale array of one per row, in order: itself)
+            srow, hrow = sc_flat[:n2], sh_flat[:n2]
+        else:
+            at = (
+                (np.arange(n0) * s0)[:, None, None] + (np.arange(n1) * s1)[None, :, None]
+                + (np.arange(n2) * s2)[None, None, :]
+            ).reshape(-1)  # fmt: skip
+            srow, hrow = sc_flat[at], sh_flat[at] if sh is not None else sh_flat
+        hrow = hrow if sh is not None else srow
         consts = fake_scalars(round_params(fmt), np.float32(1.0), None if sh is None else 0.0)
         _parallel.launch(
             fake_rows_kernel(), x.size, consts, x.reshape(-1).view(np.uint32), srow, hrow,
