@@ -218,30 +218,24 @@ def fake_convert(
         np.copyto(out, res)
         return out
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
-    if (
+    # float32, spec, nearest-even, scales and shifts that are not NaN (no fix of x86's NaN
+    # rule needed): kernels of LLVM vector code, which compile in less than half the time
+    vector = (
         arr.dtype == np.float32 and not ov and rmode == NEAREST_EVEN and not ftz
-        and sc_flat.size == 1 and not np.isnan(sc_flat[0]) and not np.isnan(sh_flat[0])
-    ):  # fmt: skip
-        # one scale (a tensor's), nearest-even: a kernel of LLVM vector code (the same
-        # bits; it compiles in 0.16 s against 0.37 on a cold first call)
+        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
+    )  # fmt: skip
+    if vector and sc_flat.size == 1:  # one scale (a tensor's): 0.16 s against 0.37 s cold
         scalars = fake_scalars(round_params(fmt), sc_flat[0], None if sh is None else sh_flat[0])
         _parallel.launch(
             fake_kernel(), x.size, x.reshape(-1).view(np.uint32), scalars, dummy(np.uint8),
             target.reshape(-1).view(np.uint32),
         )  # fmt: skip
-        if out is not None and target is not out:
-            np.copyto(out, target)
-            return out
-        return target
-    if (
-        arr.dtype == np.float32 and not ov and rmode == NEAREST_EVEN and not ftz
-        and sstr4[3] == 0 and shape4[3] >= ROW_BLOCK and x.size
-        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
-    ):  # fmt: skip
-        # a scale per row (per channel, per block of block scaling): its row's scale and
-        # shift gathered first (one per row: 1/32 of the data for blocks of 32)
+        return _into(out, target)
+    if vector and sstr4[3] == 0 and shape4[3] >= ROW_BLOCK and x.size:
+        # a scale per row (per channel, per block of block scaling): one scale (and shift)
+        # per row, gathered where the scale array does not hold them in order
         (n0, n1, n2), (s0, s1, s2) = (int(v) for v in shape4[:3]), (int(v) for v in sstr4[:3])
-        if n0 == n1 == 1 and s2 == 1:  # (a scale array of one per row, in order: itself)
+        if n0 == n1 == 1 and s2 == 1:
             srow, hrow = sc_flat[:n2], sh_flat[:n2]
         else:
             at = (
@@ -255,10 +249,7 @@ def fake_convert(
             fake_rows_kernel(), x.size, consts, x.reshape(-1).view(np.uint32), srow, hrow,
             target.reshape(-1).view(np.uint32),
         )  # fmt: skip
-        if out is not None and target is not out:
-            np.copyto(out, target)
-            return out
-        return target
+        return _into(out, target)
     kernel = fake_convert_kernel(
         fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), variant, rmode, rbits,
         # (mode="openvino" is compute-bound: staging measured 1.4x slower there)
@@ -272,6 +263,12 @@ def fake_convert(
         kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
         key, offset, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
+    return _into(out, target)
+
+
+def _into(out, target):
+    """The result: ``target``, copied into ``out`` first where that is not it (an ``out``
+    that is not C-contiguous)."""
     if out is not None and target is not out:
         np.copyto(out, target)
         return out

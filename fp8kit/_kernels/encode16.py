@@ -230,7 +230,7 @@ def f32_round_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     codes = f32_byte_kernel(fmt, saturate)
     if codes is None or format_planes(fmt, np.dtype(np.float32)) is None:
         return None
-    kernel = Kernel(_chunked(_F32_ROUND), _ROUND_SIG, ("round32_bytes", source_version()),
+    kernel = Kernel(_chunked(_F32_ROUND), _F32_F32_SIG, ("round32_bytes", source_version()),
                     codes._params)  # fmt: skip
     kernel.planes = True
     return kernel
@@ -270,7 +270,7 @@ def fake_kernel() -> Kernel:
     that are not NaN (the caller's check: their x86 NaN rule needs no fix then); compiled
     in 0.16 s where that kernel, which also walks broadcast scales and takes every option,
     took 0.37."""
-    return Kernel(_chunked(_F32_FAKE), _FAKE_SIG, ("fake32", source_version()), dummy(np.uint8))
+    return Kernel(_chunked(_F32_FAKE), _F32_F32_SIG, ("fake32", source_version()), dummy(np.uint8))
 
 
 # Layout of _prm's array (the vector code reads it by index).
@@ -542,38 +542,22 @@ BYTE_BLOCK = 64
 #: non-temporal stores, ms, one thread: 4M 0.32 / 0.35, 8M 0.75 / 0.64, 16M 1.54 / 1.23;
 #: two threads, 16M: 1.36 / 0.98 (float16: 1.46 / 1.26 and 1.35 / 1.26).
 STREAM_MIN = 1 << 23
-_BYTES_SIG = types.void(
-    _array(np.uint8, readonly=True),
-    _array(np.uint16, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint8, readonly=True),
-    _array(np.uint8),
-    types.intp,
-)
-_F32_SIG = types.void(
-    _array(np.uint8, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint8, readonly=True),
-    _array(np.uint8),
-    types.intp,
-)
-_FAKE_SIG = types.void(
-    _array(np.uint8, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint8, readonly=True),
-    _array(np.uint32),
-    types.intp,
-)
-_ROUND_SIG = types.void(
-    _array(np.uint8, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint32, readonly=True),
-    _array(np.uint8, readonly=True),
-    _array(np.uint32),
-    types.intp,
-)
+
+
+def _chunked_sig(x_bits, out_bits):
+    """The signature of a :func:`_chunked` kernel: (constants uint8, x, lut uint32, table
+    uint8, out, nchunks)."""
+    return types.void(
+        _array(np.uint8, readonly=True), _array(x_bits, readonly=True),
+        _array(np.uint32, readonly=True), _array(np.uint8, readonly=True), _array(out_bits),
+        types.intp,
+    )  # fmt: skip
+
+
+_BYTES_SIG = _chunked_sig(np.uint16, np.uint8)
+_F32_SIG = _chunked_sig(np.uint32, np.uint8)
+#: round_to float32 and FakeConvert: float32 bits in and out
+_F32_F32_SIG = _chunked_sig(np.uint32, np.uint32)
 # Layout of _byte_params' array: three 128-byte tables, then scalars (_B_NEG_ZERO: the sign
 # bit a negative zero code gets, 0x80 or 0).
 _B_OVF, _B_E_END, _B_NAN, _B_INF, _B_STEP, _B_E_LO1, _B_NEG_ZERO = range(384, 391)
