@@ -23,7 +23,7 @@ from ._kernels.codec import (
     lookup_kernel,
 )
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
-from ._kernels.encode16 import encode16_kernel, f32_byte_kernel, f32_round_kernel
+from ._kernels.encode16 import encode16_kernel, f32_round_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -437,10 +437,7 @@ def encode(
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
         # float32 on the byte lanes of bfloat16 (same bits)
-        if x.dtype == np.float32:
-            kernel = f32_byte_kernel(fmt, sat) or kernel
-        else:
-            kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
+        kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
         # float32 -> bfloat16 below the threading threshold: the same rounding, x and out
         # its only arguments (the small-call fast path's kernel).  Larger arrays keep
         # encode_kernel's, which streams its stores: 16M elements, 2 threads, 3.2 -> 2.5 ms.

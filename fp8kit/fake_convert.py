@@ -235,15 +235,14 @@ def fake_convert(
         # a scale per row (per channel, per block of block scaling): one scale (and shift)
         # per row, gathered where the scale array does not hold them in order
         (n0, n1, n2), (s0, s1, s2) = (int(v) for v in shape4[:3]), (int(v) for v in sstr4[:3])
-        if n0 == n1 == 1 and s2 == 1:
-            srow, hrow = sc_flat[:n2], sh_flat[:n2]
-        else:
+        at = slice(n2)  # (a scale array of one per row, in order: itself)
+        if not (n0 == n1 == 1 and s2 == 1):
             at = (
                 (np.arange(n0) * s0)[:, None, None] + (np.arange(n1) * s1)[None, :, None]
                 + (np.arange(n2) * s2)[None, None, :]
             ).reshape(-1)  # fmt: skip
-            srow, hrow = sc_flat[at], sh_flat[at] if sh is not None else sh_flat
-        hrow = hrow if sh is not None else srow
+        srow = sc_flat[at]
+        hrow = srow if sh is None else sh_flat[at]
         consts = fake_scalars(round_params(fmt), np.float32(1.0), None if sh is None else 0.0)
         _parallel.launch(
             fake_rows_kernel(), x.size, consts, x.reshape(-1).view(np.uint32), srow, hrow,

@@ -632,6 +632,39 @@ def splat(builder, value, vec_type):
     return builder.shuffle_vector(vec, vec, zeros)
 
 
+def masked_access(builder, name, vec_ty, args):
+    """A call of LLVM's ``llvm.masked.load`` (``name`` "load": args pointer, alignment,
+    mask, pass-through) or ``llvm.masked.store`` ("store": value, pointer, alignment,
+    mask) of vectors of type ``vec_ty`` (AVX-512 masks them natively; other targets split
+    them into scalar accesses)."""
+    ret = vec_ty if name == "load" else ir.VoidType()
+    fnty = ir.FunctionType(ret, [a.type for a in args])
+    vec = f"v{vec_ty.count}i{vec_ty.element.width}"
+    # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are opaque
+    # (llvmlite 0.45 on), "p0" and the vector type where they are typed
+    ptr = args[1 if name == "store" else 0].type
+    suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
+    fn = cgutils.get_or_insert_function(builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}")
+    return builder.call(fn, args)
+
+
+def first_lanes(builder, count, lanes):
+    """The mask (``<lanes x i1>``) of the first ``count`` (an i32) of ``lanes`` lanes."""
+    i32 = ir.IntType(32)
+    vt = ir.VectorType(i32, lanes)
+    return builder.icmp_signed("<", ir.Constant(vt, list(range(lanes))), splat(builder, count, vt))
+
+
+def permute_bytes(builder):
+    """AVX512-VBMI's two-table byte permute, ``vpermi2b``: called with (table low half,
+    indexes, table high half), ``<64 x i8>`` each (index bits 0-6 pick one of the 128
+    bytes)."""
+    v8 = ir.VectorType(ir.IntType(8), 64)
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
+    )
+
+
 def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
     """``dst[j] = body(src[j])`` for the elements ``[0, n)`` of the arrays at the pointers
     ``src`` and ``dst``, one vector of ``in_ty.count`` elements at a time (``in_ty`` and
@@ -654,28 +687,13 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
     def dst_of(j):
         return builder.bitcast(builder.gep(dst, [j]), out_ty.as_pointer())
 
-    def masked(name, ret, vec_ty, args):
-        fnty = ir.FunctionType(ret, [a.type for a in args])
-        vec = f"v{block}i{vec_ty.element.width}"
-        # the intrinsic's name carries the pointer type: "p0" where LLVM's pointers are
-        # opaque (llvmlite 0.45 on), "p0" and the vector type where they are typed
-        ptr = args[1 if name == "store" else 0].type
-        suffix = "p0" if str(ptr) == "ptr" else f"p0{vec}"
-        fn = cgutils.get_or_insert_function(
-            builder.module, fnty, f"llvm.masked.{name}.{vec}.{suffix}"
-        )
-        return builder.call(fn, args)
-
     def partial(start, count):  # elements [start, start + count), 0 < count < block
-        lanes = ir.VectorType(i32, block)
-        mask = builder.icmp_signed(
-            "<", ir.Constant(lanes, list(range(block))), splat(builder, count, lanes)
-        )
+        mask = first_lanes(builder, count, block)
         zero = ir.Constant(in_ty, [0] * block)
         align_in = ir.Constant(i32, in_ty.element.width // 8)
-        value = body(masked("load", in_ty, in_ty, [src_of(start), align_in, mask, zero]))
+        value = body(masked_access(builder, "load", in_ty, [src_of(start), align_in, mask, zero]))
         align_out = ir.Constant(i32, out_ty.element.width // 8)
-        masked("store", ir.VoidType(), out_ty, [value, dst_of(start), align_out, mask])
+        masked_access(builder, "store", out_ty, [value, dst_of(start), align_out, mask])
 
     zero = ir.Constant(intp, 0)
     head = zero
@@ -752,26 +770,19 @@ def run_amax(typingctx, bits, lo, n, mask, inf_bits, amax, bad, t):
             builder.module, ir.FunctionType(iw, [vt]), f"llvm.vector.reduce.umax.{vname}"
         )
         ptr_t = vt.as_pointer()
-        suffix = "p0" if str(ptr_t) == "ptr" else f"p0{vname}"
-        mload = cgutils.get_or_insert_function(
-            builder.module,
-            ir.FunctionType(vt, [ptr_t, i32, ir.VectorType(ir.IntType(1), lanes), vt]),
-            f"llvm.masked.load.{vname}.{suffix}",
-        )
         step = ir.Constant(intp, lanes)
         rem = builder.srem(n, step)
         whole = builder.sub(n, rem)
-        count = splat(builder, builder.trunc(rem, i32), ir.VectorType(i32, lanes))
-        tail_mask = builder.icmp_signed(
-            "<", ir.Constant(ir.VectorType(i32, lanes), list(range(lanes))), count
-        )
+        tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
 
         def load(j):
             return builder.load(builder.bitcast(builder.gep(base, [j]), ptr_t), align=width // 8)
 
         def tail():  # (zeros past the end: they change no maximum)
             p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
-            return builder.call(mload, [p, ir.Constant(i32, width // 8), tail_mask, zero])
+            return masked_access(
+                builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
+            )
 
         def pass_max(finite_only):
             acc = cgutils.alloca_once_value(builder, zero)
@@ -842,9 +853,7 @@ def plane_values(builder, t, v, width):
     pair, then the two planes interleaved into the entries' top 16 bits."""
     i8, i32 = ir.IntType(8), ir.IntType(32)
     v8 = ir.VectorType(i8, PLANE_BLOCK)
-    perm = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(v8, [v8, v8, v8]), "llvm.x86.avx512.vpermi2var.qi.512"
-    )
+    perm = permute_bytes(builder)
     upper = builder.icmp_signed("<", v, ir.Constant(v8, [0] * PLANE_BLOCK))  # codes 128..255
 
     def lookup(lo):
