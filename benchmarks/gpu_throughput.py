@@ -10,8 +10,8 @@ For every operation it prints the median time of a call (CUDA events around the 
 inputs and outputs preallocated on the device), the bytes read and written per second, and
 that rate as a share of the device-to-device copy bandwidth measured in the same run.
 Before timing, each result is checked bit for bit against fp8kit's CPU kernels on the
-first million elements.  It was written without access to a GPU and has only run under the
-CUDA simulator (``NUMBA_ENABLE_CUDASIM=1 ... --n 4096 --repeat 1``, where times mean nothing).
+first million elements.  It ran on an H100 on 2026-11-26 (figures in docs/cuda.md); under
+the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1 ... --n 4096 --repeat 1``) times mean nothing.
 """
 
 from __future__ import annotations

@@ -264,3 +264,80 @@ def test_every_fake_convert_kernel_compiles_for_a_gpu():
         for dest, openvino in (("f8e4m3", False), ("f8e5m2", True), ("float8_e4m3fnuz", False)):
             for has_shift in (False, True):
                 assert "mul.f32" not in _ptx_of_fake(dest, dtype, has_shift, openvino)
+
+
+def test_small_launches_do_not_warn_about_occupancy(monkeypatch):
+    """On a GPU numba-cuda warns (NumbaPerformanceWarning) when a grid has fewer than 128
+    blocks; fp8kit's launches of small arrays drop that warning, and only that one, and
+    configure each grid once."""
+    pytest.importorskip("numba_cuda")
+    import warnings
+
+    from fp8kit.cuda import _dispatch
+
+    grids = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            warnings.warn(
+                "\x1b[1mGrid size 1 will likely result in GPU under-utilization due to low "
+                "occupancy.\x1b[0m",
+                UserWarning,
+                stacklevel=2,
+            )
+            return lambda *args: grids.append(args)
+
+    monkeypatch.setattr(_dispatch, "launch_config", lambda n: (1, 256))
+    kernel = Kernel()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _dispatch._launch(kernel, 10, "x", "out")
+        _dispatch._launch(kernel, 10, "y", "out")
+    assert grids == [(1, 256), ("x", "out"), ("y", "out")]
+
+    class Other:
+        def __getitem__(self, grid):
+            warnings.warn("something else", UserWarning, stacklevel=2)
+            return lambda *args: None
+
+    with pytest.warns(UserWarning, match="something else"):
+        _dispatch._launch(Other(), 10)
+
+
+@pytest.mark.parametrize(
+    "fmt, dtype",
+    [("float8_e4m3fn", np.float32), ("float8_e5m2", np.float16),
+     ("float8_e4m3fnuz", ml_dtypes.bfloat16), ("float8_e5m2fnuz", np.float64)],
+    ids=["f32", "f16", "bf16", "f64"],
+)  # fmt: skip
+def test_packed_encode_kernels_store_words_on_a_gpu(fmt, dtype):
+    """The 8-bit encodes store four codes as one 32-bit word (byte stores ran at 2/3 of
+    the copy rate on an H100); the leftover elements alone are stored as bytes."""
+    from fp8kit._kernels.codec import bits_dtype
+    from fp8kit.cuda import _kernels
+
+    kernel = _kernels.encode_packed_kernel(fp8kit.get_format(fmt), np.dtype(dtype), True)
+    sig = (_arr(bits_dtype(np.dtype(dtype))), _arr(np.uint32), _arr(np.uint8))
+    ptx = _compile_ptx()(kernel.py_func, sig, cc=CC)[0]
+    assert "call" not in ptx
+    # (NVVM unrolls the loops, so the instructions are not counted)
+    assert "st.global.u32" in ptx and "st.global.u8" in ptx, ptx
+
+
+@pytest.mark.parametrize("table", [np.uint16, np.uint32, np.uint64])
+def test_packed_decode_kernels_move_words_on_a_gpu(table):
+    """Decoding 8-bit codes loads four codes as one 32-bit word and stores the values as
+    64-bit words (one per four 16-bit values, two per four float32, four per four float64)."""
+    from fp8kit.cuda import _kernels
+
+    kernel = _kernels.lookup_packed_kernel(np.dtype(table))
+    sig = (_arr(np.uint8), _arr(np.uint32), _arr(table), _arr(table), _arr(np.uint64))
+    ptx = _compile_ptx()(kernel.py_func, sig, cc=CC)[0]
+    assert "call" not in ptx
+    assert "st.global.u64" in ptx and "ld.global.u32" in ptx, ptx
+    if table == np.uint64:  # the code words are the only 32-bit loads
+        assert (
+            "ld.global.u32"
+            not in _compile_ptx()(_kernels.lookup_kernel().py_func, sig[:1] + sig[2:4], cc=CC)[0]
+        )

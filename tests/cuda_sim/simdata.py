@@ -6,6 +6,7 @@ from numba import cuda
 
 import fp8kit
 from fp8kit._kernels.tables import code_values
+from fp8kit.cuda._dispatch import _view
 
 FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -74,4 +75,10 @@ def _inputs(dtype, rng):
 
 
 def to_device(a):
-    return cuda.to_device(np.array(a, order="C"))  # (keeps 0-d arrays 0-d)
+    """``a`` on the device, C order, 0-d kept 0-d.  ml_dtypes arrays travel as their bits:
+    numba-cuda copies through the buffer protocol, which has no such dtypes (on a GPU
+    ``cuda.to_device`` of a bfloat16 array raises; the simulator takes it)."""
+    a = np.array(a, order="C")
+    if a.dtype.type.__module__ != "ml_dtypes":  # (their kinds vary: V, or f for e5m2)
+        return cuda.to_device(a)
+    return _view(cuda.to_device(a.view(f"u{a.dtype.itemsize}")), a.dtype)

@@ -83,12 +83,13 @@ def test_codes_beyond_a_narrow_format_decode_to_nan():
 def test_ml_dtypes_device_arrays_carry_their_format():
     x = inputs(np.float32)[:300]
     a8 = fp8kit.astype(x, "float8_e5m2")
-    d8 = cuda.to_device(a8)  # a numba device array may hold an ml_dtypes dtype
+    # a numba device array may hold an ml_dtypes dtype: made as docs/cuda.md says
+    d8 = cuda.to_device(a8.view(np.uint8)).view(a8.dtype)
     same_bits(host(fp8kit.decode(d8)), fp8kit.decode(a8))
     # encoding float8 data widens it exactly first, as on the CPU
     same_bits(host(fp8kit.encode(d8, "float8_e4m3fn")), fp8kit.encode(a8, "float8_e4m3fn"))
     b16 = x.astype(ml_dtypes.bfloat16)
-    same_bits(host(fp8kit.round_to(cuda.to_device(b16), "float8_e4m3fn")),
+    same_bits(host(fp8kit.round_to(to_device(b16), "float8_e4m3fn")),
               fp8kit.round_to(b16, "float8_e4m3fn"))  # fmt: skip
 
 
@@ -150,3 +151,48 @@ def test_no_copy_to_the_host(monkeypatch):
         fp8kit.fake_convert(x, 2.0),
     ]:
         assert isinstance(result, array_type)
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_packed_kernels_at_every_length_and_alignment(offset, monkeypatch):
+    """8-bit codes of large arrays go four per thread as 32-bit words (and decoded values
+    as 64-bit words) where their address allows: codes and values at every offset, lengths
+    around multiples of 4, give the bits of the CPU; aligned arrays take the packed
+    kernels, others not."""
+    from fp8kit.cuda import _dispatch, _kernels
+
+    taken = []
+    x = np.linspace(-500, 500, 64, dtype=np.float32)
+    monkeypatch.setattr(_kernels, "encode_packed_kernel", lambda *a: taken.append(a))
+    fp8kit.encode(to_device(x), "float8_e4m3fn")
+    assert not taken  # (small arrays: the one-element kernels, see PACKED_MIN)
+    monkeypatch.undo()
+    monkeypatch.setattr(_dispatch, "PACKED_MIN", 0)
+    for name in ("encode_packed_kernel", "lookup_packed_kernel"):
+        real = getattr(_kernels, name)
+        monkeypatch.setattr(_kernels, name, lambda *a, _f=real, _n=name: taken.append(_n) or _f(*a))
+    rng = np.random.default_rng(offset)
+    for n in [1, 2, 3, 4, 5, 7, 8, 9, 131]:
+        x = (rng.standard_normal(n) * np.exp2(rng.uniform(-12, 10, n))).astype(np.float32)
+        x[:2] = [np.nan, -np.inf][: min(n, 2)]
+        for dtype, fmt in [(np.float32, "float8_e4m3fn"), (np.float16, "float8_e5m2"),
+                           (BF16, "float8_e4m3fnuz"), (np.float64, "float8_e5m2fnuz")]:  # fmt: skip
+            xd = x.astype(dtype)
+            want = fp8kit.encode(xd, fmt)
+            taken.clear()
+            buf = cuda.device_array(n + 8, np.uint8)
+            out = buf[offset : offset + n]
+            assert fp8kit.encode(to_device(xd), fmt, out=out) is out
+            same_bits(host(out), want)
+            assert taken == (["encode_packed_kernel"] if offset == 0 else []), (n, offset)
+            codes = to_device(np.concatenate([np.zeros(offset, np.uint8), want]))[offset:]
+            for to in (np.float16, BF16, np.float32, np.float64):
+                item = np.dtype(to).itemsize
+                for start in (0, 1):  # values at an 8-byte boundary, or one element past it
+                    taken.clear()
+                    bits = cuda.device_array(n + 8, f"u{item}")[start : start + n]
+                    values = bits if to == BF16 else bits.view(to)
+                    fp8kit.decode(codes, fmt, dtype=to, out=values)
+                    same_bits(host(bits), fp8kit.decode(want, fmt, dtype=to))
+                    packed = offset == 0 and start * item % 8 == 0
+                    assert taken == (["lookup_packed_kernel"] if packed else []), (n, to, start)

@@ -30,6 +30,8 @@ def user_kernel(enc, dec):
     return kernel
 
 
+# user kernels launched on a few blocks: numba-cuda warns of low occupancy on a GPU
+@pytest.mark.filterwarnings("ignore:.*Grid size")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
 @pytest.mark.parametrize(
     "fmt",
@@ -72,6 +74,8 @@ def test_bad_arguments():
         device_functions("float8_e4m3fn", saturate="yes")
 
 
+# user kernels launched on a few blocks: numba-cuda warns of low occupancy on a GPU
+@pytest.mark.filterwarnings("ignore:.*Grid size")
 def test_docs_example_runs():
     """The example in docs/cuda.md (between the sim-example markers) runs in the simulator
     and checks itself."""
