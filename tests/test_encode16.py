@@ -424,6 +424,57 @@ def test_float32_round_to_on_byte_lanes(name):
     check_spans(kernel, ALL32, d32, planes, want)
 
 
+#: float64 boundary inputs: ALL32's float32 values widened (exactly), and each with the
+#: float64 bits below float32's precision set to the smallest, half and all-ones patterns
+#: (a sticky bit only), plus what float32 cannot hold: beyond its range, below its smallest
+#: subnormal, and float64's own NaN payloads, subnormals and extremes.
+with np.errstate(invalid="ignore"):  # (signalling NaNs come out quiet)
+    _WIDE = ALL32.view(np.float32).astype(np.float64).view(np.uint64)
+_BELOW = np.array([0, 1, 1 << 28, (1 << 29) - 1], np.uint64)
+_BEYOND = np.array(
+    [0x7FF0000000000001, 0x7FF8000000000000, 0x7FF00000FFFFFFFF, 0x7FF7FFFFE0000000,
+     0x7FEFFFFFFFFFFFFF, 0x47F0000000000000, 0x47EFFFFFFFFFFFFF, 0x47EFFFFFE0000000,
+     0x47EFFFFFF0000000, 0x3810000000000000, 0x380FFFFFFFFFFFFF, 0x3690000000000000,
+     0x36A0000000000001, 0x0000000000000001, 0x000FFFFFFFFFFFFF, 0x0010000000000000],
+    np.uint64,
+)  # fmt: skip
+ALL64 = np.concatenate([
+    (_WIDE[:, None] | _BELOW).ravel(),
+    np.concatenate([_BEYOND, _BEYOND | np.uint64(1 << 63)]),
+    np.random.default_rng(64).integers(0, (1 << 64) - 1, 50_000, dtype=np.uint64, endpoint=True),
+])  # fmt: skip
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("name", BYTE_LANES[DTYPES[0]])
+def test_float64_byte_lanes_match_the_float64_kernel(name):
+    """float64 input rounded to odd on float32, then on byte lanes: the float64 kernel's
+    codes (rounded once) on ALL64, each saturation; fp8kit.encode runs it, and it exists
+    exactly where float32's byte-lane kernel does."""
+    from fp8kit._kernels import encode16
+
+    fmt = fp8kit.get_format(name)
+    f64 = np.dtype(np.float64)
+    for sat in SATURATE:
+        kernel = encode16.f64_byte_kernel(fmt, sat)
+        assert kernel._key[0] == "encode64_bytes"
+        got = np.empty(ALL64.size, np.uint8)
+        kernel.serial(ALL64, dummy(np.uint32), dummy(np.uint8), got)
+        want = _old(fmt, f64, sat, ALL64)
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {sat}")
+        np.testing.assert_array_equal(
+            fp8kit.encode(ALL64.view(np.float64), fmt, saturate=sat), want, err_msg=str(sat)
+        )
+        if sat is True or sat is False:
+            plan = sys.modules["fp8kit.codec"]._FAST_ENCODE[(fmt, f64, sat)]
+            assert plan[1] is kernel._params
+    check_spans(kernel, ALL64[::5].copy(), dummy(np.uint32), dummy(np.uint8), want[::5])
+    for other in registered_formats().values():
+        for sat in SATURATE:
+            has32 = encode16.f32_byte_kernel(other, sat) is not None
+            assert (encode16.f64_byte_kernel(other, sat) is not None) == has32, other.name
+
+
 def check_spans(kernel, bits, lut, table, want):
     """``kernel`` on ``bits[start:start + n]`` for starts within a cache line and lengths
     around the blocks gives ``want``'s slice and writes nothing outside it."""
