@@ -355,22 +355,28 @@ def test_float32_byte_lanes_match_the_float32_kernel(name):
     fp8kit.encode runs the byte-lane kernel."""
     from fp8kit._kernels import encode16
 
-    fmt = fp8kit.get_format(name)
-    f32 = np.dtype(np.float32)
+    check_byte_kernel(encode16.f32_byte_kernel, fp8kit.get_format(name), ALL32, np.float32)
+
+
+def check_byte_kernel(make, fmt, bits, dtype):
+    """``make(fmt, sat)``'s codes of ``bits`` are the general kernel's for ``dtype``, each
+    saturation, and fp8kit.encode gives them and records a plan of that kernel; returns
+    the kernel and the codes of the last saturation."""
+    dtype = np.dtype(dtype)
     for sat in SATURATE:
-        kernel = encode16.f32_byte_kernel(fmt, sat)
-        got = np.empty(ALL32.size, np.uint8)
-        kernel.serial(ALL32, dummy(np.uint32), dummy(np.uint8), got)
-        want = _old(fmt, f32, sat, ALL32)
-        np.testing.assert_array_equal(got, want, err_msg=f"{name} {sat}")
+        kernel = make(fmt, sat)
+        got = np.empty(bits.size, np.uint8)
+        kernel.serial(bits, dummy(np.uint32), dummy(np.uint8), got)
+        want = _old(fmt, dtype, sat, bits)
+        np.testing.assert_array_equal(got, want, err_msg=f"{fmt.name} {sat}")
         np.testing.assert_array_equal(
-            fp8kit.encode(ALL32.view(np.float32), fmt, saturate=sat), want, err_msg=str(sat)
+            fp8kit.encode(bits.view(dtype), fmt, saturate=sat), want, err_msg=str(sat)
         )
-        if sat is not False and sat is not True:
-            continue
-        # the plan fp8kit.encode recorded runs this kernel (its tables bound)
-        plan = sys.modules["fp8kit.codec"]._FAST_ENCODE[(fmt, f32, sat)]
-        assert plan[1] is kernel._params
+        if sat is True or sat is False:
+            # the plan fp8kit.encode recorded runs this kernel (its tables bound)
+            plan = sys.modules["fp8kit.codec"]._FAST_ENCODE[(fmt, dtype, sat)]
+            assert plan[1] is kernel._params
+    return kernel, want
 
 
 @pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
@@ -454,20 +460,8 @@ def test_float64_byte_lanes_match_the_float64_kernel(name):
     from fp8kit._kernels import encode16
 
     fmt = fp8kit.get_format(name)
-    f64 = np.dtype(np.float64)
-    for sat in SATURATE:
-        kernel = encode16.f64_byte_kernel(fmt, sat)
-        assert kernel._key[0] == "encode64_bytes"
-        got = np.empty(ALL64.size, np.uint8)
-        kernel.serial(ALL64, dummy(np.uint32), dummy(np.uint8), got)
-        want = _old(fmt, f64, sat, ALL64)
-        np.testing.assert_array_equal(got, want, err_msg=f"{name} {sat}")
-        np.testing.assert_array_equal(
-            fp8kit.encode(ALL64.view(np.float64), fmt, saturate=sat), want, err_msg=str(sat)
-        )
-        if sat is True or sat is False:
-            plan = sys.modules["fp8kit.codec"]._FAST_ENCODE[(fmt, f64, sat)]
-            assert plan[1] is kernel._params
+    kernel, want = check_byte_kernel(encode16.f64_byte_kernel, fmt, ALL64, np.float64)
+    assert kernel._key[0] == "encode64_bytes"
     check_spans(kernel, ALL64[::5].copy(), dummy(np.uint32), dummy(np.uint8), want[::5])
     for other in registered_formats().values():
         for sat in SATURATE:
