@@ -8,7 +8,9 @@ with CUDA is optional (its ``.to(float8)`` casts are timed beside fp8kit's).  Ru
 
 For every operation it prints the median time of a call (CUDA events around the launch;
 inputs and outputs preallocated on the device), the bytes read and written per second, and
-that rate as a share of the device-to-device copy bandwidth measured in the same run.
+that rate as a share of the device-to-device copy bandwidth measured in the same run; then
+the host time per call on a small array (fp8kit's dispatch and numba-cuda's launch, which
+bound calls of up to some 100M elements: docs/cuda.md).
 Before timing, each result is checked bit for bit against fp8kit's CPU kernels on the
 first million elements.  It ran on an H100 on 2026-11-26 (figures in docs/cuda.md); under
 the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1 ... --n 4096 --repeat 1``) times mean nothing.
@@ -147,7 +149,46 @@ def main(argv=None) -> int:
         else:
             peer = "| | "
         print(f"| {name} | {t * 1e3:.3f} ms | {rate / 1e9:.1f} | {rate / bandwidth:.0%} {peer}|")
+    print()
+    for line in host_times(cuda, fp8kit):
+        print(line)
     return 0
+
+
+def host_times(cuda, fp8kit, n: int = 1024) -> list[str]:
+    """Host time per call on a small array (the GPU idle): back-to-back calls, then one
+    synchronize, best of three rounds; beside it numba-cuda's own launch of the same
+    kernel, preconfigured (the floor fp8kit's dispatch adds to)."""
+    from fp8kit.cuda import _dispatch, _kernels
+
+    simulated = bool(cuda.config.ENABLE_CUDASIM)
+    calls = 2 if simulated else 500
+    d32 = cuda.to_device(np.linspace(-500, 500, n, dtype=np.float32))
+    out8 = cuda.device_array(n, np.uint8)
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    kernel = _kernels.encode_kernel(fmt, np.dtype(np.float32), True, False)[0]
+    launch = _dispatch._configured(kernel, *_dispatch.launch_config(n))
+    bits = d32.view(np.uint32)
+    rows = []
+    for name, call in [
+        ("fp8kit.encode(x, 'float8_e4m3fn', out=out)",
+         lambda: fp8kit.encode(d32, "float8_e4m3fn", out=out8)),
+        ("fp8kit.encode(x, 'float8_e4m3fn')", lambda: fp8kit.encode(d32, "float8_e4m3fn")),
+        ("fp8kit.decode(codes, 'float8_e4m3fn', out=y)",
+         lambda: fp8kit.decode(out8, "float8_e4m3fn", out=d32)),
+        ("numba-cuda launch alone (preconfigured)", lambda: launch(bits, out8, out8)),
+    ]:  # fmt: skip
+        call()
+        cuda.synchronize()
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(calls):
+                call()
+            cuda.synchronize()
+            best = min(best, (time.perf_counter() - t) / calls)
+        rows.append(f"host time per call, {n:,} elements: {name}: {best * 1e6:.1f} us")
+    return rows
 
 
 def _torch_ops(x32: np.ndarray) -> dict:
