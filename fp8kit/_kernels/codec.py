@@ -289,7 +289,9 @@ def _signature(in_bits, lut_dtype, table_dtype, out_dtype):
     )
 
 
-_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+# (no_cfunc_wrapper: kernels are called through their dispatchers only; the C wrapper Numba
+# builds for first-class function use cost 5-10 ms of each kernel's cold compile)
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False, no_cfunc_wrapper=True)
 
 
 @functools.cache
