@@ -28,7 +28,7 @@ def test_the_fused_formats_are_the_signed_8_bit_ones():
     assert all(fp8kit.get_format(n).bits == 8 for n in FUSED)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
 @pytest.mark.parametrize("name", FUSED)
 def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtype):
     # blocks with and without NaN/Inf (the kernel's fast and careful paths), values around
@@ -39,6 +39,8 @@ def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtyp
     ovf, _ = km.overflow_threshold(fmt)
     edges = [ovf, fmt.max, fmt.smallest_normal, fmt.smallest_subnormal, 0.0]
     edge = np.array([e * f for e in edges for f in (1.0, 1 - 2**-7, 1 + 2**-7)], np.float32)
+    if dtype == np.float16:  # (float16 data: its own range)
+        edge = edge[edge <= np.finfo(np.float16).max]
     x[1, : 2 * edge.size] = np.concatenate([edge, -edge])
     x[2, 5], x[3, 2000] = np.nan, -np.inf
     x = x.astype(dtype)
@@ -57,7 +59,54 @@ def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtyp
 
 @pytest.mark.parametrize("narrow", ["float32", "float16", "bfloat16"])
 def test_formats_share_the_compiled_fused_kernel(narrow):
-    # one build per data type, not one per format (1.1-1.3 s each, cold); the fnuz formats
+    # one build per data type, not one per format (~0.5 s each, cold); the fnuz formats
     # included (their zeros lose the sign, which no figure sees: tested above)
     fns = {km.quantize_metrics_kernel(fp8kit.get_format(n), narrow).build().func for n in FUSED}
     assert len(fns) == 1
+
+
+def _narrowing(kind):
+    """A compiled function applying the fused kernel's rounding to float16 / bfloat16
+    (``metrics._narrow_bits``, vector code) to float32 bits, one lane at a time."""
+    from llvmlite import ir
+    from numba import njit, types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def narrow(typingctx, bits):
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            vt = ir.VectorType(i32, 1)
+            v = builder.insert_element(ir.Constant(vt, ir.Undefined), args[0], ir.Constant(i32, 0))
+            return builder.extract_element(km._narrow_bits(builder, v, kind), ir.Constant(i32, 0))
+
+        return types.uint32(bits), codegen
+
+    @njit
+    def run(bits, out):
+        for i in range(bits.size):
+            out[i] = narrow(bits[i])
+
+    return run
+
+
+@pytest.mark.parametrize("narrow", ["float16", "bfloat16"])
+def test_narrowing_rounds_every_float32_as_numpy_and_ml_dtypes(narrow):
+    # every sign, exponent and upper mantissa (the top 16 bits), each with the low halves
+    # where float16 (13 dropped bits, more in its subnormals) and bfloat16 (16) round: ties
+    # with an even and an odd kept bit, their neighbours, and random ones
+    from fp8kit._kernels.fake import _KIND
+
+    rng = np.random.default_rng(16)
+    lows = [0x0000, 0x0001, 0x0FFF, 0x1000, 0x1001, 0x2FFF, 0x3000, 0x3001, 0x7FFF, 0x8000,
+            0x8001, 0xFFFF]  # fmt: skip
+    lows = np.array(lows + list(rng.integers(0, 1 << 16, 8)), np.uint32)
+    bits = ((np.arange(1 << 16, dtype=np.uint32)[:, None] << 16) | lows).ravel()
+    got = np.empty_like(bits)
+    _narrowing(_KIND[narrow])(bits, got)
+    dtype = np.float16 if narrow == "float16" else ml_dtypes.bfloat16
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = bits.view(np.float32).astype(dtype).astype(np.float32)
+    nan = np.isnan(want)
+    assert (np.isnan(got.view(np.float32)) == nan).all()
+    assert (got[~nan] == want.view(np.uint32)[~nan]).all()

@@ -257,18 +257,15 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
     ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
     quantized values.  x: C-contiguous float32, or bfloat16 for ``narrow`` ``"bfloat16"``
     (read as is: no widened copy); scale: float32, broadcasting to x."""
-    from .._kernels.codec import dummy, f16_lut
-
     if narrow == "bfloat16":  # (float32 data must hold bfloat16 values: exact then)
         x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     kernel = km.quantize_metrics_kernel(fmt, narrow)
     limits = _fused_limits(fmt)
-    lut = f16_lut() if narrow == "float16" else dummy(np.uint32)
     partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
     _parallel.launch(
         kernel, x.size, x.reshape(-1), sc.astype(np.float32, copy=False), shape4, sstr4,
-        limits, lut, partials,
+        limits, partials,
     )  # fmt: skip
     return km.combine(partials)
 

@@ -566,7 +566,9 @@ def quantize(
         sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
         xv, sv = broadcast_view(x1, sc, kind, ax, block)
         q = apply_scale(xv, f, sv, **rnd).reshape(xw.shape)
-    q = q if q.dtype == arr.dtype else q.astype(arr.dtype)
+    if q.dtype != arr.dtype:
+        with np.errstate(over="ignore"):  # (beyond float16's range: Inf, no warning)
+            q = q.astype(arr.dtype)
     return q if mask is None else np.ma.masked_array(q, mask)
 
 
