@@ -437,3 +437,36 @@ def test_zero_dim_and_empty_inputs():
 def test_bad_arguments(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+@pytest.mark.parametrize("fmt", ["float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "p3109_k8p3se"])
+@pytest.mark.parametrize("shape", [(64, 96), (7, 33), (1000,), (3, 4, 40), (5, 1), (1, 1)])
+def test_quantize_in_one_kernel_equals_scale_then_fake_convert(fmt, shape):
+    # float32 data, per tensor, per channel and MX blocks (whole and ragged): the one kernel
+    # (amax, then FakeConvert; or MX in one pass) gives the bits of compact_scale followed
+    # by apply_scale, with NaN, Inf, subnormals, zeros and magnitudes from 1e-30 to 1e30
+    from fp8kit.study import scaling
+
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[:: max(1, flat.size // 7)] = 0.0
+    if flat.size > 4:
+        flat[1], flat[2], flat[-1] = 1e-44, np.nan, -np.inf
+    if flat.size > 64:  # a block of float32 subnormals only (MX: its amax's leading zeros)
+        flat[32:64] = 0.0
+        flat[40:45] = [1e-40, -3e-42, 1e-45, 7e-39, 2e-44]
+    f = fp8kit.get_format(fmt)
+    for kind, kw in [("tensor", {}), ("channel", {}), ("block", dict(block_size=32)),
+                     ("block", dict(block_size=5)), ("tensor", dict(margin=1.5, pow2=True)),
+                     ("channel", dict(margin=2.0, pow2=True))]:  # fmt: skip
+        got = study.quantize(x, fmt, kind, **kw)
+        ax, block = scaling._axis_block(x, kind, None, kw.get("block_size", 32), "t")
+        margin, pow2 = kw.get("margin", 0.0), kw.get("pow2", False)
+        one_kernel = kind != "channel" or math.prod(shape[1:]) > 1  # (channels on axis 0)
+        used = scaling._quantize_runs(x, f, kind, ax, block, margin, pow2) is not None
+        assert used == one_kernel
+        s = scaling.compact_scale(x, f, kind, ax, block, margin, pow2)[0]
+        xv, sv = scaling.broadcast_view(x, s, kind, ax, block)
+        want = scaling.apply_scale(xv, f, sv).reshape(shape)
+        assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), (kind, kw)

@@ -563,13 +563,68 @@ def quantize(
         kind = _kind(scaling, "quantize")
         ax, block = _axis_block(arr, kind, axis, block_size, "quantize")
         x1 = xw.reshape(xw.shape or (1,))
-        sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
-        xv, sv = broadcast_view(x1, sc, kind, ax, block)
-        q = apply_scale(xv, f, sv, **rnd).reshape(xw.shape)
+        q = None if rnd else _quantize_runs(x1, f, kind, ax, block, float(margin), bool(pow2))
+        if q is None:
+            sc = compact_scale(x1, f, kind, ax, block, float(margin), bool(pow2))[0]
+            xv, sv = broadcast_view(x1, sc, kind, ax, block)
+            q = apply_scale(xv, f, sv, **rnd)
+        q = q.reshape(xw.shape)
     if q.dtype != arr.dtype:
         with np.errstate(over="ignore"):  # (beyond float16's range: Inf, no warning)
             q = q.astype(arr.dtype)
     return q if mask is None else np.ma.masked_array(q, mask)
+
+
+def _quantize_runs(
+    xw: np.ndarray, fmt: FloatFormat, kind: str, axis: int, block: int, margin: float, pow2: bool
+) -> np.ndarray | None:
+    """``quantize`` of float32 data (C-contiguous, at least 1-D) with a recipe, nearest-even,
+    in one compiled kernel (:func:`fp8kit._kernels.quantize.quantize_kernel`): per tensor
+    (the amax, then FakeConvert), per channel along the first axis of 2-D data (likewise,
+    a scale per row) or MX blocks along the last axis (one pass).  The same values as
+    :func:`compact_scale` then :func:`apply_scale`; None where it does not apply."""
+    from .._kernels.encode16 import fake_scalars
+    from .._kernels.fake import round_params
+    from .._kernels.quantize import AMAX, FAKE, MX, quantize_kernel
+
+    if xw.dtype != np.float32 or not xw.size or not _args.rounds_in_place(fmt):
+        return None
+    pre, length, post = _split(xw.shape, axis)
+    if kind == "tensor":
+        length, run = xw.size, max(4096, -(-xw.size // 256))  # (as group_amax's runs)
+    elif kind == "channel" and pre == 1 and post > 1:
+        length, run = post, post  # (a run per channel: a row of 2-D data)
+    elif kind == "block" and post == 1:
+        run = block
+    else:
+        return None
+    nruns = (xw.size // length) * -(-length // run)
+    bits = xw.reshape(-1).view(np.uint32)
+    out = np.empty(xw.shape, np.float32)
+    amax, bad = np.empty(nruns, np.uint32), np.empty(nruns, np.uint32)
+    consts = fake_scalars(round_params(fmt), np.float32(1.0), None)
+    kernel = quantize_kernel()
+
+    def launch(mode, scale):
+        dims = np.array([mode, length, run, fmt.maxexp - 1], np.int64)
+        _parallel.launch(
+            kernel, xw.size, consts, bits, scale, out.reshape(-1).view(np.uint32), dims, amax,
+            bad,
+        )  # fmt: skip
+
+    if kind == "block":
+        launch(MX, _NO_SCALE)
+        return out
+    launch(AMAX, _NO_SCALE)
+    am = amax.view(np.float32).astype(np.float64)
+    if kind == "tensor":
+        am = am.max(keepdims=True)
+    s = amax_scale(am, fmt, margin, pow2, np.float32)
+    launch(FAKE, np.broadcast_to(s, (nruns,)).copy() if s.size == 1 else s)
+    return out
+
+
+_NO_SCALE = np.zeros(1, np.float32)
 
 
 def _rounding_kwargs(rounding, seed, random_bits, flush_subnormals, func="quantize") -> dict:
