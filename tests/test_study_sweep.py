@@ -440,3 +440,26 @@ def test_positive_grid():
 
     g = positive_grid(fp8kit.get_format("float8_e4m3fn"))
     assert g.size == 126 and g[0] == 2.0**-9 and g[-1] == 448.0
+
+
+@pytest.mark.parametrize("narrow", ["float32", "bfloat16"])
+@pytest.mark.parametrize("layout", ["element", "column", "row"])
+def test_fused_pass_reads_every_scale_layout(narrow, layout):
+    # a scale per element (copied row by row), per column (one per element along rows)
+    # and per row (one value per row), each different: every element must meet its own
+    from fp8kit.study.metrics import fused_totals, metric_totals
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((37, 1100)) * 30).astype(np.float32)
+    if narrow == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    shape = {"element": x.shape, "column": (1, x.shape[1]), "row": (x.shape[0], 1)}[layout]
+    scale = np.exp2(rng.uniform(-4, 4, shape)).astype(np.float32)
+    got = fused_totals(x, scale, fmt, narrow)
+    q = fp8kit.fake_convert(x, scale, destination_type=fmt)
+    if narrow == "bfloat16":
+        q = q.astype(ml_dtypes.bfloat16).astype(np.float32)
+    want = metric_totals(x, q, np.broadcast_to(scale, x.shape).astype(np.float64), fmt)
+    assert got.tolist() == pytest.approx(want.tolist(), rel=1e-13)
+    assert got[2:4].tolist() == want[2:4].tolist() and got[7:].tolist() == want[7:].tolist()

@@ -260,6 +260,8 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
     if narrow == "bfloat16":  # (float32 data must hold bfloat16 values: exact then)
         x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
+    if sstr4[3] not in (0, 1):  # (the kernel copies scale rows; _merge gives 0 or 1)
+        raise AssertionError(f"unexpected inner scale stride {sstr4[3]}")
     kernel = km.quantize_metrics_kernel(fmt, narrow)
     limits = _fused_limits(fmt)
     partials = np.zeros((_parallel.chunks_for(x.size), km.N_METRICS))
