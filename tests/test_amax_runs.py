@@ -1,7 +1,7 @@
 """The runs' amax kernel (fp8kit._kernels.metrics.amax_runs_kernel, the scales of the
 study's channel and block recipes and mx_scales): the largest finite |x| of each run as
 bits and whether the run holds a NaN or an Inf, its inner loops written as LLVM vector
-code (fp8kit._kernels.bits.run_amax).  Against numpy, for every data dtype it takes, run
+code (fp8kit._kernels.bits.runs_amax).  Against numpy, for every data dtype it takes, run
 lengths around the vector widths (16 float32, 8 float64, 32 bfloat16 lanes), NaN and Inf
 in whole blocks and in the masked tail, runs of nothing but NaN and Inf."""
 

@@ -737,30 +737,31 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
 
 
 @intrinsic
-def run_amax(typingctx, bits, lo, n, mask, inf_bits, amax, bad, t):
-    """``amax[t]`` = the largest ``bits[lo + j] & mask`` below ``inf_bits`` for j < n (the
-    largest finite magnitude, as bits: they order like the values), ``bad[t]`` = 1 where
-    one is at or above it (a NaN or an Inf), else 0: 512-bit vectors of unsigned maxima,
-    the last partial block masked, a second pass only where the first met ``inf_bits``.
-    Written out in LLVM vector code (a loop of Numba's would go through LLVM's loop
-    vectorizer, the larger part of that kernel's compile time)."""
+def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
+    """For runs ``t0 .. t1 - 1`` (the data seen as rows of ``dims[0]`` elements, each cut
+    into runs of ``dims[1]``, the last of a row shorter when the length is not a multiple):
+    ``amax[t]`` = the largest ``bits[j] & mask`` of run t below ``inf_bits`` (the largest
+    finite magnitude, as bits: they order like the values), ``bad[t]`` = 1 where one is at
+    or above it (a NaN or an Inf), else 0: 512-bit vectors of unsigned maxima, the last
+    partial block masked, a second pass only where the first met ``inf_bits``.  Written
+    out in LLVM vector code, the walk over the runs too (a loop of Numba's would go through
+    LLVM's loop vectorizer, the larger part of that kernel's compile time; the walk in
+    Numba cost 0.05-0.07 s of it)."""
     if not (isinstance(bits, types.Array) and isinstance(bits.dtype, types.Integer)):
         return None
     width = bits.dtype.bitwidth
 
     def codegen(context, builder, signature, args):
-        ba, aa, fa = (
-            context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 5, 6)
+        ba, da, aa, fa = (
+            context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 1, 4, 5)
         )
         intp = context.get_value_type(types.intp)
         iw = ir.IntType(width)
         lanes = 512 // width
         vt = ir.VectorType(iw, lanes)
         i32 = ir.IntType(32)
-        base = builder.gep(ba.data, [args[1]])
-        n = args[2]
-        mask = splat(builder, args[3], vt)
-        inf = splat(builder, args[4], vt)
+        mask = splat(builder, args[2], vt)
+        inf = splat(builder, args[3], vt)
         zero = ir.Constant(vt, [0] * lanes)
         vname = f"v{lanes}i{width}"
         umax = cgutils.get_or_insert_function(
@@ -771,47 +772,63 @@ def run_amax(typingctx, bits, lo, n, mask, inf_bits, amax, bad, t):
         )
         ptr_t = vt.as_pointer()
         step = ir.Constant(intp, lanes)
-        rem = builder.srem(n, step)
-        whole = builder.sub(n, rem)
-        tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
+        one = ir.Constant(intp, 1)
+        length, run = (builder.load(builder.gep(da.data, [ir.Constant(intp, k)])) for k in (0, 1))
+        t0, t1 = args[6], args[7]
+        per_row = builder.sdiv(builder.sub(builder.add(length, run), one), run)
+        row = cgutils.alloca_once_value(builder, builder.sdiv(t0, per_row))
+        part = cgutils.alloca_once_value(builder, builder.srem(t0, per_row))
+        with cgutils.for_range_slice(builder, t0, t1, one, intp) as (t, _):
+            r, b = builder.load(row), builder.load(part)
+            rest = builder.sub(length, builder.mul(b, run))
+            n = builder.select(builder.icmp_signed("<", run, rest), run, rest)
+            base = builder.gep(ba.data, [builder.add(builder.mul(r, length), builder.mul(b, run))])
+            rem = builder.srem(n, step)
+            whole = builder.sub(n, rem)
+            tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
 
-        def load(j):
-            return builder.load(builder.bitcast(builder.gep(base, [j]), ptr_t), align=width // 8)
+            def load(j, base=base):
+                p = builder.bitcast(builder.gep(base, [j]), ptr_t)
+                return builder.load(p, align=width // 8)
 
-        def tail():  # (zeros past the end: they change no maximum)
-            p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
-            return masked_access(
-                builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
-            )
+            def tail(base=base, whole=whole, tail_mask=tail_mask):  # (zeros past the end)
+                p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
+                return masked_access(
+                    builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
+                )
 
-        def pass_max(finite_only):
-            acc = cgutils.alloca_once_value(builder, zero)
+            def pass_max(finite_only, whole=whole, rem=rem, load=load, tail=tail):
+                acc = cgutils.alloca_once_value(builder, zero)
 
-            def add(v):
-                a = builder.and_(v, mask)
-                if finite_only:
-                    a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
-                builder.store(builder.call(umax, [builder.load(acc), a]), acc)
+                def add(v):
+                    a = builder.and_(v, mask)
+                    if finite_only:
+                        a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
+                    builder.store(builder.call(umax, [builder.load(acc), a]), acc)
 
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
-                j, _,
-            ):  # fmt: skip
-                add(load(j))
-            with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
-                add(tail())
-            return builder.call(reduce_max, [builder.load(acc)])
+                with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
+                    j, _,
+                ):  # fmt: skip
+                    add(load(j))
+                with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
+                    add(tail())
+                return builder.call(reduce_max, [builder.load(acc)])
 
-        m = pass_max(False)
-        seen = builder.icmp_unsigned(">=", m, args[4])
-        result = cgutils.alloca_once_value(builder, m)
-        with builder.if_then(seen, likely=False):
-            builder.store(pass_max(True), result)
-        t = args[7]
-        builder.store(builder.load(result), builder.gep(aa.data, [t]))
-        builder.store(builder.zext(seen, iw), builder.gep(fa.data, [t]))
+            m = pass_max(False)
+            seen = builder.icmp_unsigned(">=", m, args[3])
+            result = cgutils.alloca_once_value(builder, m)
+            with builder.if_then(seen, likely=False):
+                builder.store(pass_max(True), result)
+            builder.store(builder.load(result), builder.gep(aa.data, [t]))
+            builder.store(builder.zext(seen, iw), builder.gep(fa.data, [t]))
+            # the next run
+            b1 = builder.add(b, one)
+            wrap = builder.icmp_signed("==", b1, per_row)
+            builder.store(builder.select(wrap, ir.Constant(intp, 0), b1), part)
+            builder.store(builder.select(wrap, builder.add(r, one), r), row)
         return context.get_dummy_value()
 
-    return types.void(bits, lo, n, mask, inf_bits, amax, bad, t), codegen
+    return types.void(bits, dims, mask, inf_bits, amax, bad, t0, t1), codegen
 
 
 # ---------------------------------------------------------------- table in byte planes

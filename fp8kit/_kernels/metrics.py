@@ -26,7 +26,7 @@ from .bits import (
     first_lanes,
     masked_access,
     prefer_512,
-    run_amax,
+    runs_amax,
     splat,
     stack_buffer,
 )
@@ -652,27 +652,13 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
             if version == 0 or parallel is None:  # see codec.source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            length, run = dims[0], dims[1]
-            per_row = (length + run - 1) // run
             total = amax.size
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
-                t = c * step
-                stop = t + step if t + step < total else total
-                if t >= stop:
-                    continue
-                row, b = t // per_row, t % per_row  # then counted on: no division per run
-                while t < stop:
-                    lo = row * length + b * run
-                    # (every |x|, NaN and Inf the largest; where one is met, the run again
-                    # without them: LLVM vector code, see bits.run_amax)
-                    n = run if run < length - b * run else length - b * run
-                    run_amax(bits, lo, n, mask, inf_bits, amax, bad, t)
-                    t += 1
-                    b += 1
-                    if b == per_row:
-                        b = 0
-                        row += 1
+                t0 = c * step
+                t1 = t0 + step if t0 + step < total else total
+                if t0 < t1:
+                    runs_amax(bits, dims, mask, inf_bits, amax, bad, t0, t1)
 
         return kernel
 
