@@ -112,6 +112,13 @@ def half_to_single_bits(typingctx, bits):
     return types.uint32(bits), codegen
 
 
+#: Layout of a kernel's parameter array (the source's lane type: uint32 or uint64; see
+#: codec.pack_params): where the tuples p and q of codec._params start, the overflow codes
+#: of a rounding mode, the stochastic constants, the rounding mode, encode_lean's pair, and
+#: the length.  Floats are stored as their bits, flags as 0 or 1.
+PARAMS_LAYOUT = (0, 17, 29, 31, 36, 37, 39)
+
+
 @intrinsic
 def widen32(typingctx, value):
     """A float32 as is, or bfloat16 bits (uint16) as the float32 they stand for (exact: the

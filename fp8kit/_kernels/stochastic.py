@@ -1,0 +1,280 @@
+"""Stochastic rounding of float32 data to 8-bit formats in LLVM vector code.
+
+The kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` for the common case (float32
+input, a signed 8-bit format where :func:`fp8kit._kernels.codec.stochastic_params` allows the
+constant-shift formula, ``rounding="stochastic"``, no flush): the same bits, from the same
+random words (:mod:`fp8kit._kernels.rounding`: Philox4x32-10, element ``i`` of a block of
+``4 * K * S`` elements using part ``(i // K) % S`` of word ``i // (K * S)`` of the call with
+counter ``block * K + i % K``), in two loops per block:
+
+1. the block's random words, 16 Philox calls at a time (64-bit lanes below 2**32, so that
+   the 32 x 32 -> 64 products are one vpmuludq), each word's parts written where their
+   elements are (a buffer on the stack, one word per element);
+2. the elements, 64 at a time: :func:`fp8kit._kernels.rounding.encode_stochastic_fast` and
+   :func:`fp8kit._kernels.bits._finish_with` on 32-bit lanes, then the codes (encode) or
+   their values looked up in the decode table's byte planes (round_to, AVX512-VBMI).
+
+The Numba kernel it replaces there compiled in 0.5-0.6 s (its loops went through LLVM's
+loop vectorizer); this one is written out, and its Numba part only splits the chunks.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .bits import (
+    PARAMS_LAYOUT,
+    array_args,
+    chunk_range,
+    load_planes,
+    masked_access,
+    plane_values,
+    splat,
+)
+from .rounding import _M0, _M1, _W0, _W1, K
+
+_O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
+#: Elements per vector of the rounding loop (one 512-bit vector of codes).
+LANES = 64
+#: Philox calls per vector of the random-word loop.
+CALLS = 16
+
+
+def _philox(builder, c0, c1, k0, k1):
+    """Philox4x32-10 of the counters ``(c0, c1, 0, 0)`` (``<N x i64>``, below 2**32) and
+    the key ``(k0, k1)`` (i64 scalars below 2**32): the four words, ``<N x i64>`` each."""
+    vt = c0.type
+    n = vt.count
+    i64 = ir.IntType(64)
+
+    def k(value):
+        return ir.Constant(vt, [value] * n)
+
+    lo, s32 = k(0xFFFFFFFF), k(32)
+    a0, a1, a2, a3 = c0, c1, k(0), k(0)
+    b0, b1 = k0, k1
+    for _ in range(10):
+        p0 = builder.mul(k(int(_M0)), a0)
+        p1 = builder.mul(k(int(_M1)), a2)
+        kb0, kb1 = splat(builder, b0, vt), splat(builder, b1, vt)
+        a0, a1, a2, a3 = (
+            builder.xor(builder.xor(builder.lshr(p1, s32), a1), kb0),
+            builder.and_(p1, lo),
+            builder.xor(builder.xor(builder.lshr(p0, s32), a3), kb1),
+            builder.and_(p0, lo),
+        )
+        b0 = builder.and_(builder.add(b0, ir.Constant(i64, int(_W0))), ir.Constant(i64, 0xFFFFFFFF))
+        b1 = builder.and_(builder.add(b1, ir.Constant(i64, int(_W1))), ir.Constant(i64, 0xFFFFFFFF))
+    return a0, a1, a2, a3
+
+
+@intrinsic
+def sr_range(
+    typingctx, prm, planes, x, out, key, glo, ghi, offset, random_bits, split, values, signed_zero
+):
+    """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
+    of the float32 bits ``x`` (whose element 0 has index ``offset``) into ``out`` (codes,
+    or with the literal ``values`` 1 their float32 values' bits from the decode table's
+    byte ``planes``); ``prm``: the kernel's constants (:func:`fp8kit._kernels.codec.
+    pack_params`); ``key``: the Philox key (uint32[2]); ``random_bits`` and ``split``
+    (:func:`fp8kit._kernels.rounding.parts`) literals."""
+    literals = (random_bits, split, values, signed_zero)
+    if not all(isinstance(v, types.IntegerLiteral) for v in literals):
+        return None
+    rbits, parts, to_values, neg_zero = (v.literal_value for v in literals)
+
+    def codegen(context, builder, signature, args):
+        pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
+        glo, ghi, offset = args[5], args[6], args[7]
+        intp = context.get_value_type(types.intp)
+        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        v32 = ir.VectorType(i32, LANES)
+        vf = ir.VectorType(ir.FloatType(), LANES)
+        vc = ir.VectorType(i64, CALLS)
+        block = 4 * K * parts
+        width = 32 // parts
+
+        def p(index):  # a constant of prm, splat
+            return splat(
+                builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, index)])), v32
+            )
+
+        def c(value):
+            return ir.Constant(v32, [value] * LANES)
+
+        abs_mask, src_inf, max_mag, nominal_ovf = p(0), p(8), p(9), p(10)
+        inf_res, nan_mag, sign_bit, sign_shift = p(11), p(12), p(13), p(14)
+        ovf_pos, ovf_neg = p(_O), p(_O + 1)
+        use_magic, scale, min_normal, rebias, sh = (p(_SP + k) for k in range(5))
+        scale = builder.bitcast(scale, vf)
+        zero = c(0)
+        k0, k1 = (builder.zext(builder.load(builder.gep(ka.data, [ir.Constant(intp, j)])), i64)
+                  for j in (0, 1))  # fmt: skip
+        value_planes = load_planes(builder, pl.data, intp) if to_values else None
+        # (each element's part of its word, in the part's width: 16 KiB for any split, so
+        # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
+        iw = ir.IntType(width)
+        words = cgutils.alloca_once(builder, iw, size=block)
+        words.align = 64
+        lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
+        lanes_e = ir.Constant(v32, list(range(LANES)))
+
+        def rounded(v, rnd):
+            """encode_stochastic_fast, then _finish_with (the overflow code by sign)"""
+            a = builder.and_(v, abs_mask)
+            t = builder.add(a, rebias)
+            # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
+            # where a is larger the conversion may overflow, and that lane is not selected)
+            fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
+            small = builder.and_(
+                builder.icmp_unsigned("!=", use_magic, zero),
+                builder.icmp_unsigned("<", a, min_normal),
+            )
+            t = builder.select(small, fixed, t)
+            r_b = builder.lshr(rnd, c(32 - rbits))
+            inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
+            code = builder.lshr(builder.add(t, inc), sh)
+            negative = builder.icmp_unsigned(">", v, abs_mask)
+            ovf = builder.select(negative, ovf_neg, ovf_pos)
+            mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
+            mag = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, mag)
+            nan = builder.icmp_unsigned(">", a, src_inf)
+            if neg_zero:  # formats with -0: the NaN code, the sign xor-ed in
+                sign = builder.lshr(builder.and_(v, sign_bit), sign_shift)
+                return builder.xor(builder.select(nan, nan_mag, mag), sign)
+            # formats without -0
+            s = builder.lshr(sign_bit, sign_shift)
+            has_s = builder.icmp_unsigned("!=", s, zero)
+            keep = builder.select(has_s, abs_mask, zero)
+            nonzero = builder.icmp_unsigned("!=", mag, zero)
+            unsigned = builder.select(
+                builder.and_(negative, nonzero), builder.or_(builder.and_(mag, keep), s), mag
+            )
+            neg_inf_nan = builder.and_(
+                builder.not_(has_s), builder.icmp_unsigned("!=", nominal_ovf, max_mag)
+            )
+            at_inf = builder.and_(builder.icmp_unsigned("==", a, src_inf), negative)
+            to_nan = builder.or_(nan, builder.and_(neg_inf_nan, at_inf))
+            return builder.select(to_nan, nan_mag, unsigned)
+
+        gb0 = builder.mul(builder.sdiv(glo, ir.Constant(intp, block)), ir.Constant(intp, block))
+        with cgutils.for_range_slice(builder, gb0, ghi, ir.Constant(intp, block), intp) as (gb, _):
+            # 1. the block's random words
+            first = builder.mul(builder.sdiv(gb, ir.Constant(intp, block)), ir.Constant(intp, K))
+            step_c = ir.Constant(intp, CALLS)
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), ir.Constant(intp, K),
+                                         step_c, intp) as (g, _):  # fmt: skip
+                ctr = builder.add(splat(builder, builder.add(first, g), vc), lanes_c)
+                lo32 = ir.Constant(vc, [0xFFFFFFFF] * CALLS)
+                ws = _philox(builder, builder.and_(ctr, lo32),
+                             builder.lshr(ctr, ir.Constant(vc, [32] * CALLS)), k0, k1)  # fmt: skip
+                for t in range(4):
+                    w = builder.trunc(ws[t], ir.VectorType(i32, CALLS))
+                    vw = ir.VectorType(i32, CALLS)
+                    for h in range(parts):
+                        part = builder.lshr(w, ir.Constant(vw, [h * width] * CALLS)) if h else w
+                        part = builder.trunc(part, ir.VectorType(iw, CALLS)) if parts > 1 else part
+                        at = builder.add(ir.Constant(intp, (t * parts + h) * K), g)
+                        ptr = builder.gep(words, [at])
+                        ptr = builder.bitcast(ptr, ir.VectorType(iw, CALLS).as_pointer())
+                        builder.store(part, ptr, align=width // 8)
+            # 2. the elements of [lo, hi) in this block, 64 at a time
+            lo = builder.select(builder.icmp_signed(">", glo, gb), glo, gb)
+            end = builder.add(gb, ir.Constant(intp, block))
+            hi = builder.select(builder.icmp_signed("<", ghi, end), ghi, end)
+            start = builder.mul(builder.sdiv(builder.sub(lo, gb), ir.Constant(intp, LANES)),
+                                ir.Constant(intp, LANES))  # fmt: skip
+            with cgutils.for_range_slice(builder, start, builder.sub(hi, gb),
+                                         ir.Constant(intp, LANES), intp) as (e0, _):  # fmt: skip
+                gi = builder.add(gb, e0)
+
+                def slice_mask(gi=gi):  # (partial slices only: lo <= gi + j < hi)
+                    first = builder.trunc(builder.sub(lo, gi), i32)
+                    stop = builder.trunc(builder.sub(hi, gi), i32)
+                    return builder.and_(
+                        builder.icmp_signed(">=", lanes_e, splat(builder, first, v32)),
+                        builder.icmp_signed("<", lanes_e, splat(builder, stop, v32)),
+                    )
+
+                full = builder.and_(
+                    builder.icmp_signed(">=", gi, lo),
+                    builder.icmp_signed("<=", builder.add(gi, ir.Constant(intp, LANES)), hi),
+                )
+                src = builder.bitcast(builder.gep(xa.data, [builder.sub(gi, offset)]),
+                                      v32.as_pointer())  # fmt: skip
+                with builder.if_else(full, likely=True) as (whole, part_):
+                    with whole:
+                        v_whole = builder.load(src, align=4)
+                        b_whole = builder.block
+                    with part_:
+                        v_part = masked_access(
+                            builder, "load", v32, [src, ir.Constant(i32, 4), slice_mask(), zero]
+                        )
+                        b_part = builder.block
+                v = builder.phi(v32)
+                v.add_incoming(v_whole, b_whole)
+                v.add_incoming(v_part, b_part)
+                rp = builder.bitcast(
+                    builder.gep(words, [e0]), ir.VectorType(iw, LANES).as_pointer()
+                )
+                rnd = builder.load(rp, align=64)
+                if parts > 1:  # (the part moved to the word's top bits)
+                    rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
+                codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
+                result = plane_values(builder, value_planes, codes, 32) if to_values else codes
+                align = 4 if to_values else 1
+                dst = builder.gep(oa.data, [builder.sub(gi, offset)])
+                dst = builder.bitcast(dst, result.type.as_pointer())
+                with builder.if_else(full, likely=True) as (whole, part_):
+                    with whole:
+                        builder.store(result, dst, align=align)
+                    with part_:
+                        args = [result, dst, ir.Constant(i32, align), slice_mask()]
+                        masked_access(builder, "store", result.type, args)
+        return context.get_dummy_value()
+
+    sig = types.void(
+        prm, planes, x, out, key, glo, ghi, offset, random_bits, split, values, signed_zero
+    )
+    return sig, codegen
+
+
+def make_factory(random_bits: int, split: int, values: int, neg_zero: int, version: int):
+    """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
+    each chunk, with the signature of :func:`fp8kit._kernels.codec.encode_mode_kernel`'s
+    kernels ``(prm, x, lut, table, out, key, offset, nchunks)`` (``table``: the byte
+    planes with ``values``); ``version``: :func:`fp8kit._kernels.codec.source_version`,
+    closed over so that an edit to any kernel source invalidates the disk cache."""
+    block = 4 * K * split
+
+    def make(parallel):
+        def kernel(prm, x, lut, table, out, key, offset, nchunks):
+            if version == 0 or parallel is None:  # never true; see codec.source_version
+                return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            n = x.size
+            # chunks of whole blocks, counted from the start of the whole array (as the
+            # Numba kernel's: any split gives the same bits anyway)
+            step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
+            end = offset + n
+            for c in range(c_first, c_stop):
+                glo = offset
+                if c > 0:
+                    glo = (offset + c * step + block - 1) // block * block
+                    glo = glo if glo < end else end
+                ghi = end
+                if c < nchunks - 1:
+                    ghi = (offset + (c + 1) * step + block - 1) // block * block
+                    ghi = ghi if ghi < end else end
+                if glo < ghi:
+                    sr_range(
+                        prm, table, x, out, key, glo, ghi, offset, random_bits, split, values,
+                        neg_zero,
+                    )  # fmt: skip
+
+        return kernel
+
+    return make
