@@ -1,4 +1,4 @@
-"""Stochastic rounding of float32 to 8-bit formats runs a kernel of LLVM vector code
+"""Stochastic rounding of float32 to formats of up to 8 bits runs a kernel of LLVM vector code
 (fp8kit._kernels.stochastic, issue 16: 0.5-0.6 s less to compile); it must give the bits of
 the Numba kernel it replaces, whose words and results the rounding tests check against
 gfloat and the rule itself: for every format it takes, random-bit count and saturation, to
@@ -20,7 +20,7 @@ KEY.flags.writeable = False  # (as the kernels' signatures take them)
 VECTOR = sorted(
     f.name
     for f in registered_formats().values()
-    if f.bits == 8 and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr_vec"
+    if f.bits <= 8 and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr_vec"
 )
 
 
@@ -51,6 +51,7 @@ def _run(kernel, x, values, fmt, offset, nchunks):
 def test_the_vector_kernel_serves_the_signed_and_unsigned_formats():
     assert {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "p3109_k8p3se"} <= set(VECTOR)
     assert "p3109_k8p3ue" in VECTOR and "float8_e8m0fnu" not in VECTOR
+    assert {"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"} <= set(VECTOR)
 
 
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])

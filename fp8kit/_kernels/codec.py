@@ -1030,9 +1030,9 @@ def encode_mode_kernel(
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
-    # float32 -> 8-bit stochastic rounding by the constant-shift formula, to codes or (with
-    # the table's byte planes) values: the kernel of fp8kit._kernels.stochastic, in LLVM
-    # vector code (0.5-0.6 s less to compile than this one, the same bits)
+    # float32 -> formats of up to 8 bits, stochastic, by the constant-shift formula, to
+    # codes or (with the table's byte planes) values: fp8kit._kernels.stochastic's kernel,
+    # in LLVM vector code (0.5-0.6 s less to compile than this one, the same bits)
     vector_sr = vector and (
         kind == KIND_SR and fast and not unsigned and not flush and load == LOAD_DIRECT
         and width == 32 and fmt.bits <= 8 and (bool(planes) or not lookup)
@@ -1217,10 +1217,7 @@ def encode_mode_kernel(
 
         return kernel
 
-    # float32 -> 8-bit stochastic rounding by the constant-shift formula, codes or (with
-    # the byte planes) values: the kernel written in LLVM vector code (fp8kit._kernels.
-    # stochastic: 0.5-0.6 s less to compile, the same bits)
-    if vector_sr:
+    if vector_sr:  # (see above)
         from .stochastic import make_factory
 
         sig = _encode_signature(

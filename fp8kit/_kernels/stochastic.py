@@ -1,8 +1,8 @@
-"""Stochastic rounding of float32 data to 8-bit formats in LLVM vector code.
+"""Stochastic rounding of float32 data to formats of up to 8 bits in LLVM vector code.
 
 The kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` for the common case (float32
-input, a signed 8-bit format where :func:`fp8kit._kernels.codec.stochastic_params` allows the
-constant-shift formula, ``rounding="stochastic"``, no flush): the same bits, from the same
+input, a format of up to 8 bits where :func:`fp8kit._kernels.codec.stochastic_params` allows
+the constant-shift formula, ``rounding="stochastic"``, no flush): the same bits, from the same
 random words (:mod:`fp8kit._kernels.rounding`: Philox4x32-10, element ``i`` of a block of
 ``4 * K * S`` elements using part ``(i // K) % S`` of word ``i // (K * S)`` of the call with
 counter ``block * K + i % K``), in two loops per block:
