@@ -386,6 +386,31 @@ def chunk_range(spec):
 
 
 @njit(inline="always")
+def chunk_items(c, step, total):
+    """``(first, stop)``: items ``c * step`` up to ``(c + 1) * step`` (at most ``total``)
+    of chunk ``c`` (``stop <= first`` for a chunk past the end)."""
+    first = c * step
+    return first, (first + step if first + step < total else total)
+
+
+@njit(inline="always")
+def block_items(c, nchunks, step, offset, end, block):
+    """``(lo, hi)``: the global indices of chunk ``c`` of ``nchunks`` over the elements
+    ``offset .. end - 1`` of an array, its inner bounds on multiples of ``block`` (``step``
+    a multiple of ``block``): the first chunk starts at ``offset``, the last ends at
+    ``end``."""
+    lo = offset
+    if c > 0:
+        lo = (offset + c * step + block - 1) // block * block
+        lo = lo if lo < end else end
+    hi = end
+    if c < nchunks - 1:
+        hi = (offset + (c + 1) * step + block - 1) // block * block
+        hi = hi if hi < end else end
+    return lo, hi
+
+
+@njit(inline="always")
 def chunk(a, c, step):
     """Chunk ``c`` of a 1-D array split in pieces of ``step`` elements (the last shorter).
 

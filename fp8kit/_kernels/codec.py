@@ -29,6 +29,7 @@ from .bits import (
     PARAMS_LAYOUT,
     STREAM_BYTES,
     as_float,
+    block_items,
     byte_address,
     cast_like,
     chunk,
@@ -1128,14 +1129,7 @@ def encode_mode_kernel(
                 else:
                     buf = stack_buffer(sr_buf, np.uint32)  # buf[t * K + g]: see fill_block
                 # the chunk's global range, its inner bounds on block boundaries
-                glo = offset
-                if c > 0:
-                    glo = (offset + c * step + block - 1) // block * block
-                    glo = glo if glo < end else end
-                ghi = end
-                if c < nchunks - 1:
-                    ghi = (offset + (c + 1) * step + block - 1) // block * block
-                    ghi = ghi if ghi < end else end
+                glo, ghi = block_items(c, nchunks, step, offset, end, block)
                 gb = glo // block * block
                 while gb < ghi:
                     lo = gb if gb > glo else glo

@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 from .bits import (
     array_args,
     cast_like,
+    chunk_items,
     chunk_range,
     first_lanes,
     masked_access,
@@ -655,8 +656,7 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
             total = amax.size
             step = (total + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
-                t0 = c * step
-                t1 = t0 + step if t0 + step < total else total
+                t0, t1 = chunk_items(c, step, total)
                 if t0 < t1:
                     runs_amax(bits, dims, mask, inf_bits, amax, bad, t0, t1)
 

@@ -30,7 +30,15 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .bits import array_args, chunk_range, first_lanes, masked_access, splat, vector_blocks
+from .bits import (
+    array_args,
+    chunk_items,
+    chunk_range,
+    first_lanes,
+    masked_access,
+    splat,
+    vector_blocks,
+)
 from .codec import Kernel, _array, source_version
 from .encode16 import ROW_BLOCK, _fake_body, _fake_constants
 
@@ -175,8 +183,7 @@ def _make(parallel):
         total = amax.size
         step = (total + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
-            t0 = c * step
-            t1 = t0 + step if t0 + step < total else total
+            t0, t1 = chunk_items(c, step, total)
             if t0 < t1:
                 quantize_runs(consts, x, scale, out, dims, amax, bad, t0, t1)
 

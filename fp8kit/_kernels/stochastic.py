@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 from .bits import (
     PARAMS_LAYOUT,
     array_args,
+    block_items,
     chunk_range,
     load_planes,
     masked_access,
@@ -261,14 +262,7 @@ def make_factory(random_bits: int, split: int, values: int, neg_zero: int, versi
             step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
             end = offset + n
             for c in range(c_first, c_stop):
-                glo = offset
-                if c > 0:
-                    glo = (offset + c * step + block - 1) // block * block
-                    glo = glo if glo < end else end
-                ghi = end
-                if c < nchunks - 1:
-                    ghi = (offset + (c + 1) * step + block - 1) // block * block
-                    ghi = ghi if ghi < end else end
+                glo, ghi = block_items(c, nchunks, step, offset, end, block)
                 if glo < ghi:
                     sr_range(
                         prm, table, x, out, key, glo, ghi, offset, random_bits, split, values,
