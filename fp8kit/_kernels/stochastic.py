@@ -80,8 +80,9 @@ def sr_range(
     of the float32 bits ``x`` (whose element 0 has index ``offset``) into ``out`` (codes,
     or with the literal ``values`` 1 their float32 values' bits from the decode table's
     byte ``planes``); ``prm``: the kernel's constants (:func:`fp8kit._kernels.codec.
-    pack_params`); ``key``: the Philox key (uint32[2]); ``random_bits`` and ``split``
-    (:func:`fp8kit._kernels.rounding.parts`) literals."""
+    pack_params`); ``key``: the Philox key (uint32[2]); ``random_bits``, ``split``
+    (:func:`fp8kit._kernels.rounding.parts`) and ``signed_zero`` (1 for a format with -0:
+    the sign logic of :func:`fp8kit._kernels.bits._finish_with` compiled in) literals."""
     literals = (random_bits, split, values, signed_zero)
     if not all(isinstance(v, types.IntegerLiteral) for v in literals):
         return None
