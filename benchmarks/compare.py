@@ -561,8 +561,13 @@ PUBLIC_COLD = {
     "round_to stochastic": (
         "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
         "fp8kit.round_to(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
+    "encode stochastic": (
+        "fp8kit.encode(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
+        "fp8kit.encode(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
     "study.quantize": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block')",
                        "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block')"),
+    "study.quantize per tensor": ("fp8kit.study.quantize(big2d, 'float8_e4m3fn')",
+                                  "fp8kit.study.quantize(big2d, 'float8_e5m2')"),
     "study.scale_for": ("fp8kit.study.scale_for(big2d, 'float8_e4m3fn', 'channel')",
                         "fp8kit.study.scale_for(big2d, 'float8_e5m2', 'channel')"),
     "study.mx_scales": ("fp8kit.study.mx_scales(big2d, 'float8_e4m3fn')",

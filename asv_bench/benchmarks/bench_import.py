@@ -85,7 +85,9 @@ _PUBLIC_COLD = {
     "unpack": "fp8kit.unpack(np.zeros(64, np.uint8), 'float4_e2m1fn', 128)",
     "fake_convert": "fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
     "round_to_stochastic": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
+    "encode_stochastic": "fp8kit.encode(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
     "study_quantize": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn', 'block')",
+    "study_quantize_tensor": "fp8kit.study.quantize(big.reshape(1024, 1024), 'float8_e4m3fn')",
     "study_scale_for": "fp8kit.study.scale_for(big.reshape(1024, 1024), 'float8_e4m3fn', "
     "'channel')",
     "study_mx_scales": "fp8kit.study.mx_scales(big.reshape(1024, 1024), 'float8_e4m3fn')",
