@@ -8,6 +8,7 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 
@@ -768,6 +769,28 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
             builder.call(fence, [])
 
 
+@contextlib.contextmanager
+def run_walk(builder, intp, length, run, t0, t1):
+    """LLVM loop over runs ``t0 .. t1 - 1`` of data seen as rows of ``length`` elements,
+    each cut into runs of ``run`` (the last of a row shorter when the length is not a
+    multiple); yields ``(t, lo, n)``: the run, its first element and its length, for the
+    body.  The row and the run within it are computed once, then counted on (a division
+    per run costs as much as a 32-element run)."""
+    one = ir.Constant(intp, 1)
+    per_row = builder.sdiv(builder.sub(builder.add(length, run), one), run)
+    row = cgutils.alloca_once_value(builder, builder.sdiv(t0, per_row))
+    part = cgutils.alloca_once_value(builder, builder.srem(t0, per_row))
+    with cgutils.for_range_slice(builder, t0, t1, one, intp) as (t, _):
+        r, b = builder.load(row), builder.load(part)
+        rest = builder.sub(length, builder.mul(b, run))
+        n = builder.select(builder.icmp_signed("<", run, rest), run, rest)
+        yield t, builder.add(builder.mul(r, length), builder.mul(b, run)), n
+        b1 = builder.add(b, one)
+        wrap = builder.icmp_signed("==", b1, per_row)
+        builder.store(builder.select(wrap, ir.Constant(intp, 0), b1), part)
+        builder.store(builder.select(wrap, builder.add(r, one), r), row)
+
+
 @intrinsic
 def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
     """For runs ``t0 .. t1 - 1`` (the data seen as rows of ``dims[0]`` elements, each cut
@@ -804,17 +827,9 @@ def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
         )
         ptr_t = vt.as_pointer()
         step = ir.Constant(intp, lanes)
-        one = ir.Constant(intp, 1)
         length, run = (builder.load(builder.gep(da.data, [ir.Constant(intp, k)])) for k in (0, 1))
-        t0, t1 = args[6], args[7]
-        per_row = builder.sdiv(builder.sub(builder.add(length, run), one), run)
-        row = cgutils.alloca_once_value(builder, builder.sdiv(t0, per_row))
-        part = cgutils.alloca_once_value(builder, builder.srem(t0, per_row))
-        with cgutils.for_range_slice(builder, t0, t1, one, intp) as (t, _):
-            r, b = builder.load(row), builder.load(part)
-            rest = builder.sub(length, builder.mul(b, run))
-            n = builder.select(builder.icmp_signed("<", run, rest), run, rest)
-            base = builder.gep(ba.data, [builder.add(builder.mul(r, length), builder.mul(b, run))])
+        with run_walk(builder, intp, length, run, args[6], args[7]) as (t, lo, n):
+            base = builder.gep(ba.data, [lo])
             rem = builder.srem(n, step)
             whole = builder.sub(n, rem)
             tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
@@ -853,11 +868,6 @@ def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
                 builder.store(pass_max(True), result)
             builder.store(builder.load(result), builder.gep(aa.data, [t]))
             builder.store(builder.zext(seen, iw), builder.gep(fa.data, [t]))
-            # the next run
-            b1 = builder.add(b, one)
-            wrap = builder.icmp_signed("==", b1, per_row)
-            builder.store(builder.select(wrap, ir.Constant(intp, 0), b1), part)
-            builder.store(builder.select(wrap, builder.add(r, one), r), row)
         return context.get_dummy_value()
 
     return types.void(bits, dims, mask, inf_bits, amax, bad, t0, t1), codegen

@@ -36,6 +36,7 @@ from .bits import (
     chunk_range,
     first_lanes,
     masked_access,
+    run_walk,
     splat,
     vector_blocks,
 )
@@ -85,15 +86,7 @@ def quantize_runs(typingctx, consts, x, scale, out, dims, amax, bad, t0, t1):
         ctlz = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(i32, [i32, i1]), "llvm.ctlz.i32"
         )
-        t0, t1 = args[7], args[8]
-        per_row = builder.sdiv(builder.sub(builder.add(length, run), ir.Constant(i64, 1)), run)
-        row = cgutils.alloca_once_value(builder, builder.sdiv(t0, per_row))
-        b = cgutils.alloca_once_value(builder, builder.srem(t0, per_row))
-        with cgutils.for_range_slice(builder, t0, t1, ir.Constant(intp, 1), intp) as (t, _):
-            r, bb = builder.load(row), builder.load(b)
-            lo = builder.add(builder.mul(r, length), builder.mul(bb, run))
-            rest = builder.sub(length, builder.mul(bb, run))
-            n = builder.select(builder.icmp_signed("<", run, rest), run, rest)
+        with run_walk(builder, intp, length, run, args[7], args[8]) as (t, lo, n):
             src = builder.gep(xa.data, [lo])
             finite = cgutils.alloca_once_value(builder, ir.Constant(i32, 0))
             top = cgutils.alloca_once_value(builder, ir.Constant(i32, 0))
@@ -162,11 +155,6 @@ def quantize_runs(typingctx, consts, x, scale, out, dims, amax, bad, t0, t1):
 
                     dst = builder.gep(oa.data, [lo])
                     vector_blocks(builder, intp, n, src, dst, vin, vin, body)
-            # the next run
-            bb1 = builder.add(bb, ir.Constant(i64, 1))
-            wrap = builder.icmp_signed("==", bb1, per_row)
-            builder.store(builder.select(wrap, ir.Constant(i64, 0), bb1), b)
-            builder.store(builder.select(wrap, builder.add(r, ir.Constant(i64, 1)), r), row)
         return context.get_dummy_value()
 
     sig = types.void(consts, x, scale, out, dims, amax, bad, t0, t1)

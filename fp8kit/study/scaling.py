@@ -575,6 +575,10 @@ def quantize(
     return q if mask is None else np.ma.masked_array(q, mask)
 
 
+#: The scale argument of quantize_kernel's modes that read none.
+_NO_SCALE = np.zeros(1, np.float32)
+
+
 def _quantize_runs(
     xw: np.ndarray, fmt: FloatFormat, kind: str, axis: int, block: int, margin: float, pow2: bool
 ) -> np.ndarray | None:
@@ -622,9 +626,6 @@ def _quantize_runs(
     s = amax_scale(am, fmt, margin, pow2, np.float32)
     launch(FAKE, np.broadcast_to(s, (nruns,)).copy() if s.size == 1 else s)
     return out
-
-
-_NO_SCALE = np.zeros(1, np.float32)
 
 
 def _rounding_kwargs(rounding, seed, random_bits, flush_subnormals, func="quantize") -> dict:
