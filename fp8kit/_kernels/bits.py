@@ -76,39 +76,49 @@ def _hardware_half() -> bool:
     return platform.machine().lower() in ("aarch64", "arm64")
 
 
+def widen_half(builder, h):
+    """float16 bits (``i16`` or ``<N x i16>``) -> float32 bits (``i32`` or ``<N x i32>``),
+    exact: one ``fpext``, which x86 CPUs with F16C run as a vector conversion
+    (vcvtph2ps), or without hardware conversion the fields moved by integer operations
+    (subnormals through an exact integer -> float32 conversion).  A NaN stays a NaN of the
+    same sign (its payload may be made quiet: kernels canonicalize NaN anyway)."""
+    vec = isinstance(h.type, ir.VectorType)
+    n = h.type.count if vec else None
+
+    def of(t):  # (t, or the vector of t with h's lanes)
+        return ir.VectorType(t, n) if vec else t
+
+    i32, f32 = of(ir.IntType(32)), of(ir.FloatType())
+    if _hardware_half():
+        single = builder.fpext(builder.bitcast(h, of(ir.HalfType())), f32)
+        return builder.bitcast(single, i32)
+
+    def k(v):
+        return ir.Constant(i32, [v] * n if vec else v)
+
+    w = builder.zext(h, i32)
+    sign = builder.shl(builder.and_(w, k(0x8000)), k(16))
+    a = builder.and_(w, k(0x7FFF))
+    # normal, Inf and NaN: the exponent rebiased (15 -> 127), the mantissa moved up;
+    # the top exponent field (Inf, NaN) goes to float32's
+    normal = builder.add(builder.shl(a, k(13)), k(112 << 23))
+    special = builder.or_(builder.shl(a, k(13)), k(0x7F800000))
+    # subnormal (and zero): mantissa * 2**-24, exact in float32 (a normal there)
+    tiny = ir.Constant(f32, [2.0**-24] * n if vec else 2.0**-24)
+    sub = builder.bitcast(builder.fmul(builder.uitofp(a, f32), tiny), i32)
+    mag = builder.select(builder.icmp_unsigned(">=", a, k(0x7C00)), special, normal)
+    mag = builder.select(builder.icmp_unsigned("<", a, k(0x0400)), sub, mag)
+    return builder.or_(mag, sign)
+
+
 @intrinsic
 def half_to_single_bits(typingctx, bits):
-    """float16 bits (uint16) -> float32 bits (uint32), exact: one ``fpext``, which x86 CPUs
-    with F16C run as a vector conversion (vcvtph2ps), or without hardware conversion the
-    fields moved by integer operations (subnormals through an exact integer -> float32
-    conversion).  A NaN stays a NaN of the same sign (its payload may be made quiet: kernels
-    canonicalize NaN anyway)."""
+    """float16 bits (uint16) -> float32 bits (uint32), exact (:func:`widen_half`)."""
     if bits != types.uint16:
         return None
 
     def codegen(context, builder, signature, args):
-        if _hardware_half():
-            half = builder.bitcast(args[0], ir.HalfType())
-            single = builder.fpext(half, ir.FloatType())
-            return builder.bitcast(single, ir.IntType(32))
-        i32 = ir.IntType(32)
-
-        def k(v):
-            return ir.Constant(i32, v)
-
-        h = builder.zext(args[0], i32)
-        sign = builder.shl(builder.and_(h, k(0x8000)), k(16))
-        a = builder.and_(h, k(0x7FFF))
-        # normal, Inf and NaN: the exponent rebiased (15 -> 127), the mantissa moved up;
-        # the top exponent field (Inf, NaN) goes to float32's
-        normal = builder.add(builder.shl(a, k(13)), k(112 << 23))
-        special = builder.or_(builder.shl(a, k(13)), k(0x7F800000))
-        # subnormal (and zero): mantissa * 2**-24, exact in float32 (a normal there)
-        sub = builder.fmul(builder.uitofp(a, ir.FloatType()), ir.Constant(ir.FloatType(), 2.0**-24))
-        sub = builder.bitcast(sub, i32)
-        mag = builder.select(builder.icmp_unsigned(">=", a, k(0x7C00)), special, normal)
-        mag = builder.select(builder.icmp_unsigned("<", a, k(0x0400)), sub, mag)
-        return builder.or_(mag, sign)
+        return widen_half(builder, args[0])
 
     return types.uint32(bits), codegen
 

@@ -426,6 +426,49 @@ class XOKernel(Kernel):
         return built
 
 
+#: A table's byte planes where a :class:`BytesKernel` writes codes (it reads them anyway).
+_NO_PLANES = np.zeros(512, np.uint8)
+_NO_PLANES.flags.writeable = False
+
+
+class _Bytes:
+    """A compiled kernel of signature ``(planes, x, out, key, offset, kinds, nchunks)`` on
+    x and out as bytes (its parameter array bound), called as the others are, with ``(x,
+    lut, table, out, key, offset, nchunks)`` (see :class:`BytesKernel`)."""
+
+    __slots__ = ("func", "kinds", "values")
+
+    def __init__(self, func, kinds, values):
+        self.func, self.kinds, self.values = func, kinds, values
+
+    def __call__(self, x, lut, table, out, key, offset, nchunks):
+        planes = table if self.values else _NO_PLANES
+        xb, ob = x.view(np.uint8), out.view(np.uint8)
+        return self.func(planes, xb, ob, key, offset, self.kinds, nchunks)
+
+    @property
+    def stats(self):
+        return self.func.stats
+
+
+class BytesKernel(Kernel):
+    """A kernel compiled for its data as bytes, the element types a run-time argument
+    (``kinds``), so that one compiled function serves several dtypes: ``build()`` returns
+    it wrapped to take the arguments of :func:`encode_mode_kernel`'s other kernels (1-D
+    C-contiguous x and out, as :func:`fp8kit._parallel.launch` passes them)."""
+
+    def __init__(self, make, sig, key, params, kinds):
+        super().__init__(make, sig, key, params)
+        self.kinds = kinds
+
+    def build(self, parallel: bool = False):
+        built = self._built
+        if type(built) is not _Bytes:
+            built = super().build(parallel)
+            built = self._built = _Bytes(built, self.kinds, self.kinds >= 4)
+        return built
+
+
 @intrinsic
 def _address(typingctx, arr):
     """The address of a 1-D array's first element, as an intp (``arr.ctypes.data`` types
@@ -1031,12 +1074,15 @@ def encode_mode_kernel(
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
-    # float32 -> formats of up to 8 bits, stochastic, by the constant-shift formula, to
-    # codes or (with the table's byte planes) values: fp8kit._kernels.stochastic's kernel,
-    # in LLVM vector code (0.5-0.6 s less to compile than this one, the same bits)
+    # float32, bfloat16 or float16 -> formats of up to 8 bits, stochastic, by the
+    # constant-shift formula, to codes or (with the table's byte planes) values:
+    # fp8kit._kernels.stochastic's kernel, in LLVM vector code (0.5-0.6 s less to compile
+    # than this one, the same bits; one compiled function for every input dtype, encode
+    # and round_to)
     vector_sr = vector and (
-        kind == KIND_SR and fast and not unsigned and not flush and load == LOAD_DIRECT
-        and width == 32 and fmt.bits <= 8 and (bool(planes) or not lookup)
+        kind == KIND_SR and fast and not unsigned and not flush and width == 32
+        and fmt.bits <= 8
+        and (not lookup or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
     sig = _encode_signature(
@@ -1212,14 +1258,19 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .stochastic import make_factory
+        from .stochastic import IN_BF16, IN_F16, IN_F32, OUT_CODES, OUT_VALUES, make_factory
 
-        sig = _encode_signature(
-            width, in_bits, out_dtype, False, (_array(np.uint32, True), types.int64)
-        )
+        in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
+        out_kind = OUT_VALUES if lookup else OUT_CODES
         neg_zero = 1 if p[15] else 0  # (compiled in: half the sign logic of the others)
-        vec = make_factory(rbits, split, 1 if lookup else 0, neg_zero, version)
-        kernel = Kernel(vec, sig, ("sr_vec", rbits, split, lookup, neg_zero, version), prm)
+        vec = make_factory(rbits, split, neg_zero, version)
+        u8 = _array(np.uint8, readonly=True)
+        sig = types.void(
+            _array(np.uint32, True), u8, u8, _array(np.uint8), _array(np.uint32, True),
+            types.int64, types.int64, types.intp,
+        )  # fmt: skip
+        kinds = in_kind + 4 * out_kind
+        kernel = BytesKernel(vec, sig, ("sr_vec", rbits, split, neg_zero, version), prm, kinds)
         kernel.planes = lookup
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)

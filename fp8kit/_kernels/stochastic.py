@@ -1,20 +1,24 @@
-"""Stochastic rounding of float32 data to formats of up to 8 bits in LLVM vector code.
+"""Stochastic rounding of float32, bfloat16 and float16 data to formats of up to 8 bits in LLVM
+vector code.
 
-The kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` for the common case (float32
-input, a format of up to 8 bits where :func:`fp8kit._kernels.codec.stochastic_params` allows
-the constant-shift formula, ``rounding="stochastic"``, no flush): the same bits, from the same
+The kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` for the common case (a format
+of up to 8 bits where :func:`fp8kit._kernels.codec.stochastic_params` allows the
+constant-shift formula, ``rounding="stochastic"``, no flush): the same bits, from the same
 random words (:mod:`fp8kit._kernels.rounding`: Philox4x32-10, element ``i`` of a block of
 ``4 * K * S`` elements using part ``(i // K) % S`` of word ``i // (K * S)`` of the call with
-counter ``block * K + i % K``), in two loops per block:
+counter ``block * K + i % K``), in loops per block:
 
 1. the block's random words, 16 Philox calls at a time (64-bit lanes below 2**32, so that
    the 32 x 32 -> 64 products are one vpmuludq), each word's parts written where their
    elements are (a buffer on the stack, one word per element);
-2. the elements, 64 at a time: :func:`fp8kit._kernels.rounding.encode_stochastic_fast` and
+2. 16-bit data only: the block's elements widened to float32 bits (exact), into a buffer;
+3. the elements, 64 at a time: :func:`fp8kit._kernels.rounding.encode_stochastic_fast` and
    :func:`fp8kit._kernels.bits._finish_with` on 32-bit lanes, then the codes (encode) or
    their values looked up in the decode table's byte planes (round_to, AVX512-VBMI).
 
-The Numba kernel it replaces there compiled in 0.5-0.6 s (its loops went through LLVM's
+The input dtype and whether codes or values are written are run-time arguments, so that one
+compiled function serves encode and round_to of every input dtype.  The Numba kernel it
+replaces there compiled in 0.5-0.6 s per dtype and operation (its loops went through LLVM's
 loop vectorizer); this one is written out, and its Numba part only splits the chunks.
 """
 
@@ -34,10 +38,16 @@ from .bits import (
     masked_access,
     plane_values,
     splat,
+    widen_half,
 )
 from .rounding import _M0, _M1, _W0, _W1, K
 
 _O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
+#: Input kinds of :func:`sr_range`: float32, bfloat16 and float16 data (as their bits).
+IN_F32, IN_BF16, IN_F16 = 0, 1, 2
+#: Output kinds: codes (uint8), or their values' bits in the input's dtype (round_to), from
+#: the decode table's byte planes.
+OUT_CODES, OUT_VALUES = 0, 1
 #: Elements per vector of the rounding loop (one 512-bit vector of codes).
 LANES = 64
 #: Philox calls per vector of the random-word loop.
@@ -74,25 +84,30 @@ def _philox(builder, c0, c1, k0, k1):
 
 @intrinsic
 def sr_range(
-    typingctx, prm, planes, x, out, key, glo, ghi, offset, random_bits, split, values, signed_zero
+    typingctx, prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero
 ):
     """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
-    of the float32 bits ``x`` (whose element 0 has index ``offset``) into ``out`` (codes,
-    or with the literal ``values`` 1 their float32 values' bits from the decode table's
-    byte ``planes``); ``prm``: the kernel's constants (:func:`fp8kit._kernels.codec.
-    pack_params`); ``key``: the Philox key (uint32[2]); ``random_bits``, ``split``
-    (:func:`fp8kit._kernels.rounding.parts`) and ``signed_zero`` (1 for a format with -0:
-    the sign logic of :func:`fp8kit._kernels.bits._finish_with` compiled in) literals."""
-    literals = (random_bits, split, values, signed_zero)
+    of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes); ``kinds``
+    (run time): ``in_kind + 4 * out_kind``, :data:`IN_F32`, :data:`IN_BF16` or
+    :data:`IN_F16` data into :data:`OUT_CODES`, or (:data:`OUT_VALUES`) their values'
+    bits in the data's dtype, looked up in the decode table's byte ``planes`` (512 bytes,
+    read whatever the kind); ``prm``: the kernel's constants
+    (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox key (uint32[2]);
+    ``random_bits``, ``split`` (:func:`fp8kit._kernels.rounding.parts`) and
+    ``signed_zero`` (1 for a format with -0: the sign logic of
+    :func:`fp8kit._kernels.bits._finish_with` compiled in) literals.  The kinds are
+    branches per 64 elements (never taken differently within a call), so that one
+    compiled kernel serves every input dtype, encode and round_to."""
+    literals = (random_bits, split, signed_zero)
     if not all(isinstance(v, types.IntegerLiteral) for v in literals):
         return None
-    rbits, parts, to_values, neg_zero = (v.literal_value for v in literals)
+    rbits, parts, neg_zero = (v.literal_value for v in literals)
 
     def codegen(context, builder, signature, args):
         pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
-        glo, ghi, offset = args[5], args[6], args[7]
+        glo, ghi, offset, kinds = args[5], args[6], args[7], args[8]
         intp = context.get_value_type(types.intp)
-        i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
         v32 = ir.VectorType(i32, LANES)
         vf = ir.VectorType(ir.FloatType(), LANES)
         vc = ir.VectorType(i64, CALLS)
@@ -115,12 +130,23 @@ def sr_range(
         zero = c(0)
         k0, k1 = (builder.zext(builder.load(builder.gep(ka.data, [ir.Constant(intp, j)])), i64)
                   for j in (0, 1))  # fmt: skip
-        value_planes = load_planes(builder, pl.data, intp) if to_values else None
+        value_planes = load_planes(builder, pl.data, intp)
+        kinds = builder.trunc(kinds, i32)
+        in_kind = builder.and_(kinds, ir.Constant(i32, 3))
+        out_kind = builder.lshr(kinds, ir.Constant(i32, 2))
+        in_32 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F32))
+        in_bf16 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_BF16))
+        out_codes = builder.icmp_unsigned("==", out_kind, ir.Constant(i32, OUT_CODES))
         # (each element's part of its word, in the part's width: 16 KiB for any split, so
         # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
         iw = ir.IntType(width)
         words = cgutils.alloca_once(builder, iw, size=block)
         words.align = 64
+        staged = cgutils.alloca_once(builder, i32, size=block)  # (16-bit data, widened)
+        staged.align = 64
+        i8p = xa.data.type
+        value_size = builder.select(in_32, ir.Constant(intp, 4), ir.Constant(intp, 2))
+        out_size = builder.select(out_codes, ir.Constant(intp, 1), value_size)
         lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
         lanes_e = ir.Constant(v32, list(range(LANES)))
 
@@ -189,36 +215,63 @@ def sr_range(
             hi = builder.select(builder.icmp_signed("<", ghi, end), ghi, end)
             start = builder.mul(builder.sdiv(builder.sub(lo, gb), ir.Constant(intp, LANES)),
                                 ir.Constant(intp, LANES))  # fmt: skip
-            with cgutils.for_range_slice(builder, start, builder.sub(hi, gb),
-                                         ir.Constant(intp, LANES), intp) as (e0, _):  # fmt: skip
-                gi = builder.add(gb, e0)
 
-                def slice_mask(gi=gi):  # (partial slices only: lo <= gi + j < hi)
-                    first = builder.trunc(builder.sub(lo, gi), i32)
-                    stop = builder.trunc(builder.sub(hi, gi), i32)
-                    return builder.and_(
-                        builder.icmp_signed(">=", lanes_e, splat(builder, first, v32)),
-                        builder.icmp_signed("<", lanes_e, splat(builder, stop, v32)),
+            stop, step = builder.sub(hi, gb), ir.Constant(intp, LANES)
+
+            def element_loop():
+                """``(e0, at, full, slice_mask)`` of each 64 elements of [lo, hi)"""
+                with cgutils.for_range_slice(builder, start, stop, step, intp) as (e0, _):
+                    gi = builder.add(gb, e0)
+
+                    def slice_mask(gi=gi):  # (partial slices only: lo <= gi + j < hi)
+                        first = builder.trunc(builder.sub(lo, gi), i32)
+                        last = builder.trunc(builder.sub(hi, gi), i32)
+                        return builder.and_(
+                            builder.icmp_signed(">=", lanes_e, splat(builder, first, v32)),
+                            builder.icmp_signed("<", lanes_e, splat(builder, last, v32)),
+                        )
+
+                    full = builder.and_(
+                        builder.icmp_signed(">=", gi, lo),
+                        builder.icmp_signed("<=", builder.add(gi, ir.Constant(intp, LANES)), hi),
                     )
+                    yield e0, builder.sub(gi, offset), full, slice_mask
 
-                full = builder.and_(
-                    builder.icmp_signed(">=", gi, lo),
-                    builder.icmp_signed("<=", builder.add(gi, ir.Constant(intp, LANES)), hi),
-                )
-                src = builder.bitcast(builder.gep(xa.data, [builder.sub(gi, offset)]),
-                                      v32.as_pointer())  # fmt: skip
+            def lanes(ety, ptr, full, slice_mask):
+                """64 elements of type ety at ptr (those of the slice where not full)"""
+                vt = ir.VectorType(ety, LANES)
+                ptr = builder.bitcast(ptr, vt.as_pointer())
+                align = ir.Constant(i32, ety.width // 8)
                 with builder.if_else(full, likely=True) as (whole, part_):
                     with whole:
-                        v_whole = builder.load(src, align=4)
+                        v_whole = builder.load(ptr, align=ety.width // 8)
                         b_whole = builder.block
                     with part_:
-                        v_part = masked_access(
-                            builder, "load", v32, [src, ir.Constant(i32, 4), slice_mask(), zero]
-                        )
+                        zeros = ir.Constant(vt, [0] * LANES)
+                        args = [ptr, align, slice_mask(), zeros]
+                        v_part = masked_access(builder, "load", vt, args)
                         b_part = builder.block
-                v = builder.phi(v32)
+                v = builder.phi(vt)
                 v.add_incoming(v_whole, b_whole)
                 v.add_incoming(v_part, b_part)
+                return v
+
+            # 2. 16-bit data widened to float32 bits, into the block's buffer on the stack
+            # (a second copy of the loop below for them, reading 16 bits, measured no
+            # faster for float32 data than this, but took 0.05 s more to compile)
+            with builder.if_then(builder.not_(in_32)):
+                for e0, at, full, slice_mask in element_loop():
+                    src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 2))])
+                    h = lanes(i16, src, full, slice_mask)
+                    bf = builder.shl(builder.zext(h, v32), c(16))
+                    v = builder.select(in_bf16, bf, widen_half(builder, h))
+                    dst = builder.bitcast(builder.gep(staged, [e0]), v32.as_pointer())
+                    builder.store(v, dst, align=64)
+            # 3. the elements of [lo, hi) in this block, 64 at a time
+            for e0, at, full, slice_mask in element_loop():
+                src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 4))])
+                src = builder.select(in_32, src, builder.bitcast(builder.gep(staged, [e0]), i8p))
+                v = lanes(i32, src, full, slice_mask)
                 rp = builder.bitcast(
                     builder.gep(words, [e0]), ir.VectorType(iw, LANES).as_pointer()
                 )
@@ -226,38 +279,52 @@ def sr_range(
                 if parts > 1:  # (the part moved to the word's top bits)
                     rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
                 codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
-                result = plane_values(builder, value_planes, codes, 32) if to_values else codes
-                align = 4 if to_values else 1
-                dst = builder.gep(oa.data, [builder.sub(gi, offset)])
-                dst = builder.bitcast(dst, result.type.as_pointer())
-                with builder.if_else(full, likely=True) as (whole, part_):
-                    with whole:
-                        builder.store(result, dst, align=align)
-                    with part_:
-                        args = [result, dst, ir.Constant(i32, align), slice_mask()]
-                        masked_access(builder, "store", result.type, args)
+                dst = builder.gep(oa.data, [builder.mul(at, out_size)])
+
+                def store(result, align, dst=dst, full=full, slice_mask=slice_mask):
+                    dst = builder.bitcast(dst, result.type.as_pointer())
+                    with builder.if_else(full, likely=True) as (whole, part_):
+                        with whole:
+                            builder.store(result, dst, align=align)
+                        with part_:
+                            args = [result, dst, ir.Constant(i32, align), slice_mask()]
+                            masked_access(builder, "store", result.type, args)
+
+                with builder.if_else(out_codes, likely=True) as (to_codes, to_values):
+                    with to_codes:
+                        store(codes, 1)
+                    with to_values:  # (in the data's width: round_to keeps the dtype)
+                        words16 = plane_values(builder, value_planes, codes, 16)
+                        with builder.if_else(in_32, likely=True) as (wide, narrow):
+                            with wide:
+                                wide32 = builder.zext(words16, v32)
+                                store(builder.shl(wide32, c(16)), 4)
+                            with narrow:
+                                store(words16, 2)
         return context.get_dummy_value()
 
     sig = types.void(
-        prm, planes, x, out, key, glo, ghi, offset, random_bits, split, values, signed_zero
+        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero
     )
     return sig, codegen
 
 
-def make_factory(random_bits: int, split: int, values: int, neg_zero: int, version: int):
+def make_factory(random_bits: int, split: int, neg_zero: int, version: int):
     """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
-    each chunk, with the signature of :func:`fp8kit._kernels.codec.encode_mode_kernel`'s
-    kernels ``(prm, x, lut, table, out, key, offset, nchunks)`` (``table``: the byte
-    planes with ``values``); ``version``: :func:`fp8kit._kernels.codec.source_version`,
-    closed over so that an edit to any kernel source invalidates the disk cache."""
+    each chunk, of signature ``(prm, planes, x, out, key, offset, kinds, nchunks)``: x and
+    out as bytes, ``kinds`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
+    BytesKernel`, which calls it as the other kernels of
+    :func:`fp8kit._kernels.codec.encode_mode_kernel` are called); ``version``:
+    :func:`fp8kit._kernels.codec.source_version`, closed over so that an edit to any
+    kernel source invalidates the disk cache."""
     block = 4 * K * split
 
     def make(parallel):
-        def kernel(prm, x, lut, table, out, key, offset, nchunks):
+        def kernel(prm, planes, x, out, key, offset, kinds, nchunks):
             if version == 0 or parallel is None:  # never true; see codec.source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            n = x.size
+            n = x.size // 4 if kinds & 3 == IN_F32 else x.size // 2
             # chunks of whole blocks, counted from the start of the whole array (as the
             # Numba kernel's: any split gives the same bits anyway)
             step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
@@ -266,7 +333,7 @@ def make_factory(random_bits: int, split: int, values: int, neg_zero: int, versi
                 glo, ghi = block_items(c, nchunks, step, offset, end, block)
                 if glo < ghi:
                     sr_range(
-                        prm, table, x, out, key, glo, ghi, offset, random_bits, split, values,
+                        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split,
                         neg_zero,
                     )  # fmt: skip
 
