@@ -1,12 +1,14 @@
 """FakeConvert of float32 data with one scale (and shift), or a scale constant along rows
 of 16 elements or more (per channel, block scaling), spec mode, nearest-even, runs kernels
 of LLVM vector code (fp8kit._kernels.encode16.fake_kernel and fake_rows_kernel, which
-compile in less than half the time of the general kernel).  They must give the general
-kernel's bits: that kernel is run here on the same data (one scale: the same scale per row
-of 2, too short for the rows kernel; rows: with the rows kernel turned off)."""
+compile in less than half the time of the general kernel), and so does bfloat16 and float16
+data with one scale (fake16_kernel).  They must give the general kernel's bits: that kernel
+is run here on the same data (one scale: the same scale per row of 2, too short for the
+rows kernel; rows: with the rows kernel turned off)."""
 
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -24,7 +26,7 @@ FORMATS = [n for n, f in registered_formats().items() if rounds_in_place(f)]
 SCALES = [
     (1.0, None), (2.0, None), (0.37, 0.125), (3e-5, -1.5), (np.inf, None), (-2.0, 0.0),
     (1e30, 1e30), (0.0, None), (-0.0, -0.0), (448.0, 1e-40), (2.0**-130, None),
-    (2.0, -0.0), (0.5, 0.0),
+    (2.0, -0.0), (0.5, 0.0), (1.0, 8256.0),
 ]  # fmt: skip
 
 
@@ -35,8 +37,8 @@ def module():
 def general(x, scale, shift, fmt):
     """The general kernel's result: the same scale (and shift) given per row."""
     rows = x.reshape(-1, 2)
-    s = np.full((rows.shape[0], 1), scale, np.float32)
-    h = None if shift is None else np.full((rows.shape[0], 1), shift, np.float32)
+    s = np.full((rows.shape[0], 1), scale, x.dtype)
+    h = None if shift is None else np.full((rows.shape[0], 1), shift, x.dtype)
     return fp8kit.fake_convert(rows, s, h, destination_type=fmt).reshape(-1)
 
 
@@ -56,9 +58,34 @@ def test_one_scale_gives_the_general_kernels_bits(fmt, monkeypatch):
     assert len(calls) == len(SCALES)
 
 
+@pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_one_scale_on_16_bit_data_gives_the_general_kernels_bits(fmt, dt, monkeypatch):
+    """Every bfloat16/float16 code (NaN, Inf, subnormals, both signs), the scales and shifts
+    above in the data's type: the float32 steps, then the result rounded once to the type
+    (overflow to Inf, float16 subnormals, NaN of its sign)."""
+    calls = []
+    real = module().fake16_kernel
+    monkeypatch.setattr(module(), "fake16_kernel", lambda: calls.append(1) or real())
+    x = np.arange(1 << 16, dtype=np.uint16).view(dt)
+    with np.errstate(over="ignore"):
+        for scale, shift in SCALES:
+            s = np.array(scale, dt)
+            h = None if shift is None else np.array(shift, dt)
+            if np.isnan(s) or (h is not None and np.isnan(h)):
+                continue  # pragma: no cover - (none here)
+            got = fp8kit.fake_convert(x, s, h, destination_type=fmt)
+            want = general(x, s, h, fmt)
+            np.testing.assert_array_equal(
+                got.view(np.uint16), want.view(np.uint16), err_msg=f"{fmt} {scale} {shift}"
+            )
+    assert len(calls) == len(SCALES)
+
+
 def test_what_takes_the_one_scale_kernel(monkeypatch):
-    """Only float32 data, spec mode, nearest-even, no flush and one scale that is not NaN
-    (a NaN scale or shift needs the general kernel's fix of x86's NaN rule)."""
+    """Only float32 data (16-bit data: fake16_kernel), spec mode, nearest-even, no flush and
+    one scale that is not NaN (a NaN scale or shift needs the general kernel's fix of x86's
+    NaN rule)."""
     calls = []
     real = module().fake_kernel
     monkeypatch.setattr(module(), "fake_kernel", lambda: calls.append(1) or real())
@@ -79,9 +106,38 @@ def test_what_takes_the_one_scale_kernel(monkeypatch):
         fp8kit.fake_convert(x, **kwargs)
     fp8kit.fake_convert(x.astype(np.float16), np.float16(3.0))
     assert len(calls) == 2
+    calls16 = []
+    real16 = module().fake16_kernel
+    monkeypatch.setattr(module(), "fake16_kernel", lambda: calls16.append(1) or real16())
+    for dt in (np.float16, ml_dtypes.bfloat16):
+        fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt))
+        fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt), mode="openvino-f32")
+        fp8kit.fake_convert(x.astype(dt), np.full((1000,), 3.0, dt))
+    assert len(calls16) == 2
     # a NaN scale: the general kernel's bits (x86's rule: x's NaN where x is one)
     got = fp8kit.fake_convert(x, np.float32(np.nan))
     assert np.isnan(got).all()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_16_bit_lengths_offsets_and_threads(threads):
+    """bfloat16/float16 data: lengths around the 64-element blocks at unaligned starts,
+    nothing outside written, and an array large enough to stream (8M elements), threaded."""
+    rng = np.random.default_rng(5)
+    with fp8kit.num_threads(threads):
+        for dt in (ml_dtypes.bfloat16, np.float16):
+            s, h = np.array(0.75, dt), np.array(0.5, dt)
+            codes = rng.integers(0, 1 << 16, 1 << 23, dtype=np.uint16)
+            x = codes.view(dt)
+            want = general(x, s, h, "float8_e4m3fn").view(np.uint16)
+            np.testing.assert_array_equal(fp8kit.fake_convert(x, s, h).view(np.uint16), want)
+            for start in (0, 1, 17, 63):
+                for n in [*range(0, 200, 7), 64, 128, 4111]:
+                    buf = np.full(n + 128, 0xA5A5, np.uint16)
+                    out = buf[start : start + n].view(dt)
+                    fp8kit.fake_convert(x[:n], s, h, out=out)
+                    np.testing.assert_array_equal(out.view(np.uint16), want[:n])
+                    assert (buf[:start] == 0xA5A5).all() and (buf[start + n :] == 0xA5A5).all()
 
 
 @pytest.mark.parametrize("threads", [1, 2])

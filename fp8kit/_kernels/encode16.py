@@ -73,6 +73,7 @@ from .bits import (
     prefer_512,
     splat,
     vector_blocks,
+    widen_half,
 )
 from .codec import Kernel, _array, _params, dummy, plan, source_version
 
@@ -297,6 +298,17 @@ def fake_kernel() -> Kernel:
     in 0.16 s where that kernel, which also walks broadcast scales and takes every option,
     took 0.37."""
     return Kernel(_chunked(_F32_FAKE), _F32_F32_SIG, ("fake32", source_version()), dummy(np.uint8))
+
+
+@functools.cache
+def fake16_kernel() -> Kernel:
+    """:func:`fake_kernel` for bfloat16 and float16 data: the same float32 arithmetic on
+    their values (exact), the result rounded once to the data's type, as
+    :func:`fp8kit._kernels.fake.fake_convert_kernel` does in spec mode; ``lut``:
+    :func:`fake_scalars` and a word, 1 for float16 data and 0 for bfloat16 (one compiled
+    kernel for both: 0.16 s where the general kernel took 0.46-0.49 s per type)."""
+    sig = _chunked_sig(np.uint16, np.uint16)  # (bfloat16/float16 bits in and out)
+    return Kernel(_chunked(_FAKE16), sig, ("fake16", source_version()), dummy(np.uint8))
 
 
 # Layout of _prm's array (the vector code reads it by index).
@@ -851,6 +863,44 @@ def _fake_body(builder, v, w, scale, shift, has_shift):
     return builder.bitcast(builder.fdiv(fq, scale), vin)
 
 
+def _fake16_body(builder, h, w, scale, shift, has_shift, half):
+    """:func:`_fake_body` of bfloat16 or (``half``, an i1) float16 bits ``h``
+    (``<N x i16>``), widened to float32 exactly, the result rounded once to the data's type
+    (nearest-even, overflow to Inf, a NaN the type's NaN of its sign: the general kernel's
+    :func:`fp8kit._kernels.bits.encode_fast` store): computing both types' steps and
+    selecting one costs a few instructions per element in a kernel bound by memory, and
+    one compiled kernel serves both types."""
+    vt = ir.VectorType(ir.IntType(32), h.type.count)
+    vf = ir.VectorType(ir.FloatType(), h.type.count)
+
+    def k(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    wide = builder.zext(h, vt)
+    x = builder.select(half, widen_half(builder, h), builder.shl(wide, k(16)))
+    r = _fake_body(builder, x, w, scale, shift, has_shift)
+    a = builder.and_(r, k(0x7FFFFFFF))
+    nan = builder.icmp_unsigned(">", a, k(0x7F800000))
+    sign = builder.and_(builder.lshr(r, k(16)), k(0x8000))
+    # bfloat16: nearest-even on the top 16 bits (an overflow carries into Inf)
+    odd = builder.and_(builder.lshr(r, k(16)), k(1))
+    bf = builder.lshr(builder.add(r, builder.add(k(0x7FFF), odd)), k(16))
+    bf = builder.select(nan, builder.or_(sign, k(0x7FC0)), bf)
+    # float16: normal results rebiased (127 -> 15), nearest-even at 13 dropped bits, capped
+    # at Inf; below 2**-14 the count of 2**-24 steps, by adding 0.5 in float32 (exact
+    # nearest-even: the sum's step is 2**-24)
+    t = builder.sub(a, k(112 << 23))
+    odd = builder.and_(builder.lshr(t, k(13)), k(1))
+    n = builder.lshr(builder.add(t, builder.add(k(0xFFF), odd)), k(13))
+    n = builder.select(builder.icmp_unsigned(">", n, k(0x7C00)), k(0x7C00), n)
+    point5 = ir.Constant(vf, [0.5] * vt.count)
+    small = builder.fadd(builder.bitcast(a, vf), point5)
+    small = builder.sub(builder.bitcast(small, vt), k(0x3F000000))
+    hf = builder.select(builder.icmp_unsigned("<", a, k(0x38800000)), small, n)
+    hf = builder.or_(builder.select(nan, k(0x7E00), hf), sign)
+    return builder.trunc(builder.select(half, hf, bf), h.type)
+
+
 #: Elements per block of :func:`_fake_rows`: 16 float32 lanes (block-scaling rows are 32).
 ROW_BLOCK = 16
 
@@ -1041,9 +1091,11 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
     formula, float32 arithmetic as the float32 kernel's, ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` on the float32 bits: no codes, no tables;
     ``scalars``: :func:`fake_scalars`), 5 float64 bits (as float32 bits rounded to odd,
-    :func:`_f64_to_odd_f32`, then as 2).  ``stream``: write whole cache lines with
-    non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for source 3,
-    measured no faster)."""
+    :func:`_f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
+    FakeConvert of their float32 values, its result rounded once to the data's type
+    (:func:`_fake16_body`; ``scalars``: :func:`fake_scalars` and a word, 1 for float16).
+    ``stream``: write whole cache lines with non-temporal stores
+    (:func:`fp8kit._kernels.bits.vector_blocks`; not for source 3, measured no faster)."""
     if not (isinstance(prm, types.Array) and isinstance(source, types.IntegerLiteral)):
         return None
     kind = source.literal_value
@@ -1059,16 +1111,22 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
             x8 = builder.load(builder.gep(pa.data, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
-        width = {0: 16, 1: 16, 5: 64}.get(kind, 32)
+        width = {0: 16, 1: 16, 5: 64, 6: 16}.get(kind, 32)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
         word_indexes = _word_byte_indexes(builder, (3, 2)) if kind >= 2 else None
         value_planes = load_planes(builder, pl.data, intp) if kind == 3 else None
         vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
-        if kind == 4:
-            w, has_shift = _fake_constants(builder, sa.data, intp, vin)
+        if kind in (4, 6):
+            v32 = ir.VectorType(ir.IntType(32), BYTE_BLOCK)
+            w, has_shift = _fake_constants(builder, sa.data, intp, v32)
             scale, shift = (builder.bitcast(w[k], vf) for k in (_FK_SCALE, _FK_SHIFT))
+        if kind == 6:  # (float16 or bfloat16: the word after fake_scalars')
+            half = builder.load(builder.gep(sa.data, [ir.Constant(intp, _FK_N)]))
+            half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
 
         def body(v):
+            if kind == 6:
+                return _fake16_body(builder, v, w, scale, shift, has_shift, half)
             if kind != 4:
                 return codes_of(v)
             return _fake_body(builder, v, w, scale, shift, has_shift)
@@ -1087,7 +1145,7 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
             codes = _byte_body(builder, hi, lo, t, splats.__getitem__, kind == 1)
             return codes if kind != 3 else plane_values(builder, value_planes, codes, 32)
 
-        vout = vin if kind in (3, 4) else v8
+        vout = vin if kind in (3, 4, 6) else v8
         stream = None if kind == 3 else args[7]
         vector_blocks(builder, intp, args[5], xa.data, oa.data, vin, vout, body, stream=stream)
         return context.get_dummy_value()
@@ -1098,6 +1156,7 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
 # The vector loop a chunked kernel runs: a closure constant, so that the other branches are
 # pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
 _WORDS, _F16_BF16, _BYTES, _HALF_BYTES, _F32_BYTES, _F32_ROUND, _F32_FAKE, _F64_BYTES = range(8)
+_FAKE16 = 8
 
 
 def _chunked(which: int, pmadd: int = 0, stream_min: int = STREAM_MIN):
@@ -1128,6 +1187,8 @@ def _chunked(which: int, pmadd: int = 0, stream_min: int = STREAM_MIN):
                     _byte_blocks(prm, table, lut, xc, oc, xc.size, 5, x.size >= stream_min)
                 elif which == _F32_FAKE:
                     _byte_blocks(prm, table, lut, xc, oc, xc.size, 4, x.size >= stream_min)
+                elif which == _FAKE16:
+                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 6, x.size >= stream_min)
                 elif which == _F16_BF16:
                     _f16_to_bf16_blocks(prm, xc, oc, xc.size)
                 else:
