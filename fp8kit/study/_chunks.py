@@ -172,7 +172,8 @@ def chunk_totals(
             qbuf = np.empty_like(xw)
         qv = apply_scale(xv, fmt, sv, out=qbuf.reshape(xv.shape))
         if narrow != xw.dtype:  # the result stored in the data's dtype, as FakeConvert does
-            np.copyto(qv, qv.astype(narrow))
+            with np.errstate(over="ignore"):  # (an overflow to Inf counts as lost)
+                np.copyto(qv, qv.astype(narrow))
         mv = xv if xm is xq else xm.reshape(xv.shape)
         out[j] = metric_totals(mv, qv, sv.astype(np.float64), fmt)
     if nmasked:
