@@ -430,6 +430,39 @@ def test_float32_round_to_on_byte_lanes(name):
     check_spans(kernel, ALL32, d32, planes, want)
 
 
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_16bit_round_to_on_byte_lanes(dt):
+    """round_to bfloat16/float16 (nearest-even) in one pass: the byte-lane codes' values in
+    the data's type from the planes give the Numba round-to kernel's bits on all 65,536
+    inputs, each saturation, every format of the byte lanes; lengths 0-200 at unaligned
+    starts with nothing outside written; and fp8kit.round_to runs it."""
+    from fp8kit._kernels import encode16
+    from fp8kit._kernels.decode import format_planes
+
+    d32, u16 = dummy(np.uint32), np.dtype(np.uint16)
+    lut = f16_lut() if dt == np.float16 else d32
+    for name in BYTE_LANES[dt]:
+        fmt = fp8kit.get_format(name)
+        planes = format_planes(fmt, dt)
+        for sat in SATURATE:
+            kernel = encode16.round16_kernel(fmt, dt, sat)
+            assert kernel._key[0] == BYTE_KEYS[dt].replace("encode", "round") and kernel.planes
+            old, _ = encode_kernel(fmt, dt, sat, table_dtype=u16, planes=True)
+            assert old._key[0] == "encode"
+            want = np.empty(ALL16.size, np.uint16)
+            old.serial(ALL16, lut, planes, want)
+            got = np.empty(ALL16.size, np.uint16)
+            kernel.serial(ALL16, lut, planes, got)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {sat}")
+            y = fp8kit.round_to(ALL16.view(dt), fmt, saturate=sat)
+            np.testing.assert_array_equal(y.view(np.uint16), want, err_msg=f"{name} {sat}")
+            if sat is True or sat is False:
+                plan = sys.modules["fp8kit.codec"]._FAST_ROUND[(fmt, dt, sat)]
+                assert plan[1] is kernel._params
+        check_spans(kernel, ALL16, lut, planes, want)
+
+
 #: float64 boundary inputs: ALL32's float32 values widened (exactly), and each with the
 #: float64 bits below float32's precision set to the smallest, half and all-ones patterns
 #: (a sticky bit only), plus what float32 cannot hold: beyond its range, below its smallest
@@ -472,7 +505,7 @@ def test_float64_byte_lanes_match_the_float64_kernel(name):
 def check_spans(kernel, bits, lut, table, want):
     """``kernel`` on ``bits[start:start + n]`` for starts within a cache line and lengths
     around the blocks gives ``want``'s slice and writes nothing outside it."""
-    fill = {1: 0xA5, 4: 0xA5A5A5A5}[want.itemsize]
+    fill = {1: 0xA5, 2: 0xA5A5, 4: 0xA5A5A5A5}[want.itemsize]
     for start in (0, 1, 17, 63):
         for n in [*range(0, 200, 7), 64, 128, 4111]:
             buf = np.full(n + 128, fill, want.dtype)
