@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 import fp8kit
+from fp8kit._kernels.bits import cpu_has
 from fp8kit._kernels.codec import dummy, encode_mode_kernel
 from fp8kit._kernels.decode import format_planes
 from fp8kit._kernels.rounding import STOCHASTIC
 from fp8kit._kernels.tables import decode_table
 from fp8kit.formats import registered_formats
 
-F32 = np.dtype(np.float32)
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
 KEY = np.array([0x89ABCDEF, 0x01234567], np.uint32)
 KEY.flags.writeable = False  # (as the kernels' signatures take them)
@@ -44,11 +45,26 @@ X = _inputs()
 _rng = np.random.default_rng(17)
 X16 = np.concatenate([_rng.permutation(1 << 16) for _ in range(2)]).astype(np.uint16)
 X16.flags.writeable = False
+# float64: X's values widened, with float64 bits below float32's precision (zero, the
+# lowest, half and all: what rounding to odd on float32 keeps as a sticky bit), and what
+# float32 cannot hold (beyond its range, below its subnormals, float64 subnormals)
+with np.errstate(invalid="ignore"):
+    _WIDE = X[::8].view(np.float32).astype(np.float64).view(np.uint64)
+_LOW = np.array([0, 1, 1 << 28, (1 << 29) - 1], np.uint64)
+_EDGE = np.array(
+    [0x47F0000000000000, 0x47EFFFFFFFFFFFFF, 0x7FEFFFFFFFFFFFFF, 0x3690000000000000,
+     0x36A0000000000001, 0x0000000000000001, 0x000FFFFFFFFFFFFF, 0x7FF0000000000001],
+    np.uint64,
+)  # fmt: skip
+X64 = _rng.permutation(
+    np.concatenate([(_WIDE[:, None] | _LOW).ravel(), _EDGE, _EDGE | np.uint64(1 << 63)])
+)
+X64.flags.writeable = False
 
 
 def _run(kernel, x, values, fmt, dt, offset, nchunks):
     table = dummy(np.uint8)
-    bits = np.uint32 if dt == F32 else np.uint16
+    bits = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
     if values:  # (the table's byte planes, or where the kernel reads entries, the table)
         table = format_planes(fmt, dt) if kernel.planes else decode_table(fmt, dt).view(bits)
     out = np.zeros(x.size, bits if values else np.uint8)
@@ -63,22 +79,35 @@ def test_the_vector_kernel_serves_the_signed_and_unsigned_formats():
 
 
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
-@pytest.mark.parametrize("dt", [F32, BF16, F16], ids=["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(
+    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
+)
 @pytest.mark.parametrize("name", VECTOR)
 def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
     fmt = fp8kit.get_format(name)
     if values and format_planes(fmt, dt) is None:
-        pytest.skip("no AVX512-VBMI here: round_to takes the Numba kernel")  # pragma: no cover
-    table = np.dtype(np.uint32 if dt == F32 else np.uint16) if values else None
-    xs = X if dt == F32 else X16
+        # (no byte planes: no AVX512-VBMI, or float64 values wider than the planes' 16 bits)
+        table = np.dtype({4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize])
+        kernel = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, table, planes=False)[0]
+        assert kernel._key[0] == "mode"  # round_to takes the Numba kernel
+        return
+    if dt == F64 and not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
+    table = np.dtype(bits_dt) if values else None
+    xs = {F32: X, F64: X64}.get(dt, X16)
     cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
-    for bits in (4, 8, 13, 16):
+    for bits in (4, 8, 13, 16, 20):
         for saturate in (True, False):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
+            if bits >= 23 - fmt.mantissa_bits + (dt != F64):
+                # (float32's dropped bits: all for float32 data, one fewer for float64's)
+                assert vec._key[0] == "mode"
+                continue
             assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
-            for offset, size, nchunks in cases if dt == F32 else cases[1:]:
+            for offset, size, nchunks in cases if dt in (F32, F64) else cases[1:]:
                 x = xs[:size]
                 got = _run(vec, x, values, fmt, dt, offset, nchunks)
                 want = _run(ref, x, values, fmt, dt, offset, nchunks)
@@ -86,12 +115,12 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
 
 
 def test_one_compiled_kernel_serves_every_input_dtype_and_round_to():
-    """float32, bfloat16 and float16 data, to codes and to values, share the vector kernel's
-    compiled function: a further input dtype in a warm process compiles nothing."""
+    """float32, bfloat16, float16 and float64 data, to codes and to values, share the vector
+    kernel's compiled function: a further input dtype in a warm process compiles nothing."""
     fmt = fp8kit.get_format("float8_e4m3fn")
     keys = set()
-    for dt in (F32, BF16, F16):
+    for dt in (F32, BF16, F16) + ((F64,) if cpu_has("avx512f") else ()):
         keys.add(encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8)[0]._key)
-        table = np.dtype(np.uint32 if dt == F32 else np.uint16)
+        table = np.dtype({4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize])
         keys.add(encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, table, planes=True)[0]._key)
     assert len(keys) == 1

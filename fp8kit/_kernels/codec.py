@@ -1080,10 +1080,25 @@ def encode_mode_kernel(
     # than this one, the same bits; one compiled function for every input dtype, encode
     # and round_to)
     vector_sr = vector and (
-        kind == KIND_SR and fast and not unsigned and not flush and width == 32
-        and fmt.bits <= 8
+        kind == KIND_SR and not unsigned and not flush and fmt.bits <= 8
         and (not lookup or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
+    vec_prm = pack_params(p, q, o, sp, mode) if vector_sr and fast and width == 32 else None
+    if vector_sr and width == 64:
+        # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
+        # codes where random_bits is below the bits float32 drops (its lowest, the sticky
+        # bit, then lies below the bits the rounding reads; larger values saturate or
+        # overflow alike, smaller ones round to zero alike)
+        from .stochastic import F64_INPUT
+
+        sp32 = stochastic_params(fmt, "float32", rbits)
+        if (
+            F64_INPUT and sp32 is not None and rbits < int(sp32[4])
+            and plan(fmt, np.dtype(np.float32)) == Plan("float32", LOAD_DIRECT, False, "fast")
+        ):  # fmt: skip
+            p32, q32 = _params(fmt, "float32", saturate, mode)
+            vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), sp32, mode)
+    vector_sr = vec_prm is not None
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
     sig = _encode_signature(
         width, in_bits, out_dtype, lookup and not planes, (_array(np.uint32, True), types.int64)
@@ -1258,11 +1273,12 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .stochastic import IN_BF16, IN_F16, IN_F32, OUT_CODES, OUT_VALUES, make_factory
+        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, OUT_CODES, OUT_VALUES, make_factory
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
+        in_kind = IN_F64 if width == 64 else in_kind
         out_kind = OUT_VALUES if lookup else OUT_CODES
-        neg_zero = 1 if p[15] else 0  # (compiled in: half the sign logic of the others)
+        neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
         vec = make_factory(rbits, split, neg_zero, version)
         u8 = _array(np.uint8, readonly=True)
         sig = types.void(
@@ -1270,7 +1286,8 @@ def encode_mode_kernel(
             types.int64, types.int64, types.intp,
         )  # fmt: skip
         kinds = in_kind + 4 * out_kind
-        kernel = BytesKernel(vec, sig, ("sr_vec", rbits, split, neg_zero, version), prm, kinds)
+        key = ("sr_vec", rbits, split, neg_zero, version)
+        kernel = BytesKernel(vec, sig, key, vec_prm, kinds)
         kernel.planes = lookup
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)

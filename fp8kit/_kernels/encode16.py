@@ -66,6 +66,7 @@ from .bits import (
     chunk_range,
     chunks,
     cpu_has,
+    f64_to_odd_f32,
     half_to_single_bits,
     load_planes,
     permute_bytes,
@@ -228,7 +229,7 @@ def f64_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     where :func:`f32_byte_kernel` is None.
 
     Each float64 becomes a float32 rounded to odd (converted toward zero, the lowest bit
-    or-ed with whether that was inexact: :func:`_f64_to_odd_f32`), which rounds to ``fmt``
+    or-ed with whether that was inexact: :func:`f64_to_odd_f32`), which rounds to ``fmt``
     as the float64 does: float32 keeps 18 or more bits beyond ``fmt``'s,
     so the dropped bits only ever act as a sticky bit.  Beyond float32's range it is
     float32's largest (odd) finite, far beyond ``fmt``'s; below float32's smallest normal
@@ -996,43 +997,6 @@ def fake_rows_kernel() -> Kernel:
     return Kernel(_make_fake_rows, sig, ("fake32_rows", source_version()))
 
 
-def _f64_to_odd_f32(builder, v):
-    """float32 bits (``<64 x i32>``) of the float64 bits ``v`` (``<64 x i64>``) rounded to
-    odd: vcvtpd2ps toward zero, then the lowest bit set where that was inexact (converted
-    back, it differs; a NaN never compares equal and stays a NaN).  Toward zero, a finite
-    float64 beyond float32's range gives its largest finite (odd), one below its smallest
-    subnormal a zero, made the smallest subnormal by the inexact bit (see
-    :func:`f64_byte_kernel`); Inf stays Inf, a NaN a NaN of its sign.  (The integer
-    formula on 64-bit lanes took 0.05 s longer to compile.)"""
-    i8, i32 = ir.IntType(8), ir.IntType(32)
-    f32, f64 = ir.FloatType(), ir.DoubleType()
-    d8, s8, i8x = ir.VectorType(f64, 8), ir.VectorType(f32, 8), ir.VectorType(i32, 8)
-    cvt = cgutils.get_or_insert_function(
-        builder.module,
-        ir.FunctionType(s8, [d8, s8, i8, i32]),
-        "llvm.x86.avx512.mask.cvtpd2ps.512",
-    )
-    x = builder.bitcast(v, ir.VectorType(f64, BYTE_BLOCK))
-    one = ir.Constant(i8x, [1] * 8)
-    zero = ir.Constant(i8x, [0] * 8)
-    parts = []
-    for g in range(BYTE_BLOCK // 8):
-        d = builder.shuffle_vector(x, x, ir.Constant(i8x, list(range(8 * g, 8 * g + 8))))
-        # rounding operand 11: toward zero (3), exceptions suppressed (8)
-        t = builder.call(
-            cvt, [d, ir.Constant(s8, None), ir.Constant(i8, 0xFF), ir.Constant(i32, 11)]
-        )
-        inexact = builder.fcmp_unordered("!=", builder.fpext(t, d8), d)
-        parts.append(builder.or_(builder.bitcast(t, i8x), builder.select(inexact, one, zero)))
-    while len(parts) > 1:  # concatenate: 8 x 8 -> 4 x 16 -> 2 x 32 -> 64 lanes
-        width = parts[0].type.count
-        both = ir.Constant(ir.VectorType(i32, 2 * width), list(range(2 * width)))
-        parts = [
-            builder.shuffle_vector(a, b, both) for a, b in zip(parts[::2], parts[1::2], strict=True)
-        ]
-    return parts[0]
-
-
 def _byte_body(builder, hi, lo, t, c, half):
     """The codes (``<64 x i8>``) of the 16-bit inputs whose high and low bytes are ``hi``
     and ``lo`` (``<64 x i8>`` each) on byte lanes (float16 where ``half``, else bfloat16):
@@ -1115,7 +1079,7 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
     formula, float32 arithmetic as the float32 kernel's, ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` on the float32 bits: no codes, no tables;
     ``scalars``: :func:`fake_scalars`), 5 float64 bits (as float32 bits rounded to odd,
-    :func:`_f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
+    :func:`f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
     FakeConvert of their float32 values, its result rounded once to the data's type
     (:func:`_fake16_body`; ``scalars``: :func:`fake_scalars` and a word, 1 for float16),
     7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type (as 3).
@@ -1161,7 +1125,7 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
                 hi, lo = _bytes_of(builder, v, (1, 0))
             else:  # float32: its top 16 bits, whether any below is set or-ed into the lowest
                 if kind == 5:
-                    v = _f64_to_odd_f32(builder, v)
+                    v = f64_to_odd_f32(builder, v)
                 v32 = v.type
                 hi, lo = _bytes_of_words(builder, v, word_indexes)
                 low = builder.and_(v, ir.Constant(v32, [0xFFFF] * BYTE_BLOCK))

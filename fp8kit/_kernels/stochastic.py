@@ -34,6 +34,8 @@ from .bits import (
     array_args,
     block_items,
     chunk_range,
+    cpu_has,
+    f64_to_odd_f32,
     load_planes,
     masked_access,
     plane_values,
@@ -43,8 +45,14 @@ from .bits import (
 from .rounding import _M0, _M1, _W0, _W1, K
 
 _O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
-#: Input kinds of :func:`sr_range`: float32, bfloat16 and float16 data (as their bits).
-IN_F32, IN_BF16, IN_F16 = 0, 1, 2
+#: Input kinds of :func:`sr_range`: float32, bfloat16, float16 and float64 data (as their
+#: bits).
+IN_F32, IN_BF16, IN_F16, IN_F64 = 0, 1, 2, 3
+#: Whether the kernel takes float64 data: rounded to odd on float32 by an AVX-512 conversion
+#: (:func:`fp8kit._kernels.encode16.f64_to_odd_f32`), which keeps the bits stochastic
+#: rounding reads where ``random_bits`` is below the bits float32 drops (see
+#: :func:`fp8kit._kernels.codec.encode_mode_kernel`).
+F64_INPUT = cpu_has("avx512f")
 #: Output kinds: codes (uint8), or their values' bits in the input's dtype (round_to), from
 #: the decode table's byte planes.
 OUT_CODES, OUT_VALUES = 0, 1
@@ -136,6 +144,7 @@ def sr_range(
         out_kind = builder.lshr(kinds, ir.Constant(i32, 2))
         in_32 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F32))
         in_bf16 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_BF16))
+        in_64 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F64))
         out_codes = builder.icmp_unsigned("==", out_kind, ir.Constant(i32, OUT_CODES))
         # (each element's part of its word, in the part's width: 16 KiB for any split, so
         # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
@@ -145,7 +154,10 @@ def sr_range(
         staged = cgutils.alloca_once(builder, i32, size=block)  # (16-bit data, widened)
         staged.align = 64
         i8p = xa.data.type
-        value_size = builder.select(in_32, ir.Constant(intp, 4), ir.Constant(intp, 2))
+        value_size = builder.select(
+            in_32, ir.Constant(intp, 4),
+            builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2)),
+        )  # fmt: skip
         out_size = builder.select(out_codes, ir.Constant(intp, 1), value_size)
         lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
         lanes_e = ir.Constant(v32, list(range(LANES)))
@@ -256,17 +268,32 @@ def sr_range(
                 v.add_incoming(v_part, b_part)
                 return v
 
-            # 2. 16-bit data widened to float32 bits, into the block's buffer on the stack
-            # (a second copy of the loop below for them, reading 16 bits, measured no
-            # faster for float32 data than this, but took 0.05 s more to compile)
-            with builder.if_then(builder.not_(in_32)):
+            # 2. 16-bit data widened to float32 bits, float64 data rounded to odd on
+            # float32, into the block's buffer on the stack (a second copy of the loop
+            # below for 16-bit data measured no faster for float32 data than this, but
+            # took 0.05 s more to compile)
+            def staging(wide):
                 for e0, at, full, slice_mask in element_loop():
-                    src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 2))])
-                    h = lanes(i16, src, full, slice_mask)
-                    bf = builder.shl(builder.zext(h, v32), c(16))
-                    v = builder.select(in_bf16, bf, widen_half(builder, h))
+                    size = ir.Constant(intp, 8 if wide else 2)
+                    src = builder.gep(xa.data, [builder.mul(at, size)])
+                    if wide:
+                        v = f64_to_odd_f32(builder, lanes(i64, src, full, slice_mask))
+                    else:
+                        h = lanes(i16, src, full, slice_mask)
+                        bf = builder.shl(builder.zext(h, v32), c(16))
+                        v = builder.select(in_bf16, bf, widen_half(builder, h))
                     dst = builder.bitcast(builder.gep(staged, [e0]), v32.as_pointer())
                     builder.store(v, dst, align=64)
+
+            with builder.if_then(builder.not_(in_32)):
+                if F64_INPUT:
+                    with builder.if_else(in_64) as (wide, narrow):
+                        with wide:
+                            staging(True)
+                        with narrow:
+                            staging(False)
+                else:
+                    staging(False)
             # 3. the elements of [lo, hi) in this block, 64 at a time
             for e0, at, full, slice_mask in element_loop():
                 src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 4))])
@@ -300,7 +327,17 @@ def sr_range(
                                 wide32 = builder.zext(words16, v32)
                                 store(builder.shl(wide32, c(16)), 4)
                             with narrow:
-                                store(words16, 2)
+                                if F64_INPUT:
+                                    with builder.if_else(in_64) as (w64, w16):
+                                        with w64:
+                                            v64 = ir.VectorType(i64, LANES)
+                                            wide64 = builder.zext(words16, v64)
+                                            c48 = ir.Constant(v64, [48] * LANES)
+                                            store(builder.shl(wide64, c48), 8)
+                                        with w16:
+                                            store(words16, 2)
+                                else:
+                                    store(words16, 2)
         return context.get_dummy_value()
 
     sig = types.void(
@@ -324,7 +361,8 @@ def make_factory(random_bits: int, split: int, neg_zero: int, version: int):
             if version == 0 or parallel is None:  # never true; see codec.source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            n = x.size // 4 if kinds & 3 == IN_F32 else x.size // 2
+            kind = kinds & 3
+            n = x.size // 4 if kind == IN_F32 else (x.size // 8 if kind == IN_F64 else x.size // 2)
             # chunks of whole blocks, counted from the start of the whole array (as the
             # Numba kernel's: any split gives the same bits anyway)
             step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
