@@ -530,9 +530,9 @@ def first_call_times(repeat: int) -> dict[str, list[float]]:
 
 
 # Every public function that runs kernels, first called in a fresh process with an empty
-# Numba cache (1M float32 elements: the threaded path), then the same call with another
-# format (or input dtype) in that warm process.  (Kept in step with asv_bench's
-# bench_import.py.)
+# Numba cache (1M float32 elements: the threaded path; some on other dtypes), then the same
+# call with another format (or, where the name says so, input dtype) in that warm process.
+# (Kept in step with asv_bench's bench_import.py.)
 PUBLIC_COLD = {
     # the floor: Numba's own first compile in a process (its set-up, ~0.3 s here, of which
     # ~0.15 s is Numba importing scipy.linalg to look for BLAS where scipy is installed)
@@ -544,12 +544,20 @@ PUBLIC_COLD = {
                        "fp8kit.encode(big64, 'float8_e5m2')"),
     "encode bfloat16": ("fp8kit.encode(big16, 'float8_e4m3fn')",
                         "fp8kit.encode(big16, 'float8_e5m2')"),
+    "encode, then float64 data": ("fp8kit.encode(big, 'float8_e4m3fn')",
+                                  "fp8kit.encode(big64, 'float8_e4m3fn')"),
     "decode": ("fp8kit.decode(codes, 'float8_e4m3fn')", "fp8kit.decode(codes, 'float8_e5m2')"),
+    "decode, then to float64": ("fp8kit.decode(codes, 'float8_e4m3fn')",
+                                "fp8kit.decode(codes, 'float8_e4m3fn', dtype=np.float64)"),
     "decode to bfloat16": ("fp8kit.decode(codes, 'float8_e4m3fn', dtype=ml_dtypes.bfloat16)",
                            "fp8kit.decode(codes, 'float8_e5m2', dtype=ml_dtypes.bfloat16)"),
     "round_to": ("fp8kit.round_to(big, 'float8_e4m3fn')", "fp8kit.round_to(big, 'float8_e5m2')"),
+    "round_to bfloat16, then float16": ("fp8kit.round_to(big16, 'float8_e4m3fn')",
+                                        "fp8kit.round_to(bigh, 'float8_e4m3fn')"),
     "astype": ("fp8kit.astype(big, 'float8_e4m3fn')", "fp8kit.astype(big, 'float8_e5m2')"),
     "cast": ("fp8kit.cast(big, 'FLOAT8E4M3FN')", "fp8kit.cast(big, 'FLOAT8E5M2')"),
+    "cast bfloat16, then float16": ("fp8kit.cast(big16, 'FLOAT8E4M3FN')",
+                                    "fp8kit.cast(bigh, 'FLOAT8E4M3FN')"),
     "cast integer": ("fp8kit.cast(ints, np.int8)", "fp8kit.cast(ints, np.uint8)"),
     "convert_promote_types": ("fp8kit.convert_promote_types(big, ints)",
                               "fp8kit.convert_promote_types(big64, ints)"),
@@ -558,9 +566,15 @@ PUBLIC_COLD = {
                "fp8kit.unpack(packed4, 'float4_e2m1fn', (1024, 1024))"),
     "fake_convert": ("fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3')",
                      "fp8kit.fake_convert(big, 2.0, destination_type='f8e5m2')"),
+    "fake_convert bfloat16, then float16": (
+        "fp8kit.fake_convert(big16, np.array(2.0, big16.dtype), destination_type='f8e4m3')",
+        "fp8kit.fake_convert(bigh, np.float16(2.0), destination_type='f8e4m3')"),
     "round_to stochastic": (
         "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
         "fp8kit.round_to(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
+    "round_to stochastic bfloat16, then float64": (
+        "fp8kit.round_to(big16, 'float8_e4m3fn', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big64, 'float8_e4m3fn', rounding='stochastic', seed=1)"),
     "encode stochastic": (
         "fp8kit.encode(big, 'float8_e4m3fn', rounding='stochastic', seed=1)",
         "fp8kit.encode(big, 'float8_e5m2', rounding='stochastic', seed=1)"),
@@ -592,6 +606,7 @@ big64 = big.astype(np.float64)
 big2d = big.reshape(1024, 1024)
 codes = big.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
 big16 = big.astype(ml_dtypes.bfloat16)
+bigh = big.astype(np.float16)
 ints = (big * 1000).astype(np.int16)
 codes4, codes6 = codes & np.uint8(15), codes & np.uint8(63)
 packed4 = (codes4[::2] | (codes4[1::2] << np.uint8(4)))
