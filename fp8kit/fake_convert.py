@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
-from ._kernels.encode16 import ROW_BLOCK, fake16_kernel, fake_kernel, fake_rows_kernel, fake_scalars
+from ._kernels.encode16 import fake16_kernel, fake_kernel, fake_scalars, fake_walk_kernel
 from ._kernels.fake import SPEC, fake_convert_kernel, round_params
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -29,6 +29,10 @@ _DATA_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.b
 _destination = _args.destination
 MODES = _args.FAKE_MODES
 host_has_avx512_fp16 = _args.host_has_avx512_fp16
+#: Run spec-mode nearest-even FakeConvert in the kernels of LLVM vector code (one scale, rows,
+#: any layout); tests switch it off to compare with the general kernel.
+_VECTOR_KERNELS = True
+
 _merge = _args.merge
 _element_strides = _args.element_strides
 
@@ -221,7 +225,7 @@ def fake_convert(
     # float32, spec, nearest-even, scales and shifts that are not NaN (no fix of x86's NaN
     # rule needed): kernels of LLVM vector code, which compile in less than half the time
     vector = (
-        not ov and rmode == NEAREST_EVEN and not ftz
+        _VECTOR_KERNELS and not ov and rmode == NEAREST_EVEN and not ftz
         and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
     )  # fmt: skip
     if vector and sc_flat.size == 1:  # one scale (a tensor's): 0.16 s against 0.37 s cold
@@ -236,23 +240,18 @@ def fake_convert(
             target.reshape(-1).view(bits),
         )  # fmt: skip
         return _into(out, target)
-    vector = vector and arr.dtype == np.float32
-    if vector and sstr4[3] == 0 and shape4[3] >= ROW_BLOCK and x.size:
-        # a scale per row (per channel, per block of block scaling): one scale (and shift)
-        # per row, gathered where the scale array does not hold them in order
-        (n0, n1, n2), (s0, s1, s2) = (int(v) for v in shape4[:3]), (int(v) for v in sstr4[:3])
-        at = slice(n2)  # (a scale array of one per row, in order: itself)
-        if not (n0 == n1 == 1 and s2 == 1):
-            at = (
-                (np.arange(n0) * s0)[:, None, None] + (np.arange(n1) * s1)[None, :, None]
-                + (np.arange(n2) * s2)[None, None, :]
-            ).reshape(-1)  # fmt: skip
-        srow = sc_flat[at]
-        hrow = srow if sh is None else sh_flat[at]
+    if vector and x.size:
+        # scales in any other layout (per row, per column, per element, MX blocks) and
+        # shifts alike: one kernel of vector code walking the rows (the scale of each
+        # element read through the strides), for float32 and (another) for 16-bit data
         consts = fake_scalars(round_params(fmt), np.float32(1.0), None if sh is None else 0.0)
+        bits = bits_dtype(arr.dtype)
+        if arr.dtype != np.float32:
+            consts = np.append(consts, np.uint32(arr.dtype == np.float16))
         _parallel.launch(
-            fake_rows_kernel(), x.size, consts, x.reshape(-1).view(np.uint32), srow, hrow,
-            target.reshape(-1).view(np.uint32),
+            fake_walk_kernel(8 * arr.itemsize), x.size, consts, x.reshape(-1).view(bits),
+            sc_flat, sh_flat if sh is not None else sc_flat, shape4, sstr4,
+            target.reshape(-1).view(bits),
         )  # fmt: skip
         return _into(out, target)
     kernel = fake_convert_kernel(

@@ -1,11 +1,12 @@
-"""FakeConvert of float32 data with one scale (and shift), or a scale constant along rows
-of 16 elements or more (per channel, block scaling), spec mode, nearest-even, runs kernels
-of LLVM vector code (fp8kit._kernels.encode16.fake_kernel and fake_rows_kernel, which
+"""FakeConvert of float32 data with one scale (and shift), or scales broadcast in any other
+layout (per row, per column, per element, MX blocks), spec mode, nearest-even, runs kernels
+of LLVM vector code (fp8kit._kernels.encode16.fake_kernel and fake_walk_kernel, which
 compile in less than half the time of the general kernel), and so does bfloat16 and float16
-data with one scale (fake16_kernel).  They must give the general kernel's bits: that kernel
-is run here on the same data (one scale: the same scale per row of 2, too short for the
-rows kernel; rows: with the rows kernel turned off)."""
+data (fake16_kernel with one scale, fake_walk_kernel's 16-bit build otherwise).  They must
+give the general kernel's bits: that kernel is run here on the same data, with the vector
+kernels switched off."""
 
+import contextlib
 import sys
 
 import ml_dtypes
@@ -34,12 +35,23 @@ def module():
     return sys.modules["fp8kit.fake_convert"]
 
 
+@contextlib.contextmanager
+def general_kernel():
+    """fake_convert with the kernels of vector code switched off: the general kernel."""
+    module()._VECTOR_KERNELS = False
+    try:
+        yield
+    finally:
+        module()._VECTOR_KERNELS = True
+
+
 def general(x, scale, shift, fmt):
     """The general kernel's result: the same scale (and shift) given per row."""
     rows = x.reshape(-1, 2)
     s = np.full((rows.shape[0], 1), scale, x.dtype)
     h = None if shift is None else np.full((rows.shape[0], 1), shift, x.dtype)
-    return fp8kit.fake_convert(rows, s, h, destination_type=fmt).reshape(-1)
+    with general_kernel():
+        return fp8kit.fake_convert(rows, s, h, destination_type=fmt).reshape(-1)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -175,9 +187,8 @@ ROW_SHAPES = [
 
 
 def general_rows(x, scale, shift, fmt, monkeypatch):
-    """The general kernel's result for the same call (the rows kernel turned off)."""
-    with monkeypatch.context() as m:
-        m.setattr(module(), "ROW_BLOCK", 1 << 40)
+    """The general kernel's result for the same call (the vector kernels turned off)."""
+    with general_kernel():
         return fp8kit.fake_convert(x, scale, shift, destination_type=fmt)
 
 
@@ -186,10 +197,10 @@ def general_rows(x, scale, shift, fmt, monkeypatch):
 def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch):
     """Scales (and shifts) constant along rows of 16 elements or more, with powers of two,
     zeros and odd values among them: the general kernel's bits on every boundary input,
-    through the rows kernel."""
+    through the kernel walking the rows."""
     calls = []
-    real = module().fake_rows_kernel
-    monkeypatch.setattr(module(), "fake_rows_kernel", lambda: calls.append(1) or real())
+    real = module().fake_walk_kernel
+    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
     shape, sshape = shapes
     x = X.reshape(shape)
     rng = np.random.default_rng(7)
@@ -202,30 +213,31 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
     assert len(calls) == 2
 
 
-def test_what_takes_the_rows_kernel(monkeypatch):
-    """Not rows shorter than 16 elements, a NaN among the scales or shifts (x86's NaN rule:
-    the general kernel), scales varying along the last axis, other modes, float16 data."""
+def test_what_takes_the_walk_kernel(monkeypatch):
+    """Scales in any layout (rows of any length, along the last axis) and 16-bit data (the
+    other build), not a NaN among the scales or shifts (x86's NaN rule: the general
+    kernel), other modes, stochastic rounding or flushing."""
     calls = []
-    real = module().fake_rows_kernel
-    monkeypatch.setattr(module(), "fake_rows_kernel", lambda: calls.append(1) or real())
+    real = module().fake_walk_kernel
+    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
     x = X[: 64 * 40].reshape(64, 40)
     rows = np.full((64, 1), 2.0, np.float32)
     fp8kit.fake_convert(x, rows)
-    assert len(calls) == 1
+    fp8kit.fake_convert(X[: 64 * 8].reshape(64, 8), rows)
+    fp8kit.fake_convert(x, np.full((1, 40), 2.0, np.float32))
+    fp8kit.fake_convert(x.astype(np.float16), rows.astype(np.float16))
+    assert calls == [32, 32, 32, 16]
     nan_rows = rows.copy()
     nan_rows[5] = np.nan
     for args, kwargs in (
-        ((X[: 64 * 8].reshape(64, 8), rows), {}),
         ((x, nan_rows), {}),
         ((x, rows, nan_rows), {}),
-        ((x, np.full((1, 40), 2.0, np.float32)), {}),
         ((x, rows), dict(rounding="stochastic", seed=1)),
         ((x, rows), dict(mode="openvino-fp16")),
         ((x, rows), dict(flush_subnormals=True)),
-        ((x.astype(np.float16), rows.astype(np.float16)), {}),
     ):
         fp8kit.fake_convert(*args, **kwargs)
-    assert len(calls) == 1
+    assert len(calls) == 4
     got = fp8kit.fake_convert(x, nan_rows)
     assert np.isnan(got[5]).all() and not np.isnan(got[4]).any()
     assert fp8kit.fake_convert(
@@ -234,7 +246,7 @@ def test_what_takes_the_rows_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_rows_kernel_threads_and_out(threads, monkeypatch):
+def test_walk_kernel_threads_and_out_per_row(threads, monkeypatch):
     """A large array split between threads by rows, into a non-contiguous out."""
     x = np.tile(X, 3).reshape(-1, 48)
     rng = np.random.default_rng(3)
@@ -245,3 +257,64 @@ def test_rows_kernel_threads_and_out(threads, monkeypatch):
         got = fp8kit.fake_convert(x, scale, out=out)
     assert got is out
     np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+
+
+#: Data shapes and scale shapes: scales along rows, per element, rows shorter than a block,
+#: a scale broadcast along a middle axis, per row, and rows of a block and one more.
+WALK_SHAPES = [
+    ((X.size // 48, 48), (1, 48)),  # per column
+    ((X.size // 40, 40), (X.size // 40, 40)),  # per element
+    ((X.size // 8, 8), (X.size // 8, 1)),  # rows of 8
+    ((X.size // 96, 3, 32), (1, 3, 32)),  # along a middle axis and the last
+    ((X.size // 96, 3, 32), (X.size // 96, 1, 32)),
+    ((X.size // 1024, 1024), (X.size // 1024, 1)),  # per row
+    ((X.size // 33, 33), (1, 33)),  # rows of a block and one more, masked
+]
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.float16],
+                         ids=["float32", "bfloat16", "float16"])  # fmt: skip
+@pytest.mark.parametrize("fmt", ["f8e4m3", "f8e5m2", "float8_e4m3fnuz", "p3109_k8p3se"])
+@pytest.mark.parametrize("shapes", WALK_SHAPES, ids=lambda s: "x".join(map(str, s[1])))
+def test_every_scale_layout_gives_the_general_kernels_bits(fmt, shapes, dt, monkeypatch):
+    """Scales (and shifts) in any broadcast layout, with powers of two, zeros and odd
+    values among them: the general kernel's bits on every boundary input (float32) or
+    code (16-bit data), through the kernel walking the rows (fake_walk_kernel)."""
+    calls = []
+    real = module().fake_walk_kernel
+    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
+    shape, sshape = shapes
+    if dt == np.float32:
+        x = X[: np.prod(shape)].reshape(shape)
+    else:
+        bits = np.tile(np.arange(1 << 16, dtype=np.uint16), X.size // (1 << 16) + 1)
+        x = bits[: np.prod(shape)].view(dt).reshape(shape)
+    rng = np.random.default_rng(11)
+    lim = 12 if dt == np.float16 else 20
+    scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
+    scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
+    with np.errstate(over="ignore"):
+        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
+            got = fp8kit.fake_convert(x, scale, shift, destination_type=fmt)
+            want = general_rows(x, scale, shift, fmt, monkeypatch)
+            ubits = np.uint32 if dt == np.float32 else np.uint16
+            np.testing.assert_array_equal(got.view(ubits), want.view(ubits))
+    assert calls == [8 * np.dtype(dt).itemsize] * 2
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_walk_kernel_threads_and_out(threads, monkeypatch):
+    """A large array split between threads by rows (rows not a multiple of the threads'
+    share), per-column scales, into a non-contiguous out, each dtype."""
+    for dt in (np.float32, ml_dtypes.bfloat16):
+        x = np.tile(X, 4)[: 4099 * 301].reshape(4099, 301).astype(np.float32)
+        x = np.where(np.isfinite(x), x, 0).astype(dt) if dt != np.float32 else x
+        rng = np.random.default_rng(3)
+        scale = np.exp2(rng.integers(-8, 8, (1, 301))).astype(dt)
+        want = general_rows(x, scale, None, "f8e4m3", monkeypatch)
+        out = np.empty((x.shape[0], 602), dt)[:, ::2]
+        with fp8kit.num_threads(threads):
+            got = fp8kit.fake_convert(x, scale, out=out)
+        assert got is out
+        ubits = np.uint32 if dt == np.float32 else np.uint16
+        np.testing.assert_array_equal(out.view(ubits), want.view(ubits))

@@ -67,8 +67,10 @@ from .bits import (
     chunks,
     cpu_has,
     f64_to_odd_f32,
+    first_lanes,
     half_to_single_bits,
     load_planes,
+    masked_access,
     permute_bytes,
     plane_values,
     prefer_512,
@@ -334,6 +336,152 @@ def fake16_kernel() -> Kernel:
     kernel for both: 0.16 s where the general kernel took 0.46-0.49 s per type)."""
     sig = _chunked_sig(np.uint16, np.uint16)  # (bfloat16/float16 bits in and out)
     return Kernel(_chunked(_FAKE16), sig, ("fake16", source_version()), dummy(np.uint8))
+
+
+@intrinsic
+def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
+    """FakeConvert (:func:`_fake_body`) of rows ``r0 .. r1 - 1`` of the data ``x`` (float32
+    bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
+    :func:`fake_scalars`' 1 for float16) into ``out``, seen as ``shape`` (4 dims; a row:
+    ``shape[3]`` elements), the scale (and shift, where ``consts`` says there is one) of
+    element ``(a, b, d, t)`` at ``a * sstr[0] + b * sstr[1] + d * sstr[2] + t * sstr[3]``
+    with ``sstr[3]`` 0 (one per row) or 1 (one per element along rows), 16 lanes a
+    block, a row's last masked: every broadcast layout of scales in one kernel of LLVM
+    vector code (0.15 s to compile, where the general kernel took 0.36-0.39)."""
+    if not isinstance(consts, types.Array):
+        return None
+    half_data = x.dtype.bitwidth == 16
+
+    def codegen(context, builder, signature, args):
+        ca, xa, sa, ha, sha, sta, oa = array_args(context, builder, signature, args, 7)
+        r0, r1 = args[7], args[8]
+        intp = context.get_value_type(types.intp)
+        i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+        lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
+        v32 = ir.VectorType(i32, lanes)
+        vf = ir.VectorType(ir.FloatType(), lanes)
+        vx = ir.VectorType(ir.IntType(16 if half_data else 32), lanes)
+        w, has_shift = _fake_constants(builder, ca.data, intp, v32)
+        if half_data:
+            half = builder.load(builder.gep(ca.data, [ir.Constant(intp, _FK_N)]))
+            half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
+
+        def at(arr, k):
+            return builder.load(builder.gep(arr.data, [ir.Constant(intp, k)]))
+
+        one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
+        n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
+        st0, st1, st2, st3 = (at(sta, k) for k in (0, 1, 2, 3))
+        per_element = builder.icmp_signed("!=", st3, zero)
+        n2s = builder.select(builder.icmp_signed("==", n2, zero), one, n2)
+        n1s = builder.select(builder.icmp_signed("==", n1, zero), one, n1)
+        # the row indices of r0, then counted on
+        names = ("a", "b", "d")
+        firsts = (builder.sdiv(r0, builder.mul(n1s, n2s)),
+                  builder.srem(builder.sdiv(r0, n2s), n1s), builder.srem(r0, n2s))  # fmt: skip
+        var = {k: cgutils.alloca_once_value(builder, v) for k, v in zip(names, firsts, strict=True)}
+        step = ir.Constant(intp, lanes)
+        nx = ir.Constant(i32, vx.element.width // 8)
+        n4 = ir.Constant(i32, 4)
+        with cgutils.for_range_slice(builder, r0, r1, ir.Constant(intp, 1), intp) as (r, _):
+            a, b, d = (builder.load(var[k]) for k in names)
+            base = builder.add(
+                builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2)
+            )
+            s_row = splat(builder, builder.load(builder.gep(sa.data, [base])), vf)
+            h_row = splat(builder, builder.load(builder.gep(ha.data, [base])), vf)
+            start = builder.mul(r, n3)
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n3, step, intp) as (
+                t, _,
+            ):  # fmt: skip
+                left = builder.sub(n3, t)
+                left = builder.select(builder.icmp_signed("<", left, step), left, step)
+                mask = first_lanes(builder, builder.trunc(left, i32), lanes)
+                full = builder.icmp_signed("==", left, step)
+                # (the scales of the block where they vary along rows: no access otherwise)
+                smask = builder.and_(mask, splat(builder, per_element, ir.VectorType(i1, lanes)))
+
+                def scales(arr, row_value):
+                    ptr = builder.bitcast(builder.gep(arr.data, [builder.add(base, t)]),
+                                          v32.as_pointer())  # fmt: skip
+                    got = masked_access(
+                        builder, "load", v32, [ptr, n4, smask, ir.Constant(v32, [0] * lanes)]
+                    )
+                    return builder.select(per_element, builder.bitcast(got, vf), row_value)
+
+                scale, shift = scales(sa, s_row), scales(ha, h_row)
+                src = builder.bitcast(builder.gep(xa.data, [builder.add(start, t)]),
+                                      vx.as_pointer())  # fmt: skip
+                dst = builder.bitcast(builder.gep(oa.data, [builder.add(start, t)]),
+                                      vx.as_pointer())  # fmt: skip
+                zeros = ir.Constant(vx, [0] * lanes)
+                with builder.if_else(full, likely=True) as (whole, part_):
+                    with whole:
+                        v_whole = builder.load(src, align=vx.element.width // 8)
+                        b_whole = builder.block
+                    with part_:
+                        v_part = masked_access(builder, "load", vx, [src, nx, mask, zeros])
+                        b_part = builder.block
+                v = builder.phi(vx)
+                v.add_incoming(v_whole, b_whole)
+                v.add_incoming(v_part, b_part)
+                if half_data:
+                    res = _fake16_body(builder, v, w, scale, shift, has_shift, half)
+                else:
+                    res = _fake_body(builder, v, w, scale, shift, has_shift)
+                with builder.if_else(full, likely=True) as (whole, part_):
+                    with whole:
+                        builder.store(res, dst, align=vx.element.width // 8)
+                    with part_:
+                        masked_access(builder, "store", vx, [res, dst, nx, mask])
+            # the next row's indices
+            d1 = builder.add(d, one)
+            wrap_d = builder.icmp_signed("==", d1, n2)
+            b1 = builder.select(wrap_d, builder.add(b, one), b)
+            wrap_b = builder.icmp_signed("==", b1, n1)
+            builder.store(builder.select(wrap_d, zero, d1), var["d"])
+            builder.store(builder.select(wrap_b, zero, b1), var["b"])
+            builder.store(builder.select(wrap_b, builder.add(a, one), a), var["a"])
+        return context.get_dummy_value()
+
+    return types.void(consts, x, scale, shift, shape, sstr, out, r0, r1), codegen
+
+
+def _make_fake_walk(parallel):
+    version = source_version()
+
+    def kernel(consts, x, scale, shift, shape, sstr, out, nchunks):
+        if version == 0 or parallel is None:  # never true; see codec.source_version
+            return
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        rows = shape[0] * shape[1] * shape[2]
+        step = (rows + nchunks - 1) // nchunks
+        for c in range(c_first, c_stop):
+            prefer_512()
+            r0 = c * step
+            r1 = r0 + step if r0 + step < rows else rows
+            if r0 < r1:
+                _fake_walk(consts, x, scale, shift, shape, sstr, out, r0, r1)
+
+    return kernel
+
+
+@functools.cache
+def fake_walk_kernel(width: int) -> Kernel:
+    """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
+    (16: ``consts`` :func:`fake_scalars` and a word, 1 for float16) data and scales (and
+    shifts) broadcast to them in any layout (:func:`_fake_walk`): ``(consts, x, scale,
+    shift, shape, sstr, out, nchunks)``, the 4-D ``shape`` and scale strides ``sstr`` of
+    :func:`fp8kit.fake_convert` (inner stride 0 or 1), ``shift`` the scale array where
+    there is none; the chunks split the rows.  The caller checks what
+    :func:`fake_kernel`'s docstring says (nearest-even, spec, no NaN scale)."""
+    bits = np.uint32 if width == 32 else np.uint16
+    f32, i64 = _array(np.float32, readonly=True), _array(np.int64, readonly=True)
+    sig = types.void(
+        _array(np.uint32, readonly=True), _array(bits, readonly=True), f32, f32, i64, i64,
+        _array(bits), types.intp,
+    )  # fmt: skip
+    return Kernel(_make_fake_walk, sig, ("fake_walk", width, source_version()))
 
 
 # Layout of _prm's array (the vector code reads it by index).
@@ -926,75 +1074,9 @@ def _fake16_body(builder, h, w, scale, shift, has_shift, half):
     return builder.trunc(builder.select(half, hf, bf), h.type)
 
 
-#: Elements per block of :func:`_fake_rows`: 16 float32 lanes (block-scaling rows are 32).
+#: Elements per block of :func:`_fake_walk` on float32 data: 16 lanes (block-scaling rows
+#: are 32).
 ROW_BLOCK = 16
-
-
-@intrinsic
-def _fake_rows(typingctx, consts, srow, hrow, x, out, r0, r1, n3):
-    """FakeConvert (:func:`_fake_body`) of rows ``r0 .. r1 - 1`` of ``n3`` elements each of
-    the float32 bits ``x`` into ``out``, row r with scale ``srow[r]`` and shift ``hrow[r]``
-    (used where ``consts`` says there is a shift), 16 lanes a block: rows of block scaling
-    (32 elements) are two whole blocks."""
-    if not isinstance(consts, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ca, sa, ha, xa, oa = array_args(context, builder, signature, args, 5)
-        intp = context.get_value_type(types.intp)
-        i32 = ir.IntType(32)
-        vin = ir.VectorType(i32, ROW_BLOCK)
-        vf = ir.VectorType(ir.FloatType(), ROW_BLOCK)
-        w, has_shift = _fake_constants(builder, ca.data, intp, vin)
-        n3 = args[7]
-        with cgutils.for_range_slice(builder, args[5], args[6], ir.Constant(intp, 1), intp) as (
-            r, _,
-        ):  # fmt: skip
-            scale = splat(builder, builder.load(builder.gep(sa.data, [r])), vf)
-            shift = splat(builder, builder.load(builder.gep(ha.data, [r])), vf)
-            start = builder.mul(r, n3)
-            vector_blocks(
-                builder, intp, n3, builder.gep(xa.data, [start]), builder.gep(oa.data, [start]),
-                vin, vin, lambda v: _fake_body(builder, v, w, scale, shift, has_shift),
-            )  # fmt: skip
-        return context.get_dummy_value()
-
-    return types.void(consts, srow, hrow, x, out, r0, r1, n3), codegen
-
-
-def _make_fake_rows(parallel):
-    version = source_version()
-
-    def kernel(consts, x, srow, hrow, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see codec.source_version
-            return
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        rows = srow.size
-        n3 = x.size // rows
-        step = (rows + nchunks - 1) // nchunks
-        for c in range(c_first, c_stop):
-            r0 = c * step
-            r1 = r0 + step if r0 + step < rows else rows
-            if r0 < r1:
-                _fake_rows(consts, srow, hrow, x, out, r0, r1, n3)
-
-    return kernel
-
-
-@functools.cache
-def fake_rows_kernel() -> Kernel:
-    """Kernel of FakeConvert's formula for float32 data whose scale (and shift) is constant
-    along rows: ``(consts, x, srow, hrow, out, nchunks)``, ``consts`` from
-    :func:`fake_scalars` (its scale and shift unused), ``srow``/``hrow`` one float32 per row
-    of ``x.size // srow.size`` elements (the chunks split the rows).  Per-channel and
-    block scaling (rows of 32) in one pass of LLVM vector code, as :func:`fake_kernel`; the
-    caller checks what that one's docstring says (nearest-even, spec, no NaN scale)."""
-    sig = types.void(
-        _array(np.uint32, readonly=True), _array(np.uint32, readonly=True),
-        _array(np.float32, readonly=True), _array(np.float32, readonly=True),
-        _array(np.uint32), types.intp,
-    )  # fmt: skip
-    return Kernel(_make_fake_rows, sig, ("fake32_rows", source_version()))
 
 
 def _byte_body(builder, hi, lo, t, c, half):
