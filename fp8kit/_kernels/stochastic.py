@@ -16,8 +16,9 @@ counter ``block * K + i % K``), in loops per block:
    :func:`fp8kit._kernels.bits._finish_with` on 32-bit lanes, then the codes (encode) or
    their values looked up in the decode table's byte planes (round_to, AVX512-VBMI).
 
-The input dtype and whether codes or values are written are run-time arguments, so that one
-compiled function serves encode and round_to of every input dtype.  The Numba kernel it
+Whether codes or values are written is a run-time argument, so that one compiled function
+serves encode and round_to; so is the dtype of bfloat16, float16 and float64 data (staged as
+float32 bits), so that one serves those three, and float32 data another.  The Numba kernel it
 replaces there compiled in 0.5-0.6 s per dtype and operation (its loops went through LLVM's
 loop vectorizer); this one is written out, and its Numba part only splits the chunks.
 """
@@ -92,7 +93,20 @@ def _philox(builder, c0, c1, k0, k1):
 
 @intrinsic
 def sr_range(
-    typingctx, prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero
+    typingctx,
+    prm,
+    planes,
+    x,
+    out,
+    key,
+    glo,
+    ghi,
+    offset,
+    kinds,
+    random_bits,
+    split,
+    signed_zero,
+    staged_data,
 ):
     """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
     of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes); ``kinds``
@@ -103,13 +117,16 @@ def sr_range(
     (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox key (uint32[2]);
     ``random_bits``, ``split`` (:func:`fp8kit._kernels.rounding.parts`) and
     ``signed_zero`` (1 for a format with -0: the sign logic of
-    :func:`fp8kit._kernels.bits._finish_with` compiled in) literals.  The kinds are
-    branches per 64 elements (never taken differently within a call), so that one
-    compiled kernel serves every input dtype, encode and round_to."""
-    literals = (random_bits, split, signed_zero)
+    :func:`fp8kit._kernels.bits._finish_with` compiled in) and ``staged_data`` literals:
+    0 for float32 data (read as it is), 1 for the others (widened or rounded to odd into
+    a buffer per block first).  The kinds are branches per 64 elements (never taken
+    differently within a call), so that one compiled kernel serves encode and round_to,
+    and one the bfloat16, float16 and float64 data: a kernel for every kind took 0.07 s
+    longer to compile than float32's alone."""
+    literals = (random_bits, split, signed_zero, staged_data)
     if not all(isinstance(v, types.IntegerLiteral) for v in literals):
         return None
-    rbits, parts, neg_zero = (v.literal_value for v in literals)
+    rbits, parts, neg_zero, staging = (v.literal_value for v in literals)
 
     def codegen(context, builder, signature, args):
         pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
@@ -142,7 +159,6 @@ def sr_range(
         kinds = builder.trunc(kinds, i32)
         in_kind = builder.and_(kinds, ir.Constant(i32, 3))
         out_kind = builder.lshr(kinds, ir.Constant(i32, 2))
-        in_32 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F32))
         in_bf16 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_BF16))
         in_64 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F64))
         out_codes = builder.icmp_unsigned("==", out_kind, ir.Constant(i32, OUT_CODES))
@@ -151,13 +167,12 @@ def sr_range(
         iw = ir.IntType(width)
         words = cgutils.alloca_once(builder, iw, size=block)
         words.align = 64
-        staged = cgutils.alloca_once(builder, i32, size=block)  # (16-bit data, widened)
-        staged.align = 64
-        i8p = xa.data.type
-        value_size = builder.select(
-            in_32, ir.Constant(intp, 4),
-            builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2)),
-        )  # fmt: skip
+        if staging:  # (the other dtypes' data as float32 bits)
+            staged = cgutils.alloca_once(builder, i32, size=block)
+            staged.align = 64
+            value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
+        else:
+            value_size = ir.Constant(intp, 4)
         out_size = builder.select(out_codes, ir.Constant(intp, 1), value_size)
         lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
         lanes_e = ir.Constant(v32, list(range(LANES)))
@@ -272,7 +287,7 @@ def sr_range(
             # float32, into the block's buffer on the stack (a second copy of the loop
             # below for 16-bit data measured no faster for float32 data than this, but
             # took 0.05 s more to compile)
-            def staging(wide):
+            def stage(wide):
                 for e0, at, full, slice_mask in element_loop():
                     size = ir.Constant(intp, 8 if wide else 2)
                     src = builder.gep(xa.data, [builder.mul(at, size)])
@@ -285,19 +300,20 @@ def sr_range(
                     dst = builder.bitcast(builder.gep(staged, [e0]), v32.as_pointer())
                     builder.store(v, dst, align=64)
 
-            with builder.if_then(builder.not_(in_32)):
-                if F64_INPUT:
-                    with builder.if_else(in_64) as (wide, narrow):
-                        with wide:
-                            staging(True)
-                        with narrow:
-                            staging(False)
-                else:
-                    staging(False)
+            if staging and F64_INPUT:
+                with builder.if_else(in_64) as (wide, narrow):
+                    with wide:
+                        stage(True)
+                    with narrow:
+                        stage(False)
+            elif staging:
+                stage(False)
             # 3. the elements of [lo, hi) in this block, 64 at a time
             for e0, at, full, slice_mask in element_loop():
-                src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 4))])
-                src = builder.select(in_32, src, builder.bitcast(builder.gep(staged, [e0]), i8p))
+                if staging:
+                    src = builder.gep(staged, [e0])
+                else:
+                    src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 4))])
                 v = lanes(i32, src, full, slice_mask)
                 rp = builder.bitcast(
                     builder.gep(words, [e0]), ir.VectorType(iw, LANES).as_pointer()
@@ -322,31 +338,28 @@ def sr_range(
                         store(codes, 1)
                     with to_values:  # (in the data's width: round_to keeps the dtype)
                         words16 = plane_values(builder, value_planes, codes, 16)
-                        with builder.if_else(in_32, likely=True) as (wide, narrow):
-                            with wide:
-                                wide32 = builder.zext(words16, v32)
-                                store(builder.shl(wide32, c(16)), 4)
-                            with narrow:
-                                if F64_INPUT:
-                                    with builder.if_else(in_64) as (w64, w16):
-                                        with w64:
-                                            v64 = ir.VectorType(i64, LANES)
-                                            wide64 = builder.zext(words16, v64)
-                                            c48 = ir.Constant(v64, [48] * LANES)
-                                            store(builder.shl(wide64, c48), 8)
-                                        with w16:
-                                            store(words16, 2)
-                                else:
+                        if not staging:
+                            store(builder.shl(builder.zext(words16, v32), c(16)), 4)
+                        elif F64_INPUT:
+                            with builder.if_else(in_64) as (w64, w16):
+                                with w64:
+                                    v64 = ir.VectorType(i64, LANES)
+                                    wide64 = builder.zext(words16, v64)
+                                    store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)), 8)
+                                with w16:
                                     store(words16, 2)
+                        else:
+                            store(words16, 2)
         return context.get_dummy_value()
 
     sig = types.void(
-        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero
-    )
+        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero,
+        staged_data,
+    )  # fmt: skip
     return sig, codegen
 
 
-def make_factory(random_bits: int, split: int, neg_zero: int, version: int):
+def make_factory(random_bits: int, split: int, neg_zero: int, staged: int, version: int):
     """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
     each chunk, of signature ``(prm, planes, x, out, key, offset, kinds, nchunks)``: x and
     out as bytes, ``kinds`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
@@ -372,7 +385,7 @@ def make_factory(random_bits: int, split: int, neg_zero: int, version: int):
                 if glo < ghi:
                     sr_range(
                         prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split,
-                        neg_zero,
+                        neg_zero, staged,
                     )  # fmt: skip
 
         return kernel
