@@ -1014,3 +1014,46 @@ def f64_to_odd_f32(builder, v):
             builder.shuffle_vector(a, b, both) for a, b in zip(parts[::2], parts[1::2], strict=True)
         ]
     return parts[0]
+
+
+def nonzero(builder, n):
+    """``n``, or 1 where it is 0: a divisor that cannot trap (no rows, no walk, then)."""
+    one = ir.Constant(n.type, 1)
+    return builder.select(builder.icmp_signed("==", n, ir.Constant(n.type, 0)), one, n)
+
+
+def walk_rows(builder, r, n1, n2, extra=()):
+    """Allocas ``{"a", "b", "d", *extra}`` holding the indices of row ``r`` of rows walked
+    in C order over dimensions ``(n0, n1, n2)`` (``extra``: (name, first value) pairs),
+    carried on by :func:`next_row`: divisions once per walk, not per row."""
+    n1s, n2s = nonzero(builder, n1), nonzero(builder, n2)
+    firsts = {
+        "a": builder.sdiv(r, builder.mul(n1s, n2s)),
+        "b": builder.srem(builder.sdiv(r, n2s), n1s),
+        "d": builder.srem(r, n2s),
+        **dict(extra),
+    }
+    return {k: cgutils.alloca_once_value(builder, v) for k, v in firsts.items()}
+
+
+def next_row(builder, var, a, b, d1, n1, n2):
+    """Store the next row's indices into :func:`walk_rows`' allocas: ``d1`` the next ``d``
+    (``a``, ``b`` the current ones), which wraps at ``n2`` into ``b``, and ``b`` at ``n1``
+    into ``a``."""
+    one, zero = ir.Constant(d1.type, 1), ir.Constant(d1.type, 0)
+    wrap_d = builder.icmp_signed("==", d1, n2)
+    b1 = builder.select(wrap_d, builder.add(b, one), b)
+    wrap_b = builder.icmp_signed("==", b1, n1)
+    builder.store(builder.select(wrap_d, zero, d1), var["d"])
+    builder.store(builder.select(wrap_b, zero, b1), var["b"])
+    builder.store(builder.select(wrap_b, builder.add(a, one), a), var["a"])
+
+
+def block_mask(builder, n, t, lanes):
+    """``(mask, full)`` of the block of ``lanes`` elements at ``t`` of ``n``: its lanes
+    inside ``[0, n)`` (``<lanes x i1>``) and whether that is all of them."""
+    step = ir.Constant(n.type, lanes)
+    left = builder.sub(n, t)
+    left = builder.select(builder.icmp_signed("<", left, step), left, step)
+    mask = first_lanes(builder, builder.trunc(left, ir.IntType(32)), lanes)
+    return mask, builder.icmp_signed("==", left, step)

@@ -62,20 +62,22 @@ from numba.extending import intrinsic
 from ..formats import FloatFormat, get_format
 from .bits import (
     array_args,
+    block_mask,
     cast_like,
     chunk_range,
     chunks,
     cpu_has,
     f64_to_odd_f32,
-    first_lanes,
     half_to_single_bits,
     load_planes,
     masked_access,
+    next_row,
     permute_bytes,
     plane_values,
     prefer_512,
     splat,
     vector_blocks,
+    walk_rows,
     widen_half,
 )
 from .codec import Kernel, _array, _params, dummy, plan, source_version
@@ -373,13 +375,8 @@ def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
         n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
         st0, st1, st2, st3 = (at(sta, k) for k in (0, 1, 2, 3))
         per_element = builder.icmp_signed("!=", st3, zero)
-        n2s = builder.select(builder.icmp_signed("==", n2, zero), one, n2)
-        n1s = builder.select(builder.icmp_signed("==", n1, zero), one, n1)
-        # the row indices of r0, then counted on
+        var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
         names = ("a", "b", "d")
-        firsts = (builder.sdiv(r0, builder.mul(n1s, n2s)),
-                  builder.srem(builder.sdiv(r0, n2s), n1s), builder.srem(r0, n2s))  # fmt: skip
-        var = {k: cgutils.alloca_once_value(builder, v) for k, v in zip(names, firsts, strict=True)}
         step = ir.Constant(intp, lanes)
         nx = ir.Constant(i32, vx.element.width // 8)
         n4 = ir.Constant(i32, 4)
@@ -394,10 +391,7 @@ def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
             with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n3, step, intp) as (
                 t, _,
             ):  # fmt: skip
-                left = builder.sub(n3, t)
-                left = builder.select(builder.icmp_signed("<", left, step), left, step)
-                mask = first_lanes(builder, builder.trunc(left, i32), lanes)
-                full = builder.icmp_signed("==", left, step)
+                mask, full = block_mask(builder, n3, t, lanes)
                 # (the scales of the block where they vary along rows: no access otherwise)
                 smask = builder.and_(mask, splat(builder, per_element, ir.VectorType(i1, lanes)))
 
@@ -434,14 +428,7 @@ def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
                         builder.store(res, dst, align=vx.element.width // 8)
                     with part_:
                         masked_access(builder, "store", vx, [res, dst, nx, mask])
-            # the next row's indices
-            d1 = builder.add(d, one)
-            wrap_d = builder.icmp_signed("==", d1, n2)
-            b1 = builder.select(wrap_d, builder.add(b, one), b)
-            wrap_b = builder.icmp_signed("==", b1, n1)
-            builder.store(builder.select(wrap_d, zero, d1), var["d"])
-            builder.store(builder.select(wrap_b, zero, b1), var["b"])
-            builder.store(builder.select(wrap_b, builder.add(a, one), a), var["a"])
+            next_row(builder, var, a, b, builder.add(d, one), n1, n2)
         return context.get_dummy_value()
 
     return types.void(consts, x, scale, shift, shape, sstr, out, r0, r1), codegen

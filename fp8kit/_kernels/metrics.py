@@ -22,15 +22,19 @@ from numba.extending import intrinsic
 
 from .bits import (
     array_args,
+    block_mask,
     cast_like,
     chunk_items,
     chunk_range,
     first_lanes,
     masked_access,
+    next_row,
+    nonzero,
     prefer_512,
     runs_amax,
     splat,
     stack_buffer,
+    walk_rows,
 )
 from .codec import Kernel, source_version
 from .encode16 import _fake_body, _fake_constants, fake_scalars
@@ -86,6 +90,26 @@ def segment_metrics(typingctx, x, q, scale, i, s_at, m, ovf, tie, tiny, row, inn
     return sig, codegen
 
 
+def _segments(builder, start, hi, n1, n2, n3):
+    """A loop over the elements ``start .. hi - 1`` of rows of ``n3`` (dimensions ``(n0, n1,
+    n2)`` of rows, C order), a segment of a row at a time: yields once inside the loop's
+    body ``(var, n3s)`` (:func:`fp8kit._kernels.bits.walk_rows`' allocas with ``"i"``, the
+    segment's first element, and ``"j0"``, its first in its row, for the body to move on;
+    ``n3s``: ``n3`` as a divisor), then, resumed at the body's end, closes the loop."""
+    n3s = nonzero(builder, n3)
+    r = builder.sdiv(start, n3s)
+    var = walk_rows(builder, r, n1, n2, (("i", start), ("j0", builder.srem(start, n3s))))
+    fn = builder.function
+    cond, body, done = (fn.append_basic_block(k) for k in ("walk", "segment", "walked"))
+    builder.branch(cond)
+    builder.position_at_end(cond)
+    builder.cbranch(builder.icmp_signed("<", builder.load(var["i"]), hi), body, done)
+    builder.position_at_end(body)
+    yield var, n3s
+    builder.branch(cond)
+    builder.position_at_end(done)
+
+
 @intrinsic
 def chunk_metrics(typingctx, x, q, scale, shape, sstr, limits, row, i, hi, inner_runs):
     """:func:`segment_metrics` of elements ``i .. hi - 1``, one row segment of at most
@@ -109,23 +133,13 @@ def chunk_metrics(typingctx, x, q, scale, shape, sstr, limits, row, i, hi, inner
         st0, st1, st2 = (at(sta, k) for k in (0, 1, 2))
         ovf, tie, tiny = (at(la, k) for k in (0, 1, 2))
         start, hi = args[7], args[8]
-        r = builder.sdiv(start, n3)
-        a0 = builder.sdiv(r, builder.mul(n1, n2))
-        b0 = builder.srem(builder.sdiv(r, n2), n1)
-        names = ("i", "j0", "a", "b", "d")
-        firsts = (start, builder.srem(start, n3), a0, b0, builder.srem(r, n2))
-        var = {k: cgutils.alloca_once_value(builder, v) for k, v in zip(names, firsts, strict=True)}
-        fn = builder.function
-        cond, body, done = (fn.append_basic_block(k) for k in ("walk", "segment", "walked"))
-        builder.branch(cond)
-        builder.position_at_end(cond)
-        i, j0 = builder.load(var["i"]), builder.load(var["j0"])
-        builder.cbranch(builder.icmp_signed("<", i, hi), body, done)
-        builder.position_at_end(body)
 
         def smaller(u, v):
             return builder.select(builder.icmp_signed("<", u, v), u, v)
 
+        walk = _segments(builder, start, hi, n1, n2, n3)
+        var, _ = next(walk)
+        i, j0 = builder.load(var["i"]), builder.load(var["j0"])
         j1 = smaller(builder.add(j0, builder.sub(hi, i)), n3)
         j1 = smaller(j1, builder.add(j0, ir.Constant(i64, SUM_BLOCK)))
         a, b, d = (builder.load(var[k]) for k in ("a", "b", "d"))
@@ -140,16 +154,9 @@ def chunk_metrics(typingctx, x, q, scale, shape, sstr, limits, row, i, hi, inner
         # the next segment: the row goes on, or the next row (its indices counted on)
         row_on = builder.icmp_signed("<", j1, n3)
         builder.store(builder.select(row_on, j1, ir.Constant(i64, 0)), var["j0"])
-        one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
-        d1 = builder.select(row_on, d, builder.add(d, one))
-        wrap_d = builder.icmp_signed("==", d1, n2)
-        b1 = builder.select(wrap_d, builder.add(b, one), b)
-        wrap_b = builder.icmp_signed("==", b1, n1)
-        builder.store(builder.select(wrap_d, zero, d1), var["d"])
-        builder.store(builder.select(wrap_b, zero, b1), var["b"])
-        builder.store(builder.select(wrap_b, builder.add(a, one), a), var["a"])
-        builder.branch(cond)
-        builder.position_at_end(done)
+        d1 = builder.select(row_on, d, builder.add(d, ir.Constant(i64, 1)))
+        next_row(builder, var, a, b, d1, n1, n2)
+        next(walk, None)  # (the loop's end)
         return context.get_dummy_value()
 
     sig = types.void(x, q, scale, shape, sstr, limits, row, i, hi, inner_runs)
@@ -226,27 +233,12 @@ def quantize_chunk_metrics(
         n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
         st0, st1, st2, st3 = (at(sta, k) for k in (0, 1, 2, 3))
         ovf, tie, tiny = (at(la, k) for k in (0, 1, 2))
-        # (no division by zero where there are no elements: then the walk does not start)
-        n3s = builder.select(builder.icmp_signed("==", n3, zero), one, n3)
-        n12 = builder.mul(n1, n2)
-        n12 = builder.select(builder.icmp_signed("==", n12, zero), one, n12)
-        n2s = builder.select(builder.icmp_signed("==", n2, zero), one, n2)
-        n1s = builder.select(builder.icmp_signed("==", n1, zero), one, n1)
-        r = builder.sdiv(start, n3s)
-        names = ("i", "j0", "a", "b", "d")
-        firsts = (start, builder.srem(start, n3s), builder.sdiv(r, n12),
-                  builder.srem(builder.sdiv(r, n2s), n1s), builder.srem(r, n2s))  # fmt: skip
-        var = {k: cgutils.alloca_once_value(builder, v) for k, v in zip(names, firsts, strict=True)}
         block = ir.Constant(i64, SUM_BLOCK)
-        rows_fit = builder.sdiv(block, n3s)  # (rows of n3 in a segment)
+        rows_fit = builder.sdiv(block, nonzero(builder, n3))  # (rows of n3 in a segment)
         flat_scale = builder.icmp_signed("==", st3, zero)
-        fn = builder.function
-        cond, body, done = (fn.append_basic_block(k) for k in ("walk", "segment", "walked"))
-        builder.branch(cond)
-        builder.position_at_end(cond)
+        walk = _segments(builder, start, hi, n1, n2, n3)
+        var, n3s = next(walk)
         i, j0 = builder.load(var["i"]), builder.load(var["j0"])
-        builder.cbranch(builder.icmp_signed("<", i, hi), body, done)
-        builder.position_at_end(body)
         a, b, d = (builder.load(var[k]) for k in ("a", "b", "d"))
         base = builder.add(
             builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2)
@@ -276,14 +268,8 @@ def quantize_chunk_metrics(
         row_on = builder.and_(builder.not_(rows), builder.icmp_signed("<", builder.add(j0, m), n3))
         builder.store(builder.select(row_on, builder.add(j0, m), zero), var["j0"])
         d1 = builder.select(rows, builder.add(d, k), builder.select(row_on, d, builder.add(d, one)))
-        wrap_d = builder.icmp_signed("==", d1, n2)
-        b1 = builder.select(wrap_d, builder.add(b, one), b)
-        wrap_b = builder.icmp_signed("==", b1, n1)
-        builder.store(builder.select(wrap_d, zero, d1), var["d"])
-        builder.store(builder.select(wrap_b, zero, b1), var["b"])
-        builder.store(builder.select(wrap_b, builder.add(a, one), a), var["a"])
-        builder.branch(cond)
-        builder.position_at_end(done)
+        next_row(builder, var, a, b, d1, n1, n2)
+        next(walk, None)  # (the loop's end)
         return context.get_dummy_value()
 
     sig = types.void(consts, x, scale, shape, sstr, limits, row, qbuf, sbuf, i, hi, narrow)
@@ -306,9 +292,7 @@ def _fill_scales_ir(context, builder, elem, scale, buf, first, row_step, rows, l
     zeros = ir.Constant(as_int, [0] * lanes)
 
     def row_mask(t):  # (the lanes of [t, t + 16) inside the row)
-        left = builder.sub(length, t)
-        left = builder.select(builder.icmp_signed("<", left, step), left, step)
-        return first_lanes(builder, builder.trunc(left, i32), lanes)
+        return block_mask(builder, length, t, lanes)[0]
 
     with cgutils.for_range_slice(builder, zero, rows, one, intp) as (r, _):
         src = builder.add(first, builder.mul(r, row_step))

@@ -32,9 +32,9 @@ from numba.extending import intrinsic
 
 from .bits import (
     array_args,
+    block_mask,
     chunk_items,
     chunk_range,
-    first_lanes,
     masked_access,
     run_walk,
     splat,
@@ -99,9 +99,7 @@ def quantize_runs(typingctx, consts, x, scale, out, dims, amax, bad, t0, t1):
                 with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n, step, intp) as (
                     j, _,
                 ):  # fmt: skip
-                    left = builder.sub(n, j)
-                    left = builder.select(builder.icmp_signed("<", left, step), left, step)
-                    mask = first_lanes(builder, builder.trunc(left, i32), lanes)
+                    mask, _ = block_mask(builder, n, j, lanes)
                     p = builder.bitcast(builder.gep(src, [j]), vin.as_pointer())
                     v = masked_access(builder, "load", vin, [p, k32(4), mask, v32(0)])
                     a = builder.and_(v, v32(0x7FFFFFFF))
