@@ -159,6 +159,52 @@ def test_formats_share_compiled_kernels():
     assert compiled_count() == before
 
 
+def test_dtypes_and_layouts_share_compiled_kernels():
+    """Compile budget for further input dtypes and scale layouts (issue 16): stochastic
+    rounding compiles one kernel for float32 data and one for bfloat16, float16 and float64
+    data, each serving encode and round_to; FakeConvert one kernel for bfloat16 and float16
+    data with one scale, and one per data width for scales in any other layout."""
+    import ml_dtypes
+    import numpy as np
+
+    import fp8kit
+    from fp8kit._kernels.bits import cpu_has
+    from fp8kit._kernels.codec import compiled_count
+
+    x = np.linspace(-500, 500, 100_001, dtype=np.float32)
+    sr = dict(rounding="stochastic", seed=1)
+    fp8kit.encode(x, "float8_e4m3fn", **sr)
+    before = compiled_count()
+    fp8kit.round_to(x, "float8_e4m3fn", **sr)
+    assert compiled_count() - before == (0 if cpu_has("avx512vbmi") else 1)
+    others = [x.astype(ml_dtypes.bfloat16), x.astype(np.float16)]
+    if cpu_has("avx512f"):
+        others.append(x.astype(np.float64))
+    fp8kit.encode(others[0], "float8_e5m2", **sr)
+    before = compiled_count()
+    for y in others:
+        fp8kit.encode(y, "float8_e4m3fn", **sr)
+        if cpu_has("avx512vbmi") and y.dtype != np.float64:  # (float64 values: wider planes)
+            fp8kit.round_to(y, "float8_e4m3fn", **sr)
+    assert compiled_count() == before
+    h16 = [x.astype(ml_dtypes.bfloat16), x.astype(np.float16)]
+    fp8kit.fake_convert(h16[0], np.array(2.0, h16[0].dtype))
+    before = compiled_count()
+    fp8kit.fake_convert(h16[1], np.array(2.0, h16[1].dtype))
+    assert compiled_count() == before
+    m = x[:100_000].reshape(250, 400)
+    fp8kit.fake_convert(m, np.full((250, 1), 2.0, np.float32))  # a scale per row
+    before = compiled_count()
+    fp8kit.fake_convert(m, np.full((1, 400), 2.0, np.float32))  # per column
+    fp8kit.fake_convert(m, np.full(m.shape, 2.0, np.float32))  # per element
+    fp8kit.fake_convert(m.reshape(-1, 8), np.full((m.size // 8, 1), 2.0, np.float32))
+    assert compiled_count() == before
+    fp8kit.fake_convert(m.astype(np.float16), np.full((1, 400), 2.0, np.float16))
+    before = compiled_count()
+    fp8kit.fake_convert(m.astype(ml_dtypes.bfloat16), np.ones((250, 1), ml_dtypes.bfloat16))
+    assert compiled_count() == before
+
+
 def test_study_cli_says_once_that_it_compiles(tmp_path):
     """`fp8kit study` says on stderr that it compiles when the cache is cold, and only then."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
