@@ -42,6 +42,7 @@ from .bits import (
     half_to_single_bits,
     plane_lookup,
     prefer_512,
+    span,
     stack_buffer,
     store_fence,
     stream_line,
@@ -795,8 +796,8 @@ def encode_kernel(
                     while b0 < hi:
                         b1 = b1 if b1 < hi else hi
                         full = stream and b1 - b0 == _STREAM_BLOCK
-                        xs = x[b0:b1]
-                        os = sbuf if full else out[b0:b1]
+                        xs = span(x, b0, b1)
+                        os = sbuf if full else span(out, b0, b1)
                         for j in range(xs.size):
                             # (a direct load without the helper: one inlined call less)
                             v = xs[j] if load == LOAD_DIRECT else load_bits(xs, j, lut, load, one)
@@ -825,7 +826,7 @@ def encode_kernel(
                 # one thread: 7.9 ms where encode took 2.8): with ``planes``, byte permutes
                 buf = stack_buffer(_LOOKUP_BLOCK, code_type)  # (no np.empty to compile)
                 for b0 in range(0, xc.size, _LOOKUP_BLOCK):
-                    xs, os = xc[b0 : b0 + _LOOKUP_BLOCK], oc[b0 : b0 + _LOOKUP_BLOCK]
+                    xs, os = span(xc, b0, b0 + _LOOKUP_BLOCK), span(oc, b0, b0 + _LOOKUP_BLOCK)
                     for j in range(xs.size):
                         v = xs[j] if load == LOAD_DIRECT else load_bits(xs, j, lut, load, one)
                         if unsigned:
@@ -1157,7 +1158,7 @@ def encode_mode_kernel(
                     # (with lookup: codes through a buffer, as in encode_kernel)
                     blk = _LOOKUP_BLOCK if lookup else (xc.size if xc.size > 1 else 1)
                     for b0 in range(0, xc.size, blk):
-                        xs, os = xc[b0 : b0 + blk], oc[b0 : b0 + blk]
+                        xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
                         for j in range(xs.size):
                             v = load_bits(xs, j, lut, load, one)
                             if unsigned:
@@ -1209,7 +1210,7 @@ def encode_mode_kernel(
                         if part:
                             for j in range(block):
                                 xin[j] = 0
-                        xsrc, xdst = x[lo - offset : hi - offset], xin[lo - gb : hi - gb]
+                        xsrc, xdst = span(x, lo - offset, hi - offset), span(xin, lo - gb, hi - gb)
                         for j in range(xsrc.size):
                             xdst[j] = xsrc[j]
                         xs, os = xin, oin
@@ -1233,7 +1234,10 @@ def encode_mode_kernel(
                                 if flush and not unsigned:
                                     code = flush_code(code, p, q[5])
                                 store_code(os, j, table, code, lookup_each)
-                        osrc, odst = oin[lo - gb : hi - gb], out[lo - offset : hi - offset]
+                        osrc, odst = (
+                            span(oin, lo - gb, hi - gb),
+                            span(out, lo - offset, hi - offset),
+                        )
                         if planes:
                             plane_lookup(table, osrc, odst, osrc.size)
                         else:
@@ -1249,9 +1253,9 @@ def encode_mode_kernel(
                                 r0 = s0 if s0 > lo else lo
                                 r1 = s0 + K if s0 + K < hi else hi
                                 if r0 < r1:
-                                    xs = x[r0 - offset : r1 - offset]
-                                    os = out[r0 - offset : r1 - offset]
-                                    words = buf[t * K + r0 - s0 : t * K + r1 - s0]
+                                    xs = span(x, r0 - offset, r1 - offset)
+                                    os = span(out, r0 - offset, r1 - offset)
+                                    words = span(buf, t * K + r0 - s0, t * K + r1 - s0)
                                     for j in range(xs.size):
                                         v = load_bits(xs, j, lut, load, one)
                                         rnd = word_part(words[j], cast_like(h, k0), split)

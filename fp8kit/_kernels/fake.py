@@ -24,6 +24,7 @@ from .bits import (
     encode_fast,
     prefer_512,
     round_in_place,
+    span,
     stack_buffer,
     store_fence,
     stream_copy,
@@ -337,10 +338,10 @@ def fake_convert_kernel(
                         m = j1 - j0 - p0
                         if stream:
                             m = m if m < bend - (i + p0) else bend - (i + p0)
-                            orow = buf[i + p0 - bstart : i + p0 - bstart + m]
+                            orow = span(buf, i + p0 - bstart, i + p0 - bstart + m)
                         else:
-                            orow = out[i + p0 : i + p0 + m]
-                        xr = x[i + p0 : i + p0 + m]
+                            orow = span(out, i + p0, i + p0 + m)
+                        xr = span(x, i + p0, i + p0 + m)
                         kb, ib = base + j0 + p0, offset + i + p0
                         if inner_runs:  # (fix_nan: a constant, so no second loop)
                             segment(xr, orow, scale, shift, lut, table, k0, k1, kb, ib, s0, h0,  # noqa: F821
