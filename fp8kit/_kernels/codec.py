@@ -1284,14 +1284,14 @@ def encode_mode_kernel(
         out_kind = OUT_VALUES if lookup else OUT_CODES
         neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
-        vec = make_factory(rbits, split, neg_zero, staged, version)
+        vec = make_factory(rbits, split, neg_zero, staged, int(lookup), version)
         u8 = _array(np.uint8, readonly=True)
         sig = types.void(
             _array(np.uint32, True), u8, u8, _array(np.uint8), _array(np.uint32, True),
             types.int64, types.int64, types.intp,
         )  # fmt: skip
         kinds = in_kind + 4 * out_kind
-        key = ("sr_vec", rbits, split, neg_zero, staged, version)
+        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, version)
         kernel = BytesKernel(vec, sig, key, vec_prm, kinds)
         kernel.planes = lookup
         return kernel, pl

@@ -16,9 +16,9 @@ counter ``block * K + i % K``), in loops per block:
    :func:`fp8kit._kernels.bits._finish_with` on 32-bit lanes, then the codes (encode) or
    their values looked up in the decode table's byte planes (round_to, AVX512-VBMI).
 
-Whether codes or values are written is a run-time argument, so that one compiled function
-serves encode and round_to; so is the dtype of bfloat16, float16 and float64 data (staged as
-float32 bits), so that one serves those three, and float32 data another.  The Numba kernel it
+The dtype of bfloat16, float16 and float64 data (staged as float32 bits) is a run-time
+argument, so that one compiled function serves those three; float32 data, and codes or
+values, are compiled in.  The Numba kernel it
 replaces there compiled in 0.5-0.6 s per dtype and operation (its loops went through LLVM's
 loop vectorizer); this one is written out, and its Numba part only splits the chunks.
 """
@@ -107,26 +107,29 @@ def sr_range(
     split,
     signed_zero,
     staged_data,
+    values,
 ):
     """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
     of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes); ``kinds``
-    (run time): ``in_kind + 4 * out_kind``, :data:`IN_F32`, :data:`IN_BF16` or
-    :data:`IN_F16` data into :data:`OUT_CODES`, or (:data:`OUT_VALUES`) their values'
-    bits in the data's dtype, looked up in the decode table's byte ``planes`` (512 bytes,
-    read whatever the kind); ``prm``: the kernel's constants
-    (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox key (uint32[2]);
+    (run time): ``in_kind + 4 * out_kind``, :data:`IN_F32`, :data:`IN_BF16`,
+    :data:`IN_F16` or :data:`IN_F64` data into :data:`OUT_CODES`, or (:data:`OUT_VALUES`)
+    their values' bits in the data's dtype, looked up in the decode table's byte
+    ``planes`` (512 bytes; the literal ``values`` must say the same); ``prm``: the
+    kernel's constants (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox
+    key (uint32[2]);
     ``random_bits``, ``split`` (:func:`fp8kit._kernels.rounding.parts`) and
     ``signed_zero`` (1 for a format with -0: the sign logic of
-    :func:`fp8kit._kernels.bits._finish_with` compiled in) and ``staged_data`` literals:
-    0 for float32 data (read as it is), 1 for the others (widened or rounded to odd into
-    a buffer per block first).  The kinds are branches per 64 elements (never taken
-    differently within a call), so that one compiled kernel serves encode and round_to,
-    and one the bfloat16, float16 and float64 data: a kernel for every kind took 0.07 s
-    longer to compile than float32's alone."""
-    literals = (random_bits, split, signed_zero, staged_data)
+    :func:`fp8kit._kernels.bits._finish_with` compiled in), ``staged_data`` (0 for
+    float32 data, read as it is; 1 for the others, widened or rounded to odd into a
+    buffer per block first) and ``values`` (1: values, 0: codes) literals.  The staged
+    data's dtype is a branch per 64 elements (never taken differently within a call), so
+    that one compiled kernel serves bfloat16, float16 and float64 data; one kernel for
+    every dtype and output took 0.07 s longer to compile than float32 to codes alone, so
+    float32 data and the output are compiled in."""
+    literals = (random_bits, split, signed_zero, staged_data, values)
     if not all(isinstance(v, types.IntegerLiteral) for v in literals):
         return None
-    rbits, parts, neg_zero, staging = (v.literal_value for v in literals)
+    rbits, parts, neg_zero, staging, to_values = (v.literal_value for v in literals)
 
     def codegen(context, builder, signature, args):
         pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
@@ -155,13 +158,11 @@ def sr_range(
         zero = c(0)
         k0, k1 = (builder.zext(builder.load(builder.gep(ka.data, [ir.Constant(intp, j)])), i64)
                   for j in (0, 1))  # fmt: skip
-        value_planes = load_planes(builder, pl.data, intp)
+        value_planes = load_planes(builder, pl.data, intp) if to_values else None
         kinds = builder.trunc(kinds, i32)
         in_kind = builder.and_(kinds, ir.Constant(i32, 3))
-        out_kind = builder.lshr(kinds, ir.Constant(i32, 2))
         in_bf16 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_BF16))
         in_64 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F64))
-        out_codes = builder.icmp_unsigned("==", out_kind, ir.Constant(i32, OUT_CODES))
         # (each element's part of its word, in the part's width: 16 KiB for any split, so
         # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
         iw = ir.IntType(width)
@@ -173,7 +174,7 @@ def sr_range(
             value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
         else:
             value_size = ir.Constant(intp, 4)
-        out_size = builder.select(out_codes, ir.Constant(intp, 1), value_size)
+        out_size = value_size if to_values else ir.Constant(intp, 1)
         lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
         lanes_e = ir.Constant(v32, list(range(LANES)))
 
@@ -333,33 +334,34 @@ def sr_range(
                             args = [result, dst, ir.Constant(i32, align), slice_mask()]
                             masked_access(builder, "store", result.type, args)
 
-                with builder.if_else(out_codes, likely=True) as (to_codes, to_values):
-                    with to_codes:
-                        store(codes, 1)
-                    with to_values:  # (in the data's width: round_to keeps the dtype)
-                        words16 = plane_values(builder, value_planes, codes, 16)
-                        if not staging:
-                            store(builder.shl(builder.zext(words16, v32), c(16)), 4)
-                        elif F64_INPUT:
-                            with builder.if_else(in_64) as (w64, w16):
-                                with w64:
-                                    v64 = ir.VectorType(i64, LANES)
-                                    wide64 = builder.zext(words16, v64)
-                                    store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)), 8)
-                                with w16:
-                                    store(words16, 2)
-                        else:
-                            store(words16, 2)
+                if not to_values:
+                    store(codes, 1)
+                else:  # (in the data's width: round_to keeps the dtype)
+                    words16 = plane_values(builder, value_planes, codes, 16)
+                    if not staging:
+                        store(builder.shl(builder.zext(words16, v32), c(16)), 4)
+                    elif F64_INPUT:
+                        with builder.if_else(in_64) as (w64, w16):
+                            with w64:
+                                v64 = ir.VectorType(i64, LANES)
+                                wide64 = builder.zext(words16, v64)
+                                store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)), 8)
+                            with w16:
+                                store(words16, 2)
+                    else:
+                        store(words16, 2)
         return context.get_dummy_value()
 
     sig = types.void(
         prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero,
-        staged_data,
+        staged_data, values,
     )  # fmt: skip
     return sig, codegen
 
 
-def make_factory(random_bits: int, split: int, neg_zero: int, staged: int, version: int):
+def make_factory(
+    random_bits: int, split: int, neg_zero: int, staged: int, values: int, version: int
+):
     """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
     each chunk, of signature ``(prm, planes, x, out, key, offset, kinds, nchunks)``: x and
     out as bytes, ``kinds`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
@@ -385,7 +387,7 @@ def make_factory(random_bits: int, split: int, neg_zero: int, staged: int, versi
                 if glo < ghi:
                     sr_range(
                         prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split,
-                        neg_zero, staged,
+                        neg_zero, staged, values,
                     )  # fmt: skip
 
         return kernel
