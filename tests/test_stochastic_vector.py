@@ -130,3 +130,43 @@ def test_bfloat16_float16_and_float64_data_share_a_compiled_kernel():
             keys.setdefault((dt == F32, values), set()).add(kernel._key)
     assert all(len(k) == 1 for k in keys.values())
     assert len(set.union(*keys.values())) == len(keys)
+
+
+def test_every_dtype_on_a_generic_cpu(tmp_path):
+    """With ``NUMBA_CPU_NAME=generic`` (no AVX-512, no F16C: masked accesses split into
+    scalar ones, float16 widened by integer operations, float64 left to the Numba kernel)
+    stochastic rounding of every dtype gives the codes it gives here."""
+    import os
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(23)
+    data = {
+        "f32": X[:70_001].view(np.float32),
+        "bf16": X16[:50_003].view(BF16),
+        "f16": X16[:50_003].view(F16),
+        "f64": X64[:60_007].view(np.float64),
+    }
+    for name, x in data.items():
+        np.save(tmp_path / f"{name}.npy", x.view(np.uint8))
+    seed = int(rng.integers(1 << 30))
+    code = (
+        "import ml_dtypes, numpy as np, fp8kit\n"
+        "from fp8kit._kernels import stochastic\n"
+        "assert not stochastic.F64_INPUT\n"
+        f"dts = {{'f32': np.float32, 'bf16': ml_dtypes.bfloat16, 'f16': np.float16,"
+        f" 'f64': np.float64}}\n"
+        "for name, dt in dts.items():\n"
+        f"    x = np.load({str(tmp_path)!r} + f'/{{name}}.npy').view(dt)\n"
+        "    for fmt in ('float8_e4m3fn', 'float8_e5m2fnuz'):\n"
+        f"        c = fp8kit.encode(x, fmt, rounding='stochastic', seed={seed}, random_bits=13)\n"
+        f"        np.save({str(tmp_path)!r} + f'/out_{{name}}_{{fmt}}.npy', c.view(np.uint8))\n"
+    )
+    env = dict(os.environ, NUMBA_CPU_NAME="generic", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name, x in data.items():
+        for fmt in ("float8_e4m3fn", "float8_e5m2fnuz"):
+            want = fp8kit.encode(x, fmt, rounding="stochastic", seed=seed, random_bits=13)
+            got = np.load(tmp_path / f"out_{name}_{fmt}.npy")
+            np.testing.assert_array_equal(got, want.view(np.uint8), err_msg=f"{name} {fmt}")
