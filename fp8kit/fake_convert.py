@@ -222,8 +222,8 @@ def fake_convert(
         np.copyto(out, res)
         return out
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
-    # float32, spec, nearest-even, scales and shifts that are not NaN (no fix of x86's NaN
-    # rule needed): kernels of LLVM vector code, which compile in less than half the time
+    # spec, nearest-even, scales and shifts that are not NaN (no fix of x86's NaN rule
+    # needed): kernels of LLVM vector code, which compile in less than half the time
     vector = (
         _VECTOR_KERNELS and not ov and rmode == NEAREST_EVEN and not ftz
         and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()

@@ -1091,3 +1091,34 @@ def block_mask(builder, n, t, lanes):
     left = builder.select(builder.icmp_signed("<", left, step), left, step)
     mask = first_lanes(builder, builder.trunc(left, ir.IntType(32)), lanes)
     return mask, builder.icmp_signed("==", left, step)
+
+
+def block_load(builder, ptr, vt, full, mask):
+    """The vector ``vt`` at ``ptr``: a plain load where ``full`` (an i1), else the lanes of
+    ``mask()`` (a callable, emitted in that branch only) masked, the others zero."""
+    ptr = builder.bitcast(ptr, vt.as_pointer())
+    size = vt.element.width // 8
+    with builder.if_else(full, likely=True) as (whole, part_):
+        with whole:
+            v_whole = builder.load(ptr, align=size)
+            b_whole = builder.block
+        with part_:
+            args = [ptr, ir.Constant(ir.IntType(32), size), mask(), ir.Constant(vt, [0] * vt.count)]
+            v_part = masked_access(builder, "load", vt, args)
+            b_part = builder.block
+    v = builder.phi(vt)
+    v.add_incoming(v_whole, b_whole)
+    v.add_incoming(v_part, b_part)
+    return v
+
+
+def block_store(builder, value, ptr, full, mask):
+    """Store ``value`` at ``ptr``: all lanes where ``full``, else those of ``mask()``."""
+    ptr = builder.bitcast(ptr, value.type.as_pointer())
+    size = value.type.element.width // 8
+    with builder.if_else(full, likely=True) as (whole, part_):
+        with whole:
+            builder.store(value, ptr, align=size)
+        with part_:
+            args = [value, ptr, ir.Constant(ir.IntType(32), size), mask()]
+            masked_access(builder, "store", value.type, args)

@@ -427,25 +427,19 @@ class XOKernel(Kernel):
         return built
 
 
-#: A table's byte planes where a :class:`BytesKernel` writes codes (it reads them anyway).
-_NO_PLANES = np.zeros(512, np.uint8)
-_NO_PLANES.flags.writeable = False
-
-
 class _Bytes:
-    """A compiled kernel of signature ``(planes, x, out, key, offset, kinds, nchunks)`` on
+    """A compiled kernel of signature ``(planes, x, out, key, offset, kind, nchunks)`` on
     x and out as bytes (its parameter array bound), called as the others are, with ``(x,
     lut, table, out, key, offset, nchunks)`` (see :class:`BytesKernel`)."""
 
-    __slots__ = ("func", "kinds", "values")
+    __slots__ = ("func", "kind")
 
-    def __init__(self, func, kinds, values):
-        self.func, self.kinds, self.values = func, kinds, values
+    def __init__(self, func, kind):
+        self.func, self.kind = func, kind
 
     def __call__(self, x, lut, table, out, key, offset, nchunks):
-        planes = table if self.values else _NO_PLANES
         xb, ob = x.view(np.uint8), out.view(np.uint8)
-        return self.func(planes, xb, ob, key, offset, self.kinds, nchunks)
+        return self.func(table, xb, ob, key, offset, self.kind, nchunks)
 
     @property
     def stats(self):
@@ -453,20 +447,19 @@ class _Bytes:
 
 
 class BytesKernel(Kernel):
-    """A kernel compiled for its data as bytes, the element types a run-time argument
-    (``kinds``), so that one compiled function serves several dtypes: ``build()`` returns
+    """A kernel compiled for its data as bytes, the element type a run-time argument
+    (``kind``), so that one compiled function serves several dtypes: ``build()`` returns
     it wrapped to take the arguments of :func:`encode_mode_kernel`'s other kernels (1-D
     C-contiguous x and out, as :func:`fp8kit._parallel.launch` passes them)."""
 
-    def __init__(self, make, sig, key, params, kinds):
+    def __init__(self, make, sig, key, params, kind):
         super().__init__(make, sig, key, params)
-        self.kinds = kinds
+        self.kind = kind
 
     def build(self, parallel: bool = False):
         built = self._built
         if type(built) is not _Bytes:
-            built = super().build(parallel)
-            built = self._built = _Bytes(built, self.kinds, self.kinds >= 4)
+            built = self._built = _Bytes(super().build(parallel), self.kind)
         return built
 
 
@@ -1075,16 +1068,17 @@ def encode_mode_kernel(
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
-    # float32, bfloat16 or float16 -> formats of up to 8 bits, stochastic, by the
+    # float32, bfloat16, float16 or float64 -> formats of up to 8 bits, stochastic, by the
     # constant-shift formula, to codes or (with the table's byte planes) values:
     # fp8kit._kernels.stochastic's kernel, in LLVM vector code (0.5-0.6 s less to compile
-    # than this one, the same bits; one compiled function for every input dtype, encode
-    # and round_to)
+    # than this one, the same bits; one compiled function per output for the dtypes other
+    # than float32)
     vector_sr = vector and (
         kind == KIND_SR and not unsigned and not flush and fmt.bits <= 8
         and (not lookup or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
-    vec_prm = pack_params(p, q, o, sp, mode) if vector_sr and fast and width == 32 else None
+    prm = pack_params(p, q, o, sp, mode)
+    vec_prm = prm if vector_sr and fast and width == 32 else None
     if vector_sr and width == 64:
         # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
         # codes where random_bits is below the bits float32 drops (its lowest, the sticky
@@ -1114,7 +1108,6 @@ def encode_mode_kernel(
     det_mode = np.dtype(f"uint{width}").type(mode if mode_fixed else 0)
     key = ("mode", load, unsigned, kind, fast, rbits, flush, width, lookup, out_dtype.str,
            use_magic, sp_magic, fmt.bits <= 8, int(det_mode), planes)  # fmt: skip
-    prm = pack_params(p, q, o, sp, mode)
     det_buf = _LOOKUP_BLOCK if lookup else 1
     sr_buf = 4 * K
     # (with planes the fused loop stores codes, looked up per block: see the deterministic
@@ -1277,11 +1270,10 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, OUT_CODES, OUT_VALUES, make_factory
+        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, make_factory
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
         in_kind = IN_F64 if width == 64 else in_kind
-        out_kind = OUT_VALUES if lookup else OUT_CODES
         neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
         vec = make_factory(rbits, split, neg_zero, staged, int(lookup), version)
@@ -1290,9 +1282,8 @@ def encode_mode_kernel(
             _array(np.uint32, True), u8, u8, _array(np.uint8), _array(np.uint32, True),
             types.int64, types.int64, types.intp,
         )  # fmt: skip
-        kinds = in_kind + 4 * out_kind
         key = ("sr_vec", rbits, split, neg_zero, staged, lookup, version)
-        kernel = BytesKernel(vec, sig, key, vec_prm, kinds)
+        kernel = BytesKernel(vec, sig, key, vec_prm, in_kind)
         kernel.planes = lookup
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)

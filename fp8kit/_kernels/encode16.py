@@ -62,8 +62,11 @@ from numba.extending import intrinsic
 from ..formats import FloatFormat, get_format
 from .bits import (
     array_args,
+    block_load,
     block_mask,
+    block_store,
     cast_like,
+    chunk_items,
     chunk_range,
     chunks,
     cpu_has,
@@ -378,7 +381,6 @@ def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
         var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
         names = ("a", "b", "d")
         step = ir.Constant(intp, lanes)
-        nx = ir.Constant(i32, vx.element.width // 8)
         n4 = ir.Constant(i32, 4)
         with cgutils.for_range_slice(builder, r0, r1, ir.Constant(intp, 1), intp) as (r, _):
             a, b, d = (builder.load(var[k]) for k in names)
@@ -404,30 +406,14 @@ def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
                     return builder.select(per_element, builder.bitcast(got, vf), row_value)
 
                 scale, shift = scales(sa, s_row), scales(ha, h_row)
-                src = builder.bitcast(builder.gep(xa.data, [builder.add(start, t)]),
-                                      vx.as_pointer())  # fmt: skip
-                dst = builder.bitcast(builder.gep(oa.data, [builder.add(start, t)]),
-                                      vx.as_pointer())  # fmt: skip
-                zeros = ir.Constant(vx, [0] * lanes)
-                with builder.if_else(full, likely=True) as (whole, part_):
-                    with whole:
-                        v_whole = builder.load(src, align=vx.element.width // 8)
-                        b_whole = builder.block
-                    with part_:
-                        v_part = masked_access(builder, "load", vx, [src, nx, mask, zeros])
-                        b_part = builder.block
-                v = builder.phi(vx)
-                v.add_incoming(v_whole, b_whole)
-                v.add_incoming(v_part, b_part)
+                src = builder.gep(xa.data, [builder.add(start, t)])
+                dst = builder.gep(oa.data, [builder.add(start, t)])
+                v = block_load(builder, src, vx, full, lambda: mask)
                 if half_data:
                     res = _fake16_body(builder, v, w, scale, shift, has_shift, half)
                 else:
                     res = _fake_body(builder, v, w, scale, shift, has_shift)
-                with builder.if_else(full, likely=True) as (whole, part_):
-                    with whole:
-                        builder.store(res, dst, align=vx.element.width // 8)
-                    with part_:
-                        masked_access(builder, "store", vx, [res, dst, nx, mask])
+                block_store(builder, res, dst, full, lambda: mask)
             next_row(builder, var, a, b, builder.add(d, one), n1, n2)
         return context.get_dummy_value()
 
@@ -445,8 +431,7 @@ def _make_fake_walk(parallel):
         step = (rows + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
             prefer_512()
-            r0 = c * step
-            r1 = r0 + step if r0 + step < rows else rows
+            r0, r1 = chunk_items(c, step, rows)
             if r0 < r1:
                 _fake_walk(consts, x, scale, shift, shape, sstr, out, r0, r1)
 

@@ -1,5 +1,5 @@
-"""Stochastic rounding of float32, bfloat16 and float16 data to formats of up to 8 bits in LLVM
-vector code.
+"""Stochastic rounding of float32, bfloat16, float16 and float64 data to formats of up to 8
+bits in LLVM vector code.
 
 The kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` for the common case (a format
 of up to 8 bits where :func:`fp8kit._kernels.codec.stochastic_params` allows the
@@ -11,16 +11,17 @@ counter ``block * K + i % K``), in loops per block:
 1. the block's random words, 16 Philox calls at a time (64-bit lanes below 2**32, so that
    the 32 x 32 -> 64 products are one vpmuludq), each word's parts written where their
    elements are (a buffer on the stack, one word per element);
-2. 16-bit data only: the block's elements widened to float32 bits (exact), into a buffer;
+2. data other than float32 only: the block's elements widened to float32 bits (16-bit data,
+   exactly) or rounded to odd on float32 (float64), into a buffer;
 3. the elements, 64 at a time: :func:`fp8kit._kernels.rounding.encode_stochastic_fast` and
    :func:`fp8kit._kernels.bits._finish_with` on 32-bit lanes, then the codes (encode) or
    their values looked up in the decode table's byte planes (round_to, AVX512-VBMI).
 
 The dtype of bfloat16, float16 and float64 data (staged as float32 bits) is a run-time
 argument, so that one compiled function serves those three; float32 data, and codes or
-values, are compiled in.  The Numba kernel it
-replaces there compiled in 0.5-0.6 s per dtype and operation (its loops went through LLVM's
-loop vectorizer); this one is written out, and its Numba part only splits the chunks.
+values, are compiled in.  The Numba kernel it replaces there compiled in 0.5-0.6 s per
+dtype and operation (its loops went through LLVM's loop vectorizer); this one is written
+out, and its Numba part only splits the chunks.
 """
 
 from __future__ import annotations
@@ -34,11 +35,12 @@ from .bits import (
     PARAMS_LAYOUT,
     array_args,
     block_items,
+    block_load,
+    block_store,
     chunk_range,
     cpu_has,
     f64_to_odd_f32,
     load_planes,
-    masked_access,
     plane_values,
     splat,
     widen_half,
@@ -50,13 +52,10 @@ _O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
 #: bits).
 IN_F32, IN_BF16, IN_F16, IN_F64 = 0, 1, 2, 3
 #: Whether the kernel takes float64 data: rounded to odd on float32 by an AVX-512 conversion
-#: (:func:`fp8kit._kernels.encode16.f64_to_odd_f32`), which keeps the bits stochastic
+#: (:func:`fp8kit._kernels.bits.f64_to_odd_f32`), which keeps the bits stochastic
 #: rounding reads where ``random_bits`` is below the bits float32 drops (see
 #: :func:`fp8kit._kernels.codec.encode_mode_kernel`).
 F64_INPUT = cpu_has("avx512f")
-#: Output kinds: codes (uint8), or their values' bits in the input's dtype (round_to), from
-#: the decode table's byte planes.
-OUT_CODES, OUT_VALUES = 0, 1
 #: Elements per vector of the rounding loop (one 512-bit vector of codes).
 LANES = 64
 #: Philox calls per vector of the random-word loop.
@@ -102,7 +101,7 @@ def sr_range(
     glo,
     ghi,
     offset,
-    kinds,
+    kind,
     random_bits,
     split,
     signed_zero,
@@ -110,13 +109,11 @@ def sr_range(
     values,
 ):
     """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
-    of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes); ``kinds``
-    (run time): ``in_kind + 4 * out_kind``, :data:`IN_F32`, :data:`IN_BF16`,
-    :data:`IN_F16` or :data:`IN_F64` data into :data:`OUT_CODES`, or (:data:`OUT_VALUES`)
-    their values' bits in the data's dtype, looked up in the decode table's byte
-    ``planes`` (512 bytes; the literal ``values`` must say the same); ``prm``: the
-    kernel's constants (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox
-    key (uint32[2]);
+    of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes): ``kind``
+    (run time) :data:`IN_F32`, :data:`IN_BF16`, :data:`IN_F16` or :data:`IN_F64` data,
+    to codes, or with ``values`` their values' bits in the data's dtype, looked up in the
+    decode table's byte ``planes``; ``prm``: the kernel's constants
+    (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox key (uint32[2]);
     ``random_bits``, ``split`` (:func:`fp8kit._kernels.rounding.parts`) and
     ``signed_zero`` (1 for a format with -0: the sign logic of
     :func:`fp8kit._kernels.bits._finish_with` compiled in), ``staged_data`` (0 for
@@ -133,7 +130,7 @@ def sr_range(
 
     def codegen(context, builder, signature, args):
         pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
-        glo, ghi, offset, kinds = args[5], args[6], args[7], args[8]
+        glo, ghi, offset, in_kind = args[5], args[6], args[7], args[8]
         intp = context.get_value_type(types.intp)
         i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
         v32 = ir.VectorType(i32, LANES)
@@ -159,10 +156,8 @@ def sr_range(
         k0, k1 = (builder.zext(builder.load(builder.gep(ka.data, [ir.Constant(intp, j)])), i64)
                   for j in (0, 1))  # fmt: skip
         value_planes = load_planes(builder, pl.data, intp) if to_values else None
-        kinds = builder.trunc(kinds, i32)
-        in_kind = builder.and_(kinds, ir.Constant(i32, 3))
-        in_bf16 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_BF16))
-        in_64 = builder.icmp_unsigned("==", in_kind, ir.Constant(i32, IN_F64))
+        in_bf16 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_BF16))
+        in_64 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_F64))
         # (each element's part of its word, in the part's width: 16 KiB for any split, so
         # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
         iw = ir.IntType(width)
@@ -267,22 +262,7 @@ def sr_range(
 
             def lanes(ety, ptr, full, slice_mask):
                 """64 elements of type ety at ptr (those of the slice where not full)"""
-                vt = ir.VectorType(ety, LANES)
-                ptr = builder.bitcast(ptr, vt.as_pointer())
-                align = ir.Constant(i32, ety.width // 8)
-                with builder.if_else(full, likely=True) as (whole, part_):
-                    with whole:
-                        v_whole = builder.load(ptr, align=ety.width // 8)
-                        b_whole = builder.block
-                    with part_:
-                        zeros = ir.Constant(vt, [0] * LANES)
-                        args = [ptr, align, slice_mask(), zeros]
-                        v_part = masked_access(builder, "load", vt, args)
-                        b_part = builder.block
-                v = builder.phi(vt)
-                v.add_incoming(v_whole, b_whole)
-                v.add_incoming(v_part, b_part)
-                return v
+                return block_load(builder, ptr, ir.VectorType(ety, LANES), full, slice_mask)
 
             # 2. 16-bit data widened to float32 bits, float64 data rounded to odd on
             # float32, into the block's buffer on the stack (a second copy of the loop
@@ -325,35 +305,29 @@ def sr_range(
                 codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
                 dst = builder.gep(oa.data, [builder.mul(at, out_size)])
 
-                def store(result, align, dst=dst, full=full, slice_mask=slice_mask):
-                    dst = builder.bitcast(dst, result.type.as_pointer())
-                    with builder.if_else(full, likely=True) as (whole, part_):
-                        with whole:
-                            builder.store(result, dst, align=align)
-                        with part_:
-                            args = [result, dst, ir.Constant(i32, align), slice_mask()]
-                            masked_access(builder, "store", result.type, args)
+                def store(result, dst=dst, full=full, slice_mask=slice_mask):
+                    block_store(builder, result, dst, full, slice_mask)
 
                 if not to_values:
-                    store(codes, 1)
+                    store(codes)
                 else:  # (in the data's width: round_to keeps the dtype)
                     words16 = plane_values(builder, value_planes, codes, 16)
                     if not staging:
-                        store(builder.shl(builder.zext(words16, v32), c(16)), 4)
+                        store(builder.shl(builder.zext(words16, v32), c(16)))
                     elif F64_INPUT:
                         with builder.if_else(in_64) as (w64, w16):
                             with w64:
                                 v64 = ir.VectorType(i64, LANES)
                                 wide64 = builder.zext(words16, v64)
-                                store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)), 8)
+                                store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)))
                             with w16:
-                                store(words16, 2)
+                                store(words16)
                     else:
-                        store(words16, 2)
+                        store(words16)
         return context.get_dummy_value()
 
     sig = types.void(
-        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split, signed_zero,
+        prm, planes, x, out, key, glo, ghi, offset, kind, random_bits, split, signed_zero,
         staged_data, values,
     )  # fmt: skip
     return sig, codegen
@@ -363,8 +337,8 @@ def make_factory(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, version: int
 ):
     """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
-    each chunk, of signature ``(prm, planes, x, out, key, offset, kinds, nchunks)``: x and
-    out as bytes, ``kinds`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
+    each chunk, of signature ``(prm, planes, x, out, key, offset, kind, nchunks)``: x and
+    out as bytes, ``kind`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
     BytesKernel`, which calls it as the other kernels of
     :func:`fp8kit._kernels.codec.encode_mode_kernel` are called); ``version``:
     :func:`fp8kit._kernels.codec.source_version`, closed over so that an edit to any
@@ -372,11 +346,10 @@ def make_factory(
     block = 4 * K * split
 
     def make(parallel):
-        def kernel(prm, planes, x, out, key, offset, kinds, nchunks):
+        def kernel(prm, planes, x, out, key, offset, kind, nchunks):
             if version == 0 or parallel is None:  # never true; see codec.source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
-            kind = kinds & 3
             n = x.size // 4 if kind == IN_F32 else (x.size // 8 if kind == IN_F64 else x.size // 2)
             # chunks of whole blocks, counted from the start of the whole array (as the
             # Numba kernel's: any split gives the same bits anyway)
@@ -386,7 +359,7 @@ def make_factory(
                 glo, ghi = block_items(c, nchunks, step, offset, end, block)
                 if glo < ghi:
                     sr_range(
-                        prm, planes, x, out, key, glo, ghi, offset, kinds, random_bits, split,
+                        prm, planes, x, out, key, glo, ghi, offset, kind, random_bits, split,
                         neg_zero, staged, values,
                     )  # fmt: skip
 
