@@ -261,7 +261,8 @@ COMPILE_NOTICE = "compiling kernels (first run only)..."
 def _compile_notice(stream: TextIO):
     """Say once on ``stream`` that kernels are being compiled, when the first kernel of the
     block is not in Numba's disk cache (a cold cache: a first run compiles for seconds; a
-    kernel loaded from the cache triggers no compile event).  Like the progress bar, only
+    kernel loaded from the cache triggers no compile event; native kernels, see
+    :mod:`fp8kit._kernels.native`, announce theirs as another event).  Like the progress bar, only
     where stderr is a terminal or ``--progress`` is given: logs and pipes stay clean."""
     from numba.core import event
 
@@ -277,8 +278,12 @@ def _compile_notice(stream: TextIO):
         def on_end(self, ev):
             pass
 
-    with event.install_listener("numba:compile", Notice()):
-        yield
+    from ._kernels.native import COMPILE_EVENT  # (native kernels' compiles)
+
+    notice = Notice()
+    with event.install_listener("numba:compile", notice):
+        with event.install_listener(COMPILE_EVENT, notice):
+            yield
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

@@ -24,6 +24,7 @@ from ._kernels.codec import (
 )
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
 from ._kernels.encode16 import encode16_kernel, f32_round_kernel, round16_kernel
+from ._kernels.native import NativeCall
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -199,7 +200,14 @@ def _entry_point(fn, arrays: tuple):
     (0.25-0.3 us of a 1,000-element call, measured) and, since the entry point checks only
     the item size of an array, also the ``.view()`` of float data as its bits (~0.15 us
     each).  It does not check the number of dimensions, the layout or writeability: the fast
-    paths pass 1-D C-contiguous aligned arrays only, and a writeable output."""
+    paths pass 1-D C-contiguous aligned arrays only, and a writeable output.
+
+    A native kernel (:class:`fp8kit._kernels.native.NativeCall`) already calls the
+    trampoline's entry point, which takes arrays of any dtype: its entry point is that one
+    with the kernel's address bound."""
+    if isinstance(fn, NativeCall):
+        address, params = fn.args
+        return functools.partial(fn.func, address), params
     pre = ()
     if isinstance(fn, functools.partial) and not fn.keywords:
         pre, fn = fn.args, fn.func

@@ -275,23 +275,13 @@ def test_byte_lanes_with_non_temporal_stores(dt):
     within a line and lengths around the blocks, writes nothing outside the output, and
     threads (each chunk aligns its own start) change nothing."""
     from fp8kit import _parallel
-    from fp8kit._kernels import encode16
-    from fp8kit._kernels.codec import Kernel
+    from fp8kit._kernels import encode16, native
 
     fmt = fp8kit.get_format("float8_e4m3fn")
     plain = encode16_kernel(fmt, dt, True)
     which = encode16._HALF_BYTES if dt == np.float16 else encode16._BYTES
-
-    class Uncached(Kernel):  # (Numba shows no assembly of code loaded from its cache)
-        _options = {**Kernel._options, "cache": False}
-
-    def asm(kernel):
-        disp = kernel.build().func  # (the compiled function, its parameters bound)
-        return disp.inspect_asm(disp.signatures[0]).lower()
-
-    streamed = Uncached(encode16._chunked(which, stream_min=0), encode16._BYTES_SIG, None,
-                        plain._params)  # fmt: skip
-    assert "vmovnt" in asm(streamed)
+    streamed = encode16.byte_kernel(which, plain._params, stream_min=0)
+    assert "vmovnt" in native.assembly(streamed._emit).lower()
     bits = np.tile(ALL16, 3)
     d32, d8 = dummy(np.uint32), dummy(np.uint8)
     for start in [*range(0, 64, 5), 63]:
@@ -311,7 +301,7 @@ def test_byte_lanes_with_non_temporal_stores(dt):
         _parallel.launch(streamed, x.size, x, d32, d8, got)
     np.testing.assert_array_equal(got, want)
     # and fp8kit.encode's kernel streams (from STREAM_MIN elements: the bits above)
-    assert "vmovnt" in asm(Uncached(plain._make, plain._sig, None, plain._params))
+    assert "vmovnt" in native.assembly(plain._emit).lower()
 
 
 # ---------------------------------------------------------------- float32 on byte lanes
@@ -384,14 +374,10 @@ def test_float32_byte_lanes_every_length_and_offset():
     """Lengths 0-200 at every start within a cache line (the masked head and tail blocks),
     nothing outside the output written, streamed and not."""
     from fp8kit._kernels import encode16
-    from fp8kit._kernels.codec import Kernel
 
     fmt = fp8kit.get_format("float8_e4m3fn")
     plain = encode16.f32_byte_kernel(fmt, True)
-    streamed = Kernel(
-        encode16._chunked(encode16._F32_BYTES, stream_min=0), encode16._F32_SIG,
-        plain._key + ("stream_min", 0), plain._params,
-    )  # fmt: skip
+    streamed = encode16.byte_kernel(encode16._F32_BYTES, plain._params, stream_min=0)
     bits = ALL32[::7].copy()
     want = _old(fmt, np.dtype(np.float32), True, bits)
     d32, d8 = dummy(np.uint32), dummy(np.uint8)

@@ -10,11 +10,12 @@ import textwrap
 import pytest
 
 
-def run_python(code, env_extra):
+def run_python(code, env_extra, cwd=None):
     env = {**os.environ, **env_extra}
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         env=env,
+        cwd=cwd,
         check=True,
         capture_output=True,
         text=True,
@@ -29,11 +30,12 @@ def test_import_compiles_nothing(tmp_path):
         import json
         from numba.core import event
         import sys
-        with event.install_recorder("numba:compile") as rec:
+        with event.install_recorder("numba:compile") as rec, \
+                event.install_recorder("fp8kit:compile") as native:
             import fp8kit
             from fp8kit._kernels import codec
         extras = ("dask", "distributed", "xarray", "pandas", "torch", "tqdm", "onnx")
-        print(json.dumps({"events": len(rec.buffer),
+        print(json.dumps({"events": len(rec.buffer) + len(native.buffer),
                           "kernels": codec.encode_kernel.cache_info().currsize,
                           "extras": [m for m in extras if m in sys.modules]}))
         """,
@@ -73,13 +75,15 @@ def test_second_process_loads_kernels_from_disk_cache(tmp_path, size):
         import fp8kit
         from fp8kit._kernels import codec
         x = np.linspace(-500, 500, {size}, dtype=np.float32)
-        with event.install_recorder("numba:compile") as rec:
+        with event.install_recorder("numba:compile") as rec, \
+                event.install_recorder("fp8kit:compile") as native:
             codes = fp8kit.encode(x, "float8_e5m2")
         kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e5m2"), x.dtype, True)
         kernel = kernel.build({size} > 100_000)
         print(json.dumps({{"hits": sum(kernel.stats.cache_hits.values()),
                           "misses": sum(kernel.stats.cache_misses.values()),
-                          "compiled": len(rec.buffer), "sum": int(codes.sum())}}))
+                          "compiled": len(rec.buffer) + len(native.buffer),
+                          "sum": int(codes.sum())}}))
     """
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
     first = run_python(code, env)
@@ -99,7 +103,8 @@ def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
         from numba.core import event
         import fp8kit
         x = np.linspace(-3, 3, 1001, dtype=np.float32)
-        with event.install_recorder("numba:compile") as rec:
+        with event.install_recorder("numba:compile") as rec, \
+                event.install_recorder("fp8kit:compile") as native:
             r = [
                 fp8kit.encode(x, "float8_e4m3fn"),
                 fp8kit.encode(x, "float8_e4m3fn", rounding="toward_zero"),
@@ -113,7 +118,8 @@ def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
                                     mode="openvino").view(np.uint32),
                 fp8kit.cast(x, "FLOAT8E5M2", rounding="toward_positive"),
             ]
-        print(json.dumps({"compiled": len(rec.buffer),
+        print(json.dumps({"compiled": len(rec.buffer) + len(native.buffer),
+                          "natives": len(native.buffer),
                           "sums": [int(a.astype(np.int64).sum()) for a in r]}))
     """
     env = {"NUMBA_CACHE_DIR": str(tmp_path)}
@@ -122,6 +128,72 @@ def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
     assert first["compiled"] > 0
     assert second["compiled"] == 0
     assert first["sums"] == second["sums"]
+    from fp8kit._kernels.bits import cpu_has
+
+    if cpu_has("avx512vbmi"):  # (native kernels: encode, round_to, decode, FakeConvert)
+        assert first["natives"] >= 4
+
+
+#: Appended to a copy's fp8kit/_kernels/bits.py: every vector loop of LLVM IR written out
+#: (the native kernels' too) gives its results with the lowest bit flipped.
+_FLIP = """
+
+_vector_blocks = vector_blocks
+
+
+def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
+    def flipped(v):
+        r = body(v)
+        return builder.xor(r, ir.Constant(r.type, [1] * r.type.count))
+
+    return _vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, flipped, stream)
+"""
+
+
+def test_an_edited_kernel_helper_never_loads_stale_code(tmp_path):
+    """Issue 16: whatever caching remains stays keyed correctly.  A second process whose
+    kernel helpers were edited (a copy of fp8kit; the edit flips the lowest bit of every
+    vector loop's result) compiles again, with the cache the first one filled, and gives
+    the edited bits where those loops run (AVX512-VBMI: encode's kernels are such loops);
+    a third, with the edit undone, gives the first bits again."""
+    import shutil
+
+    import fp8kit
+
+    src = tmp_path / "src"
+    shutil.copytree(os.path.dirname(fp8kit.__file__), src / "fp8kit",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.native"))  # fmt: skip
+    code = """
+        import json
+        import numpy as np
+        from numba.core import event
+        import fp8kit
+        from fp8kit._kernels.bits import cpu_has
+        x = np.linspace(-3, 3, 1001, dtype=np.float32)
+        with event.install_recorder("numba:compile") as rec, \\
+                event.install_recorder("fp8kit:compile") as native:
+            codes = fp8kit.encode(x, "float8_e4m3fn").view(np.uint8)
+            values = fp8kit.decode(np.arange(256, dtype=np.uint8), "float8_e5m2")
+        print(json.dumps({"file": fp8kit.__file__, "vbmi": cpu_has("avx512vbmi"),
+                          "compiled": len(rec.buffer) + len(native.buffer),
+                          "codes": codes.tolist(), "values": values.view(np.uint32).tolist()}))
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(src)}
+    first = run_python(code, env, cwd=src)
+    assert first["file"].startswith(str(src)) and first["compiled"] > 0
+    helper = src / "fp8kit" / "_kernels" / "bits.py"
+    text = helper.read_text()
+    helper.write_text(text + _FLIP)
+    edited = run_python(code, env, cwd=src)
+    assert edited["compiled"] > 0
+    if first["vbmi"]:
+        assert edited["codes"] == [c ^ 1 for c in first["codes"]]
+    # (decode's plane kernel is checked on every code against the table when built: the
+    # edited one is refused, and the table kernel gives the same values)
+    assert edited["values"] == first["values"]
+    helper.write_text(text)
+    again = run_python(code, env, cwd=src)
+    assert again["codes"] == first["codes"] and again["values"] == first["values"]
 
 
 def test_formats_share_compiled_kernels():

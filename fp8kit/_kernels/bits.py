@@ -991,25 +991,32 @@ def plane_lookup(typingctx, prm, x, out, n):
     def codegen(context, builder, signature, args):
         pa, xa, oa = array_args(context, builder, signature, args, 3)
         intp = context.get_value_type(types.intp)
-        i8, i32 = ir.IntType(8), ir.IntType(32)
-        v8 = ir.VectorType(i8, PLANE_BLOCK)
-        vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
-        t = load_planes(builder, pa.data, intp)
-        zero8 = ir.Constant(v8, [0] * PLANE_BLOCK)
-        seen = cgutils.alloca_once_value(builder, zero8)
-
-        def body(v):
-            builder.store(builder.or_(builder.load(seen), v), seen)
-            return plane_values(builder, t, v, width)
-
-        vector_blocks(builder, intp, args[3], xa.data, oa.data, v8, vout, body)
-        acc = builder.load(seen)
-        red = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"
-        )
-        return builder.zext(builder.call(red, [acc]), i32)
+        return emit_plane_lookup(builder, intp, width, pa.data, xa.data, oa.data, args[3])
 
     return types.uint32(prm, x, out, n), codegen
+
+
+def emit_plane_lookup(builder, intp, width, prm, x, out, n):
+    """The LLVM IR of :func:`plane_lookup` (``prm``: an i8 pointer to the planes, ``x``
+    to the codes, ``out`` to ``width``-bit integers; ``n`` elements); the or of the codes
+    (i32)."""
+    i8, i32 = ir.IntType(8), ir.IntType(32)
+    v8 = ir.VectorType(i8, PLANE_BLOCK)
+    vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
+    t = load_planes(builder, prm, intp)
+    zero8 = ir.Constant(v8, [0] * PLANE_BLOCK)
+    seen = cgutils.alloca_once_value(builder, zero8)
+
+    def body(v):
+        builder.store(builder.or_(builder.load(seen), v), seen)
+        return plane_values(builder, t, v, width)
+
+    vector_blocks(builder, intp, n, x, out, v8, vout, body)
+    acc = builder.load(seen)
+    red = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"
+    )
+    return builder.zext(builder.call(red, [acc]), i32)
 
 
 def f64_to_odd_f32(builder, v):

@@ -36,12 +36,13 @@ from .bits import (
     chunk_range,
     chunks,
     cpu_has,
-    plane_lookup,
+    emit_plane_lookup,
     prefer_512,
     shl,
     table_planes,
 )
 from .codec import Kernel, _array, dummy, source_version
+from .native import NativeKernel, typed_pointer
 
 _INF32 = np.uint32(0x7F800000)
 _QNAN32 = np.uint32(0x7FC00000)
@@ -230,15 +231,8 @@ def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> Kernel | None:
         return None
     table = decode_table(fmt, np.dtype(dtype))
     bits_dt = table.dtype
-    sig = types.uint32(
-        _array(np.uint8, readonly=True),
-        _array(np.uint8, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(bits_dt, readonly=True),
-        _array(bits_dt),
-        types.intp,
-    )
-    kernel = Kernel(_make_planes, sig, ("decode_planes", bits_dt.str, source_version()), prm)
+    width = bits_dt.itemsize * 8
+    kernel = NativeKernel(("decode_planes", width), _plane_native(width), prm)
     n = 1 << fmt.bits
     got = np.empty(n, bits_dt)
     kernel.serial(np.arange(n, dtype=np.uint8), dummy(np.uint32), table, got)
@@ -247,19 +241,15 @@ def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> Kernel | None:
     return kernel
 
 
-def _make_planes(parallel):
-    version = source_version()
-    zero = np.uint32(0)
+def _plane_native(width: int):
+    """The emitter of :func:`plane_kernel`'s native kernel (see
+    :func:`fp8kit._kernels.native.native_address`): codes to ``width``-bit table entries."""
 
-    def kernel(prm, x, lut, table, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see source_version
-            return zero
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        step = (x.size + nchunks - 1) // nchunks
-        seen = zero
-        for c in range(c_first, c_stop):
-            xc, oc = chunks(x, out, c, step)
-            seen = seen | plane_lookup(prm, xc, oc, xc.size)
-        return seen
+    def emit(context, builder, args):
+        prm, lut, table, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        x_at = typed_pointer(builder, x, 8, first)
+        out_at = typed_pointer(builder, out, width, first)
+        return emit_plane_lookup(builder, intp, width, prm, x_at, out_at, builder.sub(stop, first))
 
-    return kernel
+    return emit

@@ -84,6 +84,7 @@ from .bits import (
     widen_half,
 )
 from .codec import Kernel, _array, _params, dummy, plan, source_version
+from .native import NativeKernel, typed_pointer
 
 # 16-bit source layouts: (mantissa bits, exponent bits, bias)
 _SOURCES16 = {
@@ -194,8 +195,7 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
         byte_prm = _byte_params(prm)
         if byte_prm is not None:
             half = in_dtype == np.float16
-            key = ("encode16_half_bytes" if half else "encode16_bytes", source_version())
-            return Kernel(_chunked(_HALF_BYTES if half else _BYTES), _BYTES_SIG, key, byte_prm)
+            return byte_kernel(_HALF_BYTES if half else _BYTES, byte_prm)
     pmadd = int(cpu_has("avx512bw"))
     sig = _chunked_sig(np.uint16, np.uint8, np.uint16)
     return Kernel(_chunked(_WORDS, pmadd), sig, ("encode16", source_version(), pmadd), prm)
@@ -225,8 +225,7 @@ def f32_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     byte_prm = None if prm is None else _byte_params(prm)
     if byte_prm is None:
         return None
-    key = ("encode32_bytes", source_version())
-    return Kernel(_chunked(_F32_BYTES), _F32_SIG, key, byte_prm)
+    return byte_kernel(_F32_BYTES, byte_prm)
 
 
 @functools.cache
@@ -248,8 +247,7 @@ def f64_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     f32 = f32_byte_kernel(fmt, saturate)
     if f32 is None:
         return None
-    key = ("encode64_bytes", source_version())
-    return Kernel(_chunked(_F64_BYTES), _F64_SIG, key, f32._params)
+    return byte_kernel(_F64_BYTES, f32._params)
 
 
 @functools.cache
@@ -264,8 +262,7 @@ def f32_round_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     codes = f32_byte_kernel(fmt, saturate)
     if codes is None or format_planes(fmt, np.dtype(np.float32)) is None:
         return None
-    kernel = Kernel(_chunked(_F32_ROUND), _F32_F32_SIG, ("round32_bytes", source_version()),
-                    codes._params)  # fmt: skip
+    kernel = byte_kernel(_F32_ROUND, codes._params)
     kernel.planes = True
     return kernel
 
@@ -288,8 +285,7 @@ def round16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | N
         return None
     half = in_dtype == np.float16
     which = _F16_ROUND if half else _BF16_ROUND
-    key = ("round16_half_bytes" if half else "round16_bytes", source_version())
-    kernel = Kernel(_chunked(which), _chunked_sig(np.uint16, np.uint16), key, codes._params)
+    kernel = byte_kernel(which, codes._params)
     kernel.planes = True
     return kernel
 
@@ -329,7 +325,7 @@ def fake_kernel() -> Kernel:
     that are not NaN (the caller's check: their x86 NaN rule needs no fix then); compiled
     in 0.16 s where that kernel, which also walks broadcast scales and takes every option,
     took 0.37."""
-    return Kernel(_chunked(_F32_FAKE), _F32_F32_SIG, ("fake32", source_version()), dummy(np.uint8))
+    return byte_kernel(_F32_FAKE, dummy(np.uint8))
 
 
 @functools.cache
@@ -339,8 +335,7 @@ def fake16_kernel() -> Kernel:
     :func:`fp8kit._kernels.fake.fake_convert_kernel` does in spec mode; ``lut``:
     :func:`fake_scalars` and a word, 1 for float16 data and 0 for bfloat16 (one compiled
     kernel for both: 0.16 s where the general kernel took 0.46-0.49 s per type)."""
-    sig = _chunked_sig(np.uint16, np.uint16)  # (bfloat16/float16 bits in and out)
-    return Kernel(_chunked(_FAKE16), sig, ("fake16", source_version()), dummy(np.uint8))
+    return byte_kernel(_FAKE16, dummy(np.uint8))  # (bfloat16/float16 bits in and out)
 
 
 @intrinsic
@@ -737,11 +732,6 @@ def _chunked_sig(x_bits, out_bits, prm_bits=np.uint8):
     )  # fmt: skip
 
 
-_BYTES_SIG = _chunked_sig(np.uint16, np.uint8)
-_F32_SIG = _chunked_sig(np.uint32, np.uint8)
-_F64_SIG = _chunked_sig(np.uint64, np.uint8)
-#: round_to float32 and FakeConvert: float32 bits in and out
-_F32_F32_SIG = _chunked_sig(np.uint32, np.uint32)
 # Layout of _byte_params' array: three 128-byte tables, then scalars (_B_NEG_ZERO: the sign
 # bit a negative zero code gets, 0x80 or 0).
 _B_OVF, _B_E_END, _B_NAN, _B_INF, _B_STEP, _B_E_LO1, _B_NEG_ZERO = range(384, 391)
@@ -1120,51 +1110,58 @@ def _byte_body(builder, hi, lo, t, c, half):
     return builder.or_(mag, builder.and_(hi, sign_bit))
 
 
-@intrinsic
-def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
-    """Encode the inputs ``x[:n]`` into ``out[:n]`` with :func:`_byte_params`' constants
-    ``prm``, 64 elements a block (:func:`_byte_body`; AVX512-VBMI); the literal ``source``:
+#: Bits of an element read (and written, where not codes) by each source of
+#: :func:`_byte_native`.
+_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 3: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16}
+
+
+def _byte_native(kind: int, stream_min: int = STREAM_MIN):
+    """The emitter of a native kernel (:func:`fp8kit._kernels.native.native_address`)
+    encoding its elements with :func:`_byte_params`' constants ``prm``, 64 elements a block
+    (:func:`_byte_body`; AVX512-VBMI); ``kind`` the source:
     0 bfloat16 bits, 1 float16 bits, 2 float32 bits (rounded as the bfloat16 of their top
     16 bits, the lowest of them or-ed with whether any of the others is set: see
     :func:`f32_byte_kernel`), 3 float32 bits to the float32 bits of the codes' values
-    (round-to-format: looked up in the decode table's byte ``planes``,
-    :func:`fp8kit._kernels.bits.plane_values`; ``planes`` is unused otherwise), 4 float32
+    (round-to-format: looked up in the decode table's byte planes ``table``,
+    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise), 4 float32
     bits to FakeConvert's ``(round(x * scale - shift) + shift) / scale`` (the spec's
     formula, float32 arithmetic as the float32 kernel's, ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` on the float32 bits: no codes, no tables;
-    ``scalars``: :func:`fake_scalars`), 5 float64 bits (as float32 bits rounded to odd,
+    ``lut``: :func:`fake_scalars`), 5 float64 bits (as float32 bits rounded to odd,
     :func:`f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
     FakeConvert of their float32 values, its result rounded once to the data's type
-    (:func:`_fake16_body`; ``scalars``: :func:`fake_scalars` and a word, 1 for float16),
+    (:func:`_fake16_body`; ``lut``: :func:`fake_scalars` and a word, 1 for float16),
     7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type (as 3).
-    ``stream``: write whole cache lines with non-temporal stores
-    (:func:`fp8kit._kernels.bits.vector_blocks`; not for source 3, measured no faster)."""
-    if not (isinstance(prm, types.Array) and isinstance(source, types.IntegerLiteral)):
-        return None
-    kind = source.literal_value
+    Arrays of ``stream_min`` elements or more are written in whole cache lines with
+    non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 3, 7
+    and 8, measured no faster)."""
 
-    def codegen(context, builder, signature, args):
-        pa, pl, sa, xa, oa = array_args(context, builder, signature, args, 5)
+    def emit(context, builder, args):
+        prm, lut, table, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
         i8 = ir.IntType(8)
+        width = _SOURCE_BITS[kind]
+        x_at = typed_pointer(builder, x, width, first)
+        out_at = typed_pointer(builder, out, width if kind in (3, 4, 6, 7, 8) else 8, first)
+        n = builder.sub(stop, first)
+        scalars = builder.bitcast(lut, ir.IntType(32).as_pointer())
         v8 = ir.VectorType(i8, BYTE_BLOCK)
-        tables = builder.bitcast(pa.data, v8.as_pointer())
+        tables = builder.bitcast(prm, v8.as_pointer())
         t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(6)]
         splats = {}
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
-            x8 = builder.load(builder.gep(pa.data, [ir.Constant(intp, k)]))
+            x8 = builder.load(builder.gep(prm, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
-        width = {0: 16, 1: 16, 5: 64, 6: 16, 7: 16, 8: 16}.get(kind, 32)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
         word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 3, 4, 5) else None
-        value_planes = load_planes(builder, pl.data, intp) if kind in (3, 7, 8) else None
+        value_planes = load_planes(builder, table, intp) if kind in (3, 7, 8) else None
         vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
         if kind in (4, 6):
             v32 = ir.VectorType(ir.IntType(32), BYTE_BLOCK)
-            w, has_shift = _fake_constants(builder, sa.data, intp, v32)
+            w, has_shift = _fake_constants(builder, scalars, intp, v32)
             scale, shift = (builder.bitcast(w[k], vf) for k in (_FK_SCALE, _FK_SHIFT))
         if kind == 6:  # (float16 or bfloat16: the word after fake_scalars')
-            half = builder.load(builder.gep(sa.data, [ir.Constant(intp, _FK_N)]))
+            half = builder.load(builder.gep(scalars, [ir.Constant(intp, _FK_N)]))
             half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
 
         def body(v):
@@ -1191,24 +1188,48 @@ def _byte_blocks(typingctx, prm, planes, scalars, x, out, n, source, stream):
             return codes if kind != 3 else plane_values(builder, value_planes, codes, 32)
 
         vout = vin if kind in (3, 4, 6, 7, 8) else v8
-        stream = None if kind in (3, 7, 8) else args[7]
-        vector_blocks(builder, intp, args[5], xa.data, oa.data, vin, vout, body, stream=stream)
-        return context.get_dummy_value()
+        stream = None
+        if kind not in (3, 7, 8):
+            stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
+        vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
+        return ir.Constant(ir.IntType(32), 0)
 
-    return types.void(prm, planes, scalars, x, out, n, source, types.boolean), codegen
+    return emit
 
 
 # The vector loop a chunked kernel runs: a closure constant, so that the other branches are
 # pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
 _WORDS, _F16_BF16, _BYTES, _HALF_BYTES, _F32_BYTES, _F32_ROUND, _F32_FAKE, _F64_BYTES = range(8)
 _FAKE16, _BF16_ROUND, _F16_ROUND = 8, 9, 10
+#: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
+_NATIVE = {
+    _BYTES: ("encode16_bytes", 0),
+    _HALF_BYTES: ("encode16_half_bytes", 1),
+    _F32_BYTES: ("encode32_bytes", 2),
+    _F32_ROUND: ("round32_bytes", 3),
+    _F32_FAKE: ("fake32", 4),
+    _F64_BYTES: ("encode64_bytes", 5),
+    _FAKE16: ("fake16", 6),
+    _BF16_ROUND: ("round16_bytes", 7),
+    _F16_ROUND: ("round16_half_bytes", 8),
+}
 
 
-def _chunked(which: int, pmadd: int = 0, stream_min: int = STREAM_MIN):
-    """The factory of a kernel running one of this module's vector loops on each of its
-    chunks; ``pmadd``: the 16-bit-lane loop may use AVX512-BW's vpmaddwd; ``stream_min``:
-    the byte-lane loops write with non-temporal stores from arrays of that many elements
-    (a closure constant: part of the disk cache's key)."""
+def byte_kernel(which: int, params: np.ndarray, stream_min: int = STREAM_MIN) -> NativeKernel:
+    """The native kernel of the byte-lane loop ``which`` (:data:`_NATIVE`) with the
+    parameter array ``params``; ``stream_min``: it writes with non-temporal stores from
+    arrays of that many elements.  The loops' shared compiled trampoline calls it with
+    any dtype: a further input dtype compiles only its native function."""
+    name, source = _NATIVE[which]
+    key = (name,) if stream_min == STREAM_MIN else (name, "stream_min", stream_min)
+    return NativeKernel(key, _byte_native(source, stream_min), params)
+
+
+def _chunked(which: int, pmadd: int = 0):
+    """The factory of a kernel running one of this module's Numba-called vector loops
+    (:data:`_WORDS`, :data:`_F16_BF16`; the byte-lane loops are native kernels, see
+    :func:`byte_kernel`) on each of its chunks; ``pmadd``: the 16-bit-lane loop may use
+    AVX512-BW's vpmaddwd (a closure constant: part of the disk cache's key)."""
 
     def make(parallel):
         version = source_version()
@@ -1220,25 +1241,7 @@ def _chunked(which: int, pmadd: int = 0, stream_min: int = STREAM_MIN):
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 xc, oc = chunks(x, out, c, step)
-                if which == _BYTES:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 0, x.size >= stream_min)
-                elif which == _HALF_BYTES:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 1, x.size >= stream_min)
-                elif which == _F32_BYTES:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 2, x.size >= stream_min)
-                elif which == _F32_ROUND:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 3, False)
-                elif which == _F64_BYTES:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 5, x.size >= stream_min)
-                elif which == _F32_FAKE:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 4, x.size >= stream_min)
-                elif which == _FAKE16:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 6, x.size >= stream_min)
-                elif which == _BF16_ROUND:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 7, False)
-                elif which == _F16_ROUND:
-                    _byte_blocks(prm, table, lut, xc, oc, xc.size, 8, False)
-                elif which == _F16_BF16:
+                if which == _F16_BF16:
                     _f16_to_bf16_blocks(prm, xc, oc, xc.size)
                 else:
                     _encode_blocks(prm, xc, oc, xc.size, pmadd)

@@ -1,0 +1,273 @@
+"""Kernels compiled from LLVM IR alone, called through one compiled Numba function.
+
+The vector kernels of :mod:`fp8kit._kernels.encode16` and :mod:`fp8kit._kernels.decode` are
+LLVM IR written out (no loop for LLVM to vectorize).  Compiled as Numba functions, each still
+went through Numba's pipeline: typing, lowering of its chunk loop, a CPython entry point,
+a module of its own; ~0.055 s of the 0.11-0.16 s a further kernel (another input dtype)
+took in a warm process, measured.  Here each is one LLVM function of a fixed C signature,
+compiled by Numba's code generator (same target, CPU and features as Numba's kernels) in
+0.05-0.06 s, and called through :func:`_trampoline`, the one Numba kernel that splits a call
+into chunks: compiled once, for every dtype.
+
+Its array arguments have an element type without a numpy dtype (:data:`RAW`), for which
+Numba's entry point checks no item size: one compiled trampoline takes arrays of any dtype
+without ``.view()`` calls (~0.13 us each on a 1,000-element call), and the native function
+reads them as what they are.  The entry point is called directly (the dispatcher's type
+resolution would not match a float array); callers pass 1-D C-contiguous aligned arrays,
+as every kernel's caller does.
+
+The compiled object code is cached on disk beside Numba's cache of the kernels (Numba's own
+cache locator), under a key of everything that decides the machine code: the function's
+name and variant, :func:`fp8kit._kernels.codec.source_version` (a hash of every kernel
+source, so an edit to a helper never loads stale code), the versions of Numba, llvmlite and
+Python, Numba's optimisation level and the target (triple, CPU name and features).  A
+compile is announced as the event ``"fp8kit:compile"`` (Numba's kernels announce
+``"numba:compile"``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+from collections.abc import Callable
+
+import llvmlite
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import config, event
+from numba.core.compiler_lock import global_compiler_lock
+from numba.extending import intrinsic
+
+from .bits import chunk_range
+from .codec import _BUILD_LOCK, _BUILT, Kernel, source_version
+
+#: Element type of the trampoline's arrays: no numpy dtype, so no item-size check.
+_RAW_ITEM = types.Opaque("fp8kit_raw_element")
+RAW = types.Array(_RAW_ITEM, 1, "C")
+RAW_RO = types.Array(_RAW_ITEM, 1, "C", readonly=True)
+#: The event a native compile starts and ends (data: the function's name).
+COMPILE_EVENT = "fp8kit:compile"
+
+_I8P = ir.IntType(8).as_pointer()
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
+#: A native kernel: ``i32 f(prm, lut, table, x, out, lo, hi, total)`` runs elements
+#: ``lo .. hi - 1`` of arrays of ``total`` elements (pointers to their first element).
+FUNCTION_TYPE = ir.FunctionType(_I32, [_I8P] * 5 + [_I64] * 3)
+
+
+@intrinsic
+def _items(typingctx, arr):
+    """The element count of a :data:`RAW` array (its shape, in its real elements)."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.make_array(signature.args[0])(context, builder, args[0]).nitems
+
+    return types.intp(arr), codegen
+
+
+@intrinsic
+def _call(typingctx, fn, prm, lut, table, x, out, lo, hi, total):
+    """Call the native kernel at address ``fn`` (:data:`FUNCTION_TYPE`) on the arrays'
+    first elements; its result as uint32."""
+    if not isinstance(fn, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ptrs = []
+        for ty, value in zip(signature.args[1:6], args[1:6], strict=True):
+            data = context.make_array(ty)(context, builder, value).data
+            ptrs.append(builder.bitcast(data, _I8P))
+        func = builder.inttoptr(args[0], FUNCTION_TYPE.as_pointer())
+        return builder.call(func, ptrs + list(args[6:9]))
+
+    sig = types.uint32(fn, prm, lut, table, x, out, types.intp, types.intp, types.intp)
+    return sig, codegen
+
+
+def _make_trampoline(parallel):
+    version = source_version()
+    zero = np.uint32(0)
+
+    def kernel(fn, prm, x, lut, table, out, nchunks):
+        if version == 0 or parallel is None:  # never true; see codec.source_version
+            return zero
+        n = _items(x)
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        step = (n + nchunks - 1) // nchunks
+        lo = c_first * step
+        hi = c_stop * step
+        hi = hi if hi < n else n
+        if hi <= lo:
+            return zero
+        # (the chunks of one call are contiguous: one native call runs them all)
+        return _call(fn, prm, lut, table, x, out, lo, hi, n)
+
+    return kernel
+
+
+_SIG = types.uint32(types.intp, RAW_RO, RAW_RO, RAW_RO, RAW_RO, RAW, types.intp)
+
+
+@functools.cache
+def _trampoline():
+    """The trampoline's compiled entry point (compiled, or loaded from Numba's cache, once)."""
+    disp = Kernel(_make_trampoline, _SIG, ("native_trampoline", source_version())).build()
+    (cres,) = disp.overloads.values()
+    return cres.entry_point
+
+
+class Stats:
+    """Numba's ``dispatcher.stats`` for a native kernel: ``cache_hits`` (loaded from the
+    disk cache) and ``cache_misses`` (compiled), by name."""
+
+    def __init__(self):
+        self.cache_hits: dict = {}
+        self.cache_misses: dict = {}
+
+
+class NativeCall(functools.partial):
+    """A native kernel bound to the trampoline: called as every kernel's compiled function,
+    ``(x, lut, table, out, nchunks)`` (``func``: the trampoline's entry point; ``args``:
+    the native function's address and its parameter array)."""
+
+    @property
+    def stats(self) -> Stats:
+        return _STATS[self.args[0]]
+
+
+_STATS: dict = {}
+
+
+class NativeKernel(Kernel):
+    """A kernel whose compiled function is the native function ``emit`` writes (see
+    :func:`native_address`), with the parameter array ``params``; ``key`` names the
+    function and everything ``emit`` depends on (kernels of equal keys share it)."""
+
+    def __init__(self, key: tuple, emit: Callable, params: np.ndarray):
+        super().__init__(None, None, key, params)
+        self._emit = emit
+
+    def build(self, parallel: bool = False):
+        if self._built is None:
+            entry = _trampoline()
+            address = native_address(self._key, self._emit)
+            self._built = NativeCall(entry, address, self._params)
+        return self._built
+
+
+@functools.cache
+def _cache_dir() -> str | None:
+    """Where Numba caches this module's kernels (None: nowhere writable)."""
+    from numba.core.caching import FunctionCache
+
+    try:
+        return FunctionCache(_make_trampoline)._cache_path
+    except RuntimeError:  # no writable cache location
+        return None
+
+
+def _digest(key: tuple, codegen) -> str:
+    what = (
+        key,
+        source_version(),
+        numba.__version__,
+        llvmlite.__version__,
+        sys.version_info[:2],
+        config.OPT,
+        codegen.magic_tuple(),
+    )
+    return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
+
+
+def _load(path: str, codegen):
+    try:
+        with open(path, "rb") as f:
+            state = pickle.load(f)
+        return codegen.unserialize_library(state)
+    except Exception:  # missing, partly written or foreign: compile instead
+        return None
+
+
+def _store(path: str, library) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(library.serialize_using_object_code(), f, protocol=4)
+        os.replace(tmp, path)  # (atomic: another process never reads half a file)
+    except OSError:
+        pass  # a read-only location: the next process compiles again
+
+
+def _compile(context, name: str, emit: Callable):
+    """A code library of the :data:`FUNCTION_TYPE` function ``name`` that ``emit``
+    writes, compiled (under Numba's compiler lock)."""
+    library = context.codegen().create_library(name)
+    library.enable_object_caching()
+    module = context.create_module(name)
+    fn = ir.Function(module, FUNCTION_TYPE, name=name)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    builder.ret(emit(context, builder, list(fn.args)))
+    library.add_ir_module(module)
+    library.finalize()
+    return library
+
+
+def assembly(emit: Callable) -> str:
+    """The assembly of the native kernel ``emit`` writes, compiled afresh (for tests: code
+    loaded from the disk cache has none to show)."""
+    from numba.core.registry import cpu_target
+
+    with global_compiler_lock:
+        return _compile(cpu_target.target_context, "fp8kit_assembly", emit).get_asm_str()
+
+
+def native_address(key: tuple, emit: Callable) -> int:
+    """The address of the native kernel ``emit`` writes, compiled once per process (or
+    loaded from the disk cache).
+
+    ``emit(context, builder, args)`` writes the body of a :data:`FUNCTION_TYPE` function
+    (``args``: its arguments) and returns its i32 result; ``key`` (a tuple of a name and
+    plain values) names everything it depends on besides the kernel sources."""
+    built = ("native", key)
+    with _BUILD_LOCK:
+        if built in _BUILT:
+            return _BUILT[built][1]
+        with global_compiler_lock:
+            from numba.core.registry import cpu_target
+
+            context = cpu_target.target_context
+            codegen = context.codegen()
+            digest = _digest(key, codegen)
+            name = f"fp8kit_{key[0]}_{digest}"
+            folder = _cache_dir()
+            path = None if folder is None else os.path.join(folder, f"{name}.native")
+            library = None if path is None else _load(path, codegen)
+            if library is None:
+                with event.trigger_event(COMPILE_EVENT, data={"name": key[0]}):
+                    library = _compile(context, name, emit)
+                    address = library.get_pointer_to_function(name)
+                if path is not None:
+                    _store(path, library)
+                outcome = "cache_misses"
+            else:
+                address = library.get_pointer_to_function(name)
+                outcome = "cache_hits"
+        stats = _STATS.setdefault(address, Stats())
+        getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
+        _BUILT[built] = (library, address)  # (the library keeps the code alive)
+        return address
+
+
+def typed_pointer(builder, ptr, bits: int, offset=None):
+    """``ptr`` (i8*) as a pointer to ``bits``-bit integers, advanced by ``offset`` of them."""
+    typed = builder.bitcast(ptr, ir.IntType(bits).as_pointer())
+    return typed if offset is None else builder.gep(typed, [offset])
