@@ -176,3 +176,29 @@ def test_kernels_type_in_two_rounds():
         "quantize": quantize_kernel(),
     }
     assert {name: _typing_rounds(k) for name, k in kernels.items()} == dict.fromkeys(kernels, 2)
+
+
+#: LLVM instructions each native kernel's emitter wrote when the bounds were set (bound:
+#: about twice): a native kernel is compiled by LLVM alone, so its size is its compile time.
+_NATIVE_SIZES = {
+    "encode16_bytes": 206, "encode16_half_bytes": 209, "encode32_bytes": 253,
+    "round32_bytes": 215, "fake32": 246, "encode64_bytes": 445, "fake16": 352,
+    "round16_bytes": 179, "round16_half_bytes": 181,
+}  # fmt: skip
+
+
+def test_native_kernels_stay_small():
+    """The native kernels (:mod:`fp8kit._kernels.native`): every byte-lane loop and decode's
+    plane lookup stays under about twice the instructions it had (a second copy of the
+    block body, an unrolled table load, fails here)."""
+    from fp8kit._kernels import decode, encode16, native
+
+    sizes = {
+        name: native.instruction_count(encode16._byte_native(source))
+        for name, source in encode16._NATIVE.values()
+    }
+    assert sizes.keys() == _NATIVE_SIZES.keys()
+    for name, size in sizes.items():
+        assert size <= 2 * _NATIVE_SIZES[name], (name, size)
+    for width in (16, 32, 64):
+        assert native.instruction_count(decode._plane_native(width)) <= 2 * 86, width

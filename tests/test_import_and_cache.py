@@ -134,6 +134,35 @@ def test_second_process_compiles_nothing_for_any_kernel_family(tmp_path):
         assert first["natives"] >= 4
 
 
+def test_a_damaged_native_cache_file_is_compiled_again(tmp_path):
+    """A native kernel's cache file that does not load (cut short, overwritten: here
+    garbage) is compiled again and replaced; the bits stay right."""
+    from fp8kit._kernels.bits import cpu_has
+
+    if not cpu_has("avx512vbmi"):
+        pytest.skip("native kernels run where the CPU has AVX512-VBMI")
+    code = """
+        import json
+        import numpy as np
+        from numba.core import event
+        import fp8kit
+        x = np.linspace(-3, 3, 1001, dtype=np.float32)
+        with event.install_recorder("fp8kit:compile") as native:
+            codes = fp8kit.encode(x, "float8_e4m3fn").view(np.uint8)
+        print(json.dumps({"natives": len(native.buffer), "codes": codes.tolist()}))
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    first = run_python(code, env)
+    files = list(tmp_path.rglob("*.native"))
+    assert first["natives"] > 0 and files
+    for f in files:
+        f.write_bytes(b"garbage")
+    damaged = run_python(code, env)
+    assert damaged["natives"] == first["natives"] and damaged["codes"] == first["codes"]
+    assert all(f.read_bytes() != b"garbage" for f in files)
+    assert run_python(code, env) == {"natives": 0, "codes": first["codes"]}
+
+
 #: Appended to a copy's fp8kit/_kernels/bits.py: every vector loop of LLVM IR written out
 #: (the native kernels' too) gives its results with the lowest bit flipped.
 _FLIP = """
@@ -161,8 +190,8 @@ def test_an_edited_kernel_helper_never_loads_stale_code(tmp_path):
     import fp8kit
 
     src = tmp_path / "src"
-    shutil.copytree(os.path.dirname(fp8kit.__file__), src / "fp8kit",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.native"))  # fmt: skip
+    skip = shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.native")
+    shutil.copytree(os.path.dirname(fp8kit.__file__), src / "fp8kit", ignore=skip)
     code = """
         import json
         import numpy as np

@@ -207,16 +207,31 @@ def _store(path: str, library) -> None:
         pass  # a read-only location: the next process compiles again
 
 
+def _module(context, name: str, emit: Callable) -> ir.Module:
+    """The LLVM module of the :data:`FUNCTION_TYPE` function ``name`` that ``emit``
+    writes."""
+    module = context.create_module(name)
+    fn = ir.Function(module, FUNCTION_TYPE, name=name)
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    builder.ret(emit(context, builder, list(fn.args)))
+    return module
+
+
+def instruction_count(emit: Callable) -> int:
+    """How many LLVM instructions ``emit`` writes (before optimisation): the compile budget
+    test's measure of a native kernel's size."""
+    from numba.core.registry import cpu_target
+
+    module = _module(cpu_target.target_context, "fp8kit_count", emit)
+    return sum(len(block.instructions) for fn in module.functions for block in fn.blocks)
+
+
 def _compile(context, name: str, emit: Callable):
     """A code library of the :data:`FUNCTION_TYPE` function ``name`` that ``emit``
     writes, compiled (under Numba's compiler lock)."""
     library = context.codegen().create_library(name)
     library.enable_object_caching()
-    module = context.create_module(name)
-    fn = ir.Function(module, FUNCTION_TYPE, name=name)
-    builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    builder.ret(emit(context, builder, list(fn.args)))
-    library.add_ir_module(module)
+    library.add_ir_module(_module(context, name, emit))
     library.finalize()
     return library
 
