@@ -203,11 +203,9 @@ def _entry_point(fn, arrays: tuple):
     paths pass 1-D C-contiguous aligned arrays only, and a writeable output.
 
     A native kernel (:class:`fp8kit._kernels.native.NativeCall`) already calls the
-    trampoline's entry point, which takes arrays of any dtype: its entry point is that one
-    with the kernel's address bound."""
+    trampoline's entry point, which takes arrays of any dtype, with its bound array."""
     if isinstance(fn, NativeCall):
-        address, params = fn.args
-        return functools.partial(fn.func, address), params
+        return fn.func, fn.args[0]
     pre = ()
     if isinstance(fn, functools.partial) and not fn.keywords:
         pre, fn = fn.args, fn.func
