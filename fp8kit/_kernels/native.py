@@ -40,7 +40,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import config, event
+from numba.core import cgutils, config, event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
@@ -127,6 +127,157 @@ def _trampoline():
     return cres.entry_point
 
 
+#: The CPython entry of native kernels: ``PyObject *f(PyObject *self, PyObject *const *args,
+#: Py_ssize_t nargs)`` (``METH_FASTCALL``).
+_OBJ = ir.IntType(8).as_pointer()
+ENTRY_TYPE = ir.FunctionType(_OBJ, [_OBJ, _OBJ.as_pointer(), _I64])
+_METH_FASTCALL = 0x0080
+
+
+def _array_layout() -> tuple[int, int, int, int] | None:
+    """Byte offsets of an object's type, and of a numpy array's data pointer, number of
+    dimensions and shape pointer, where this interpreter and numpy put them as their
+    headers declare (CPython's ``PyObject``, numpy's ``PyArrayObject_fields``); None where
+    a probe array does not show them there (another ABI: the Numba trampoline serves)."""
+    import ctypes
+
+    head = object.__basicsize__
+    layout = (head - 8, head, head + 8, head + 16)
+    probe = np.arange(3.0)
+    try:
+        word = ctypes.c_void_p.from_address
+        ok = (
+            word(id(probe) + layout[0]).value == id(np.ndarray)
+            and word(id(probe) + layout[1]).value == probe.ctypes.data
+            and ctypes.c_int.from_address(id(probe) + layout[2]).value == 1
+            and ctypes.c_ssize_t.from_address(word(id(probe) + layout[3]).value).value == 3
+        )
+    except (ValueError, OSError):  # pragma: no cover - no ctypes access
+        ok = False
+    return layout if ok else None
+
+
+def _entry_emitter(layout: tuple[int, int, int, int]):
+    """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of every native kernel:
+    ``entry(prm, x, lut, table, out, nchunks)`` as the Numba trampoline's, ``self`` the
+    ndarray type (every array argument must be one, else TypeError): the chunks' range of
+    elements (see :func:`_make_trampoline`), the GIL released around the native call, its
+    result as a Python int."""
+    type_at, data_at, nd_at, dims_at = layout
+
+    def emit(context, builder, args):
+        ndarray, argv, nargs = args
+        module = builder.module
+
+        def extern(name, ret, params):
+            return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
+
+        def field(obj, offset, ty):
+            at = builder.gep(obj, [ir.Constant(_I64, offset)])
+            return builder.load(builder.bitcast(at, ty.as_pointer()))
+
+        fail = builder.append_basic_block("fail")
+        with builder.goto_block(fail):
+            builder.call(extern("PyErr_BadArgument", _I32, []), [])
+            builder.ret(ir.Constant(_OBJ, None))
+        ok = builder.icmp_signed("==", nargs, ir.Constant(_I64, 6))
+        proceed = builder.append_basic_block("args")
+        builder.cbranch(ok, proceed, fail)
+        builder.position_at_end(proceed)
+        objs = [builder.load(builder.gep(argv, [ir.Constant(_I64, k)])) for k in range(6)]
+        subtype = extern("PyType_IsSubtype", _I32, [_OBJ, _OBJ])
+        for obj in objs[:5]:
+            ty = field(obj, type_at, _OBJ)
+            exact = builder.icmp_unsigned("==", ty, ndarray)
+            checked = builder.append_basic_block("checked")
+            slow = builder.append_basic_block("subtype")
+            builder.cbranch(exact, checked, slow)
+            builder.position_at_end(slow)
+            sub = builder.call(subtype, [ty, ndarray])
+            builder.cbranch(builder.icmp_signed("!=", sub, ir.Constant(_I32, 0)), checked, fail)
+            builder.position_at_end(checked)
+        spec = builder.call(extern("PyLong_AsSsize_t", _I64, [_OBJ]), [objs[5]])
+        bad = builder.icmp_signed("<", spec, ir.Constant(_I64, 0))  # (-1: not an int)
+        good = builder.append_basic_block("spec")
+        builder.cbranch(bad, fail, good)
+        builder.position_at_end(good)
+        datas = [field(obj, data_at, _I8P) for obj in objs[:5]]
+        x = objs[1]
+        nd = field(x, nd_at, _I32)
+        dims = field(x, dims_at, _I64.as_pointer())
+        # (a 0-d array has one element and no shape to read)
+        scalar = builder.icmp_signed("==", nd, ir.Constant(_I32, 0))
+        with builder.if_else(scalar) as (then, otherwise):
+            with then:
+                one = ir.Constant(_I64, 1)
+                b_then = builder.block
+            with otherwise:
+                first_dim = builder.load(dims)
+                b_else = builder.block
+        n = builder.phi(_I64)
+        n.add_incoming(one, b_then)
+        n.add_incoming(first_dim, b_else)
+        field20 = ir.Constant(_I64, 0xFFFFF)
+        nch = builder.and_(spec, field20)
+        nch = builder.select(builder.icmp_signed("<", nch, ir.Constant(_I64, 1)),
+                             ir.Constant(_I64, 1), nch)  # fmt: skip
+        c_first = builder.and_(builder.lshr(spec, ir.Constant(_I64, 20)), field20)
+        c_stop = builder.lshr(spec, ir.Constant(_I64, 40))
+        c_stop = builder.select(builder.icmp_signed("==", c_stop, ir.Constant(_I64, 0)),
+                                nch, c_stop)  # fmt: skip
+        step = builder.sdiv(builder.sub(builder.add(n, nch), ir.Constant(_I64, 1)), nch)
+        lo = builder.mul(c_first, step)
+        hi = builder.mul(c_stop, step)
+        hi = builder.select(builder.icmp_signed("<", hi, n), hi, n)
+        result = cgutils.alloca_once_value(builder, ir.Constant(_I32, 0))
+        with builder.if_then(builder.icmp_signed("<", lo, hi)):
+            prm = datas[0]
+            address = builder.load(builder.bitcast(prm, _I64.as_pointer()), align=1)
+            func = builder.inttoptr(address, FUNCTION_TYPE.as_pointer())
+            params = builder.gep(prm, [ir.Constant(_I64, ADDRESS_BYTES)])
+            state = builder.call(extern("PyEval_SaveThread", _OBJ, []), [])
+            got = builder.call(func, [params, datas[2], datas[3], datas[1], datas[4], lo, hi, n])
+            builder.call(extern("PyEval_RestoreThread", ir.VoidType(), [_OBJ]), [state])
+            builder.store(got, result)
+        value = builder.zext(builder.load(result), _I64)
+        return builder.call(extern("PyLong_FromUnsignedLongLong", _OBJ, [_I64]), [value])
+
+    return emit
+
+
+_ENTRIES: list = []  # (the method definitions entries point to: kept alive)
+
+
+@functools.cache
+def _entry():
+    """The CPython function every native kernel is called through: a native function
+    (:func:`_entry_emitter`) made a builtin; where this interpreter's layout of arrays is
+    not the one it reads, the Numba trampoline's entry point.
+
+    A first call that runs only native kernels then compiles nothing with Numba: Numba's
+    first compile in a process loads its typing registries (0.25-0.3 s of the 0.31-0.35 s
+    a trivial kernel's first compile takes here, measured), none of which a native kernel
+    needs."""
+    import ctypes
+
+    layout = _array_layout()
+    if layout is None:  # pragma: no cover - another ABI
+        return _trampoline()
+    key = ("native_entry", layout, np.__version__.split(".")[0])
+    address = native_address(key, _entry_emitter(layout), ENTRY_TYPE)
+
+    class MethodDef(ctypes.Structure):
+        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p),
+                    ("flags", ctypes.c_int), ("doc", ctypes.c_char_p)]  # fmt: skip
+
+    method = MethodDef(b"fp8kit_native_kernel", address, _METH_FASTCALL, None)
+    new_function = ctypes.pythonapi.PyCFunction_NewEx
+    new_function.restype = ctypes.py_object
+    new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+    _ENTRIES.append(method)
+    return new_function(ctypes.addressof(method), np.ndarray, None)
+
+
 class Stats:
     """Numba's ``dispatcher.stats`` for a native kernel: ``cache_hits`` (loaded from the
     disk cache) and ``cache_misses`` (compiled), by name."""
@@ -175,7 +326,7 @@ class NativeKernel(Kernel):
 
     def build(self, parallel: bool = False):
         if self._built is None:
-            entry = _trampoline()
+            entry = _entry()
             address = native_address(self._key, self._emit)
             self._built = NativeCall(entry, bind(address, self._params))
         return self._built
@@ -224,11 +375,10 @@ def _store(path: str, library) -> None:
         pass  # a read-only location: the next process compiles again
 
 
-def _module(context, name: str, emit: Callable) -> ir.Module:
-    """The LLVM module of the :data:`FUNCTION_TYPE` function ``name`` that ``emit``
-    writes."""
+def _module(context, name: str, emit: Callable, fnty=FUNCTION_TYPE) -> ir.Module:
+    """The LLVM module of the function ``name`` of type ``fnty`` that ``emit`` writes."""
     module = context.create_module(name)
-    fn = ir.Function(module, FUNCTION_TYPE, name=name)
+    fn = ir.Function(module, fnty, name=name)
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     builder.ret(emit(context, builder, list(fn.args)))
     return module
@@ -262,13 +412,13 @@ def _library_class(base: type) -> type:
     return NativeLibrary
 
 
-def _compile(context, name: str, emit: Callable):
-    """A code library of the :data:`FUNCTION_TYPE` function ``name`` that ``emit``
-    writes, compiled (under Numba's compiler lock)."""
+def _compile(context, name: str, emit: Callable, fnty=FUNCTION_TYPE):
+    """A code library of the function ``name`` of type ``fnty`` that ``emit`` writes,
+    compiled (under Numba's compiler lock)."""
     codegen = context.codegen()
     library = _library_class(codegen._library_class)(codegen, name)
     library.enable_object_caching()
-    library.add_ir_module(_module(context, name, emit))
+    library.add_ir_module(_module(context, name, emit, fnty))
     library.finalize()
     return library
 
@@ -282,13 +432,14 @@ def assembly(emit: Callable) -> str:
         return _compile(cpu_target.target_context, "fp8kit_assembly", emit).get_asm_str()
 
 
-def native_address(key: tuple, emit: Callable) -> int:
+def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE) -> int:
     """The address of the native kernel ``emit`` writes, compiled once per process (or
     loaded from the disk cache).
 
-    ``emit(context, builder, args)`` writes the body of a :data:`FUNCTION_TYPE` function
-    (``args``: its arguments) and returns its i32 result; ``key`` (a tuple of a name and
-    plain values) names everything it depends on besides the kernel sources."""
+    ``emit(context, builder, args)`` writes the body of a function of type ``fnty``
+    (``args``: its arguments) and returns its result (i32 for :data:`FUNCTION_TYPE`);
+    ``key`` (a tuple of a name and plain values) names everything it depends on besides
+    the kernel sources."""
     built = ("native", key)
     with _BUILD_LOCK:
         if built in _BUILT:
@@ -305,7 +456,7 @@ def native_address(key: tuple, emit: Callable) -> int:
             library = None if path is None else _load(path, codegen)
             if library is None:
                 with event.trigger_event(COMPILE_EVENT, data={"name": key[0]}):
-                    library = _compile(context, name, emit)
+                    library = _compile(context, name, emit, fnty)
                     address = library.get_pointer_to_function(name)
                 if path is not None:
                     _store(path, library)
