@@ -160,16 +160,11 @@ def test_kernels_type_in_two_rounds():
     from fp8kit._kernels.metrics import amax_runs_kernel, metrics_kernel, quantize_metrics_kernel
     from fp8kit._kernels.quantize import quantize_kernel
 
-    stochastic = MODES["stochastic"]
     kernels = {
         "encode": kc.encode_kernel(E4M3, F32, True)[0],
         "fake_convert": fake_convert_kernel(E4M3, F32, False, False),
         "fake_walk": fake_walk_kernel(32),
         "fake_walk 16-bit": fake_walk_kernel(16),
-        "stochastic vector": kc.encode_mode_kernel(E4M3, F32, True, stochastic, 8)[0],
-        "stochastic vector, staged": kc.encode_mode_kernel(
-            E4M3, np.dtype(ml_dtypes.bfloat16), True, stochastic, 8
-        )[0],
         "quantize_metrics": quantize_metrics_kernel(E4M3, "float32"),
         "metrics": metrics_kernel(F32, False),
         "amax": amax_runs_kernel(F32),

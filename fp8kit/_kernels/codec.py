@@ -15,7 +15,6 @@ vectorizing (measured 3x slower).
 from __future__ import annotations
 
 import functools
-import threading
 import types as pytypes
 from dataclasses import dataclass
 
@@ -48,6 +47,8 @@ from .bits import (
     stream_line,
 )
 from .flatten import FlattenError, flatten
+from .native import native_count
+from .registry import BUILD_LOCK, source_version
 from .rounding import _LO as _LO32
 from .rounding import (
     _S32,
@@ -265,19 +266,6 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
 
 
 @functools.cache
-def source_version() -> int:
-    """A hash of the kernel sources.  Numba's disk cache only notices edits to the file of
-    the cached function itself, not to the helpers it inlines; every kernel closes over this
-    number so that an edit to any kernel source invalidates the cached machine code."""
-    import hashlib
-    from pathlib import Path
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    return int.from_bytes(digest.digest()[:6], "little") + 1
-
-
 def _array(dtype, readonly=False):
     return types.Array(from_dtype(np.dtype(dtype)), 1, "C", readonly=readonly)
 
@@ -324,7 +312,7 @@ _FLATTEN = True
 #: Kernels whose flattening failed, (qualified name, reason): compiled helper-built.
 FLATTEN_FALLBACKS: list = []
 _BUILT: dict = {}  # compiled functions shared by kernels of equal keys
-_BUILD_LOCK = threading.RLock()
+_BUILD_LOCK = BUILD_LOCK
 
 
 class _XO:
@@ -427,42 +415,6 @@ class XOKernel(Kernel):
         return built
 
 
-class _Bytes:
-    """A compiled kernel of signature ``(planes, x, out, key, offset, kind, nchunks)`` on
-    x and out as bytes (its parameter array bound), called as the others are, with ``(x,
-    lut, table, out, key, offset, nchunks)`` (see :class:`BytesKernel`)."""
-
-    __slots__ = ("func", "kind")
-
-    def __init__(self, func, kind):
-        self.func, self.kind = func, kind
-
-    def __call__(self, x, lut, table, out, key, offset, nchunks):
-        xb, ob = x.view(np.uint8), out.view(np.uint8)
-        return self.func(table, xb, ob, key, offset, self.kind, nchunks)
-
-    @property
-    def stats(self):
-        return self.func.stats
-
-
-class BytesKernel(Kernel):
-    """A kernel compiled for its data as bytes, the element type a run-time argument
-    (``kind``), so that one compiled function serves several dtypes: ``build()`` returns
-    it wrapped to take the arguments of :func:`encode_mode_kernel`'s other kernels (1-D
-    C-contiguous x and out, as :func:`fp8kit._parallel.launch` passes them)."""
-
-    def __init__(self, make, sig, key, params, kind):
-        super().__init__(make, sig, key, params)
-        self.kind = kind
-
-    def build(self, parallel: bool = False):
-        built = self._built
-        if type(built) is not _Bytes:
-            built = self._built = _Bytes(super().build(parallel), self.kind)
-        return built
-
-
 @intrinsic
 def _address(typingctx, arr):
     """The address of a 1-D array's first element, as an intp (``arr.ctypes.data`` types
@@ -536,8 +488,8 @@ def _compile_flattened(disp, func) -> None:
 
 def compiled_count() -> int:
     """How many kernel functions this process has built (or loaded from the disk cache)
-    through shared keys: the compile budget test counts them."""
-    return len(_BUILT)
+    through shared keys, native ones too: the compile budget test counts them."""
+    return len(_BUILT) + native_count()
 
 
 def with_globals(kernel, consts, **helpers):
@@ -1093,6 +1045,10 @@ def encode_mode_kernel(
         ):  # fmt: skip
             p32, q32 = _params(fmt, "float32", saturate, mode)
             vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), sp32, mode)
+    if vec_prm is not None:
+        from .native import available  # (the native kernel's entry reads numpy's arrays)
+
+        vec_prm = vec_prm if available() else None
     vector_sr = vec_prm is not None
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
     sig = _encode_signature(
@@ -1270,20 +1226,19 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, make_factory
+        from .native import GenericNativeKernel
+        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
         in_kind = IN_F64 if width == 64 else in_kind
         neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
-        vec = make_factory(rbits, split, neg_zero, staged, int(lookup), version)
-        u8 = _array(np.uint8, readonly=True)
-        sig = types.void(
-            _array(np.uint32, True), u8, u8, _array(np.uint8), _array(np.uint32, True),
-            types.int64, types.int64, types.intp,
-        )  # fmt: skip
-        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, version)
-        kernel = BytesKernel(vec, sig, key, vec_prm, in_kind)
+        emit = sr_native(rbits, split, neg_zero, staged, int(lookup))
+        # called as the other kernels, (x, lut, table, out, key, offset, nchunks); the
+        # native kernel's arguments: (planes, x, out, key, offset, kind, nchunks)
+        order = (2, 0, 3, 4, 5, ("const", in_kind), 6)
+        key = ("sr_vec", rbits, split, neg_zero, staged, lookup)
+        kernel = GenericNativeKernel(key, emit, vec_prm, order)
         kernel.planes = lookup
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)

@@ -45,7 +45,7 @@ from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
 from .bits import chunk_range
-from .codec import _BUILD_LOCK, _BUILT, Kernel, source_version
+from .registry import BUILD_LOCK, source_version
 
 #: Element type of the trampoline's arrays: no numpy dtype, so no item-size check.
 _RAW_ITEM = types.Opaque("fp8kit_raw_element")
@@ -122,7 +122,16 @@ _SIG = types.uint32(RAW_RO, RAW_RO, RAW_RO, RAW_RO, RAW, types.intp)
 @functools.cache
 def _trampoline():
     """The trampoline's compiled entry point (compiled, or loaded from Numba's cache, once)."""
-    disp = Kernel(_make_trampoline, _SIG, ("native_trampoline", source_version())).build()
+    from numba import njit
+
+    options = dict(nogil=True, cache=True, boundscheck=False, no_cfunc_wrapper=True, _nrt=False)
+    func = _make_trampoline(False)
+    try:
+        disp = njit(_SIG, **options)(func)
+    except RuntimeError as exc:  # no writable cache location (read-only install)
+        if "cannot cache" not in str(exc):
+            raise
+        disp = njit(_SIG, **{**options, "cache": False})(func)
     (cres,) = disp.overloads.values()
     return cres.entry_point
 
@@ -134,6 +143,7 @@ ENTRY_TYPE = ir.FunctionType(_OBJ, [_OBJ, _OBJ.as_pointer(), _I64])
 _METH_FASTCALL = 0x0080
 
 
+@functools.cache
 def _array_layout() -> tuple[int, int, int, int] | None:
     """Byte offsets of an object's type, and of a numpy array's data pointer, number of
     dimensions and shape pointer, where this interpreter and numpy put them as their
@@ -245,6 +255,115 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
     return emit
 
 
+def spec_fields(builder, spec):
+    """``(nchunks, first, stop)`` of a kernel's packed chunk argument (i64, see
+    :func:`fp8kit._parallel.chunk_spec`) in LLVM IR, as :func:`fp8kit._kernels.bits.
+    chunk_range`; ``nchunks`` at least 1."""
+    field = ir.Constant(_I64, 0xFFFFF)
+    one = ir.Constant(_I64, 1)
+    nchunks = builder.and_(spec, field)
+    nchunks = builder.select(builder.icmp_signed("<", nchunks, one), one, nchunks)
+    first = builder.and_(builder.lshr(spec, ir.Constant(_I64, 20)), field)
+    stop = builder.lshr(spec, ir.Constant(_I64, 40))
+    stop = builder.select(builder.icmp_signed("==", stop, ir.Constant(_I64, 0)), nchunks, stop)
+    return nchunks, first, stop
+
+
+#: A native kernel of any arguments: ``i32 f(i8 **ptrs, i64 *ints, i64 nargs)``, argument
+#: ``k`` of the call an array (``ptrs[k]``: its first element, ``ints[k]``: its length, the
+#: first dimension) or an int (``ints[k]``); ``ptrs[0]`` the parameters after the address.
+GENERIC_TYPE = ir.FunctionType(_I32, [_I8P.as_pointer(), _I64.as_pointer(), _I64])
+#: Most arguments a generic native kernel takes.
+_MAX_ARGS = 16
+
+
+def _generic_entry_emitter(layout: tuple[int, int, int, int]):
+    """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of generic native kernels
+    (:data:`GENERIC_TYPE`): ``entry(prm, *args)``, each argument an ndarray (``self`` the
+    ndarray type; subclasses too) or an integer (``__index__``), at most
+    :data:`_MAX_ARGS`; the native kernel's address the first 8 bytes of ``prm``; the GIL
+    released around it; its result as a Python int."""
+    type_at, data_at, nd_at, dims_at = layout
+
+    def emit(context, builder, args):
+        ndarray, argv, nargs = args
+        module = builder.module
+
+        def extern(name, ret, params):
+            return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
+
+        def field(obj, offset, ty):
+            at = builder.gep(obj, [ir.Constant(_I64, offset)])
+            return builder.load(builder.bitcast(at, ty.as_pointer()))
+
+        def c(v):
+            return ir.Constant(_I64, v)
+
+        ptrs = cgutils.alloca_once(builder, _I8P, size=_MAX_ARGS)
+        ints = cgutils.alloca_once(builder, _I64, size=_MAX_ARGS)
+        fail = builder.append_basic_block("fail")
+        raised = builder.append_basic_block("raised")
+        with builder.goto_block(fail):
+            builder.call(extern("PyErr_BadArgument", _I32, []), [])
+            builder.branch(raised)
+        with builder.goto_block(raised):
+            builder.ret(ir.Constant(_OBJ, None))
+        count_ok = builder.and_(
+            builder.icmp_signed(">", nargs, c(0)), builder.icmp_signed("<=", nargs, c(_MAX_ARGS))
+        )
+        start = builder.append_basic_block("args")
+        builder.cbranch(count_ok, start, fail)
+        builder.position_at_end(start)
+        subtype = extern("PyType_IsSubtype", _I32, [_OBJ, _OBJ])
+        as_index = extern("PyNumber_AsSsize_t", _I64, [_OBJ, _OBJ])
+        occurred = extern("PyErr_Occurred", _OBJ, [])
+        with cgutils.for_range(builder, nargs) as loop:
+            k = loop.index
+            obj = builder.load(builder.gep(argv, [k]))
+            ty = field(obj, type_at, _OBJ)
+            is_array = cgutils.alloca_once_value(builder, builder.icmp_unsigned("==", ty, ndarray))
+            with builder.if_then(builder.not_(builder.load(is_array))):
+                sub = builder.call(subtype, [ty, ndarray])
+                builder.store(builder.icmp_signed("!=", sub, ir.Constant(_I32, 0)), is_array)
+            with builder.if_else(builder.load(is_array)) as (array, integer):
+                with array:
+                    builder.store(field(obj, data_at, _I8P), builder.gep(ptrs, [k]))
+                    nd = field(obj, nd_at, _I32)
+                    dims = field(obj, dims_at, _I64.as_pointer())
+                    scalar = builder.icmp_signed("==", nd, ir.Constant(_I32, 0))
+                    # (a 0-d array has one element and no shape to read)
+                    with builder.if_else(scalar) as (then, otherwise):
+                        with then:
+                            builder.store(c(1), builder.gep(ints, [k]))
+                        with otherwise:
+                            builder.store(builder.load(dims), builder.gep(ints, [k]))
+                with integer:
+                    value = builder.call(as_index, [obj, ir.Constant(_OBJ, None)])
+                    builder.store(value, builder.gep(ints, [k]))
+                    builder.store(ir.Constant(_I8P, None), builder.gep(ptrs, [k]))
+                    maybe = builder.icmp_signed("==", value, c(-1))
+                    with builder.if_then(maybe, likely=False):
+                        err = builder.call(occurred, [])
+                        ok = builder.append_basic_block("index_ok")
+                        builder.cbranch(builder.icmp_unsigned("!=", err, ir.Constant(_OBJ, None)),
+                                        raised, ok)  # fmt: skip
+                        builder.position_at_end(ok)
+        prm = builder.load(ptrs)
+        bound = builder.append_basic_block("bound")
+        builder.cbranch(builder.icmp_unsigned("==", prm, ir.Constant(_I8P, None)), fail, bound)
+        builder.position_at_end(bound)
+        address = builder.load(builder.bitcast(prm, _I64.as_pointer()), align=1)
+        builder.store(builder.gep(prm, [c(ADDRESS_BYTES)]), ptrs)
+        func = builder.inttoptr(address, GENERIC_TYPE.as_pointer())
+        state = builder.call(extern("PyEval_SaveThread", _OBJ, []), [])
+        got = builder.call(func, [ptrs, ints, nargs])
+        builder.call(extern("PyEval_RestoreThread", ir.VoidType(), [_OBJ]), [state])
+        value = builder.zext(got, _I64)
+        return builder.call(extern("PyLong_FromUnsignedLongLong", _OBJ, [_I64]), [value])
+
+    return emit
+
+
 _ENTRIES: list = []  # (the method definitions entries point to: kept alive)
 
 
@@ -258,13 +377,29 @@ def _entry():
     first compile in a process loads its typing registries (0.25-0.3 s of the 0.31-0.35 s
     a trivial kernel's first compile takes here, measured), none of which a native kernel
     needs."""
-    import ctypes
-
     layout = _array_layout()
     if layout is None:  # pragma: no cover - another ABI
         return _trampoline()
     key = ("native_entry", layout, np.__version__.split(".")[0])
-    address = native_address(key, _entry_emitter(layout), ENTRY_TYPE)
+    return _builtin(native_address(key, _entry_emitter(layout), ENTRY_TYPE))
+
+
+@functools.cache
+def generic_entry():
+    """The CPython function generic native kernels (:data:`GENERIC_TYPE`) are called
+    through (:func:`_generic_entry_emitter`); None where this interpreter's layout of
+    arrays is not the one it reads."""
+    layout = _array_layout()
+    if layout is None:  # pragma: no cover - another ABI
+        return None
+    key = ("native_generic_entry", layout, np.__version__.split(".")[0])
+    return _builtin(native_address(key, _generic_entry_emitter(layout), ENTRY_TYPE))
+
+
+def _builtin(address: int):
+    """The native ``METH_FASTCALL`` function at ``address`` as a Python builtin, its
+    ``self`` the ndarray type."""
+    import ctypes
 
     class MethodDef(ctypes.Structure):
         _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p),
@@ -304,25 +439,37 @@ ADDRESS_BYTES = 8
 
 
 def bind(address: int, params: np.ndarray) -> np.ndarray:
-    """``params`` (uint8) after the 8 bytes of ``address``: the trampoline's first argument,
-    so that a call passes no further argument (a 1,000-element call measured 0.07-0.1 us
-    slower with the address as an argument of its own)."""
-    assert params.dtype == np.uint8 and params.ndim == 1
-    bound = np.empty(ADDRESS_BYTES + params.size, np.uint8)
+    """The bytes of ``params`` (1-D, C-contiguous) after the 8 bytes of ``address``: the
+    entry's first argument, so that a call passes no further argument (a 1,000-element call
+    measured 0.07-0.1 us slower with the address as an argument of its own)."""
+    raw = np.ascontiguousarray(params).reshape(-1).view(np.uint8)
+    bound = np.empty(ADDRESS_BYTES + raw.size, np.uint8)
     bound[:ADDRESS_BYTES] = np.array([address], np.uint64).view(np.uint8)
-    bound[ADDRESS_BYTES:] = params
+    bound[ADDRESS_BYTES:] = raw
     bound.flags.writeable = False
     return bound
 
 
-class NativeKernel(Kernel):
-    """A kernel whose compiled function is the native function ``emit`` writes (see
-    :func:`native_address`), with the parameter array ``params`` (uint8); ``key`` names the
-    function and everything ``emit`` depends on (kernels of equal keys share it)."""
+class _NativeBase:
+    """What a native kernel shares with :class:`fp8kit._kernels.codec.Kernel`: ``build()``
+    gives the function its callers call, ``serial`` runs it on one thread, ``planes`` says
+    whether a round-to kernel's table argument is the table's byte planes; ``_key`` names
+    the native function and everything its emitter depends on (kernels of equal keys share
+    it), ``_params`` is the parameter array bound to it."""
+
+    planes = False
 
     def __init__(self, key: tuple, emit: Callable, params: np.ndarray):
-        super().__init__(None, None, key, params)
-        self._emit = emit
+        self._key, self._emit, self._params = key, emit, params
+        self._built = None
+
+    def serial(self, x, lut, table, out) -> None:
+        self.build()(x, lut, table, out, 1)
+
+
+class NativeKernel(_NativeBase):
+    """A kernel whose compiled function is the native function (:data:`FUNCTION_TYPE`)
+    ``emit`` writes (see :func:`native_address`), with the parameter array ``params``."""
 
     def build(self, parallel: bool = False):
         if self._built is None:
@@ -440,10 +587,9 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE) -> int:
     (``args``: its arguments) and returns its result (i32 for :data:`FUNCTION_TYPE`);
     ``key`` (a tuple of a name and plain values) names everything it depends on besides
     the kernel sources."""
-    built = ("native", key)
-    with _BUILD_LOCK:
-        if built in _BUILT:
-            return _BUILT[built][1]
+    with BUILD_LOCK:
+        if key in _BUILT:
+            return _BUILT[key][1]
         with global_compiler_lock:
             from numba.core.registry import cpu_target
 
@@ -466,11 +612,61 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE) -> int:
                 outcome = "cache_hits"
         stats = _STATS.setdefault(address, Stats())
         getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
-        _BUILT[built] = (library, address)  # (the library keeps the code alive)
+        _BUILT[key] = (library, address)  # (the library keeps the code alive)
         return address
+
+
+_BUILT: dict = {}  # native functions by key: (code library, address)
+
+
+def native_count() -> int:
+    """How many native functions this process has compiled or loaded from the disk cache."""
+    return len(_BUILT)
 
 
 def typed_pointer(builder, ptr, bits: int, offset=None):
     """``ptr`` (i8*) as a pointer to ``bits``-bit integers, advanced by ``offset`` of them."""
     typed = builder.bitcast(ptr, ir.IntType(bits).as_pointer())
     return typed if offset is None else builder.gep(typed, [offset])
+
+
+class GenericCall:
+    """A generic native kernel bound to its entry, called with the arguments of the
+    kernel it replaces (``order``: for each argument of the native call after ``prm``, the
+    index of the caller's argument that goes there, or ``("const", value)``)."""
+
+    __slots__ = ("entry", "bound", "order")
+
+    def __init__(self, entry, bound: np.ndarray, order: tuple):
+        self.entry, self.bound, self.order = entry, bound, order
+
+    def __call__(self, *args):
+        picked = [a[1] if type(a) is tuple else args[a] for a in self.order]
+        return self.entry(self.bound, *picked)
+
+    @property
+    def stats(self) -> Stats:
+        return _STATS[int(self.bound[:ADDRESS_BYTES].view(np.uint64)[0])]
+
+
+class GenericNativeKernel(_NativeBase):
+    """A kernel whose compiled function is the generic native function ``emit`` writes
+    (:data:`GENERIC_TYPE`), with the parameter array ``params``, called as the kernel it
+    replaces (see :class:`GenericCall`'s ``order``); only where :func:`available`."""
+
+    def __init__(self, key: tuple, emit: Callable, params: np.ndarray, order: tuple):
+        super().__init__(key, emit, params)
+        self._order = order
+
+    def build(self, parallel: bool = False):
+        if self._built is None:
+            entry = generic_entry()
+            address = native_address(self._key, self._emit, GENERIC_TYPE)
+            self._built = GenericCall(entry, bind(address, self._params), self._order)
+        return self._built
+
+
+def available() -> bool:
+    """Whether generic native kernels can be called here (the entry reads this
+    interpreter's array layout)."""
+    return _array_layout() is not None

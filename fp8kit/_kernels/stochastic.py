@@ -21,7 +21,7 @@ The dtype of bfloat16, float16 and float64 data (staged as float32 bits) is a ru
 argument, so that one compiled function serves those three; float32 data, and codes or
 values, are compiled in.  The Numba kernel it replaces there compiled in 0.5-0.6 s per
 dtype and operation (its loops went through LLVM's loop vectorizer); this one is written
-out, and its Numba part only splits the chunks.
+out, a native kernel (:mod:`fp8kit._kernels.native`: no Numba compile at all).
 """
 
 from __future__ import annotations
@@ -29,15 +29,11 @@ from __future__ import annotations
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
 
 from .bits import (
     PARAMS_LAYOUT,
-    array_args,
-    block_items,
     block_load,
     block_store,
-    chunk_range,
     cpu_has,
     f64_to_odd_f32,
     load_planes,
@@ -45,6 +41,7 @@ from .bits import (
     splat,
     widen_half,
 )
+from .native import spec_fields
 from .rounding import _M0, _M1, _W0, _W1, K
 
 _O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
@@ -90,9 +87,9 @@ def _philox(builder, c0, c1, k0, k1):
     return a0, a1, a2, a3
 
 
-@intrinsic
-def sr_range(
-    typingctx,
+def emit_sr_range(
+    context,
+    builder,
     prm,
     planes,
     x,
@@ -101,268 +98,261 @@ def sr_range(
     glo,
     ghi,
     offset,
-    kind,
-    random_bits,
-    split,
-    signed_zero,
-    staged_data,
-    values,
+    in_kind,
+    rbits,
+    parts,
+    neg_zero,
+    staging,
+    to_values,
 ):
-    """Stochastic rounding of the elements with global (C-order) indices ``glo .. ghi - 1``
-    of ``x`` (bytes; its element 0 has index ``offset``) into ``out`` (bytes): ``kind``
-    (run time) :data:`IN_F32`, :data:`IN_BF16`, :data:`IN_F16` or :data:`IN_F64` data,
-    to codes, or with ``values`` their values' bits in the data's dtype, looked up in the
-    decode table's byte ``planes``; ``prm``: the kernel's constants
-    (:func:`fp8kit._kernels.codec.pack_params`); ``key``: the Philox key (uint32[2]);
-    ``random_bits``, ``split`` (:func:`fp8kit._kernels.rounding.parts`) and
-    ``signed_zero`` (1 for a format with -0: the sign logic of
-    :func:`fp8kit._kernels.bits._finish_with` compiled in), ``staged_data`` (0 for
-    float32 data, read as it is; 1 for the others, widened or rounded to odd into a
-    buffer per block first) and ``values`` (1: values, 0: codes) literals.  The staged
-    data's dtype is a branch per 64 elements (never taken differently within a call), so
-    that one compiled kernel serves bfloat16, float16 and float64 data; one kernel for
-    every dtype and output took 0.07 s longer to compile than float32 to codes alone, so
-    float32 data and the output are compiled in."""
-    literals = (random_bits, split, signed_zero, staged_data, values)
-    if not all(isinstance(v, types.IntegerLiteral) for v in literals):
-        return None
-    rbits, parts, neg_zero, staging, to_values = (v.literal_value for v in literals)
+    """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
+    ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
+    ``out`` (i8): ``in_kind`` (i64, run time) :data:`IN_F32`, :data:`IN_BF16`,
+    :data:`IN_F16` or :data:`IN_F64` data, to codes, or with ``to_values`` their values'
+    bits in the data's dtype, looked up in the decode table's byte ``planes`` (i8);
+    ``prm``: the kernel's constants (i32, :func:`fp8kit._kernels.codec.pack_params`);
+    ``key``: the Philox key (i32[2]); ``rbits``, ``parts``
+    (:func:`fp8kit._kernels.rounding.parts`) and ``neg_zero`` (1 for a format with -0:
+    the sign logic of :func:`fp8kit._kernels.bits._finish_with` compiled in), ``staging``
+    (0 for float32 data, read as it is; 1 for the others, widened or rounded to odd into a
+    buffer per block first) and ``to_values`` (1: values, 0: codes) are Python ints.  The
+    staged data's dtype is a branch per 64 elements (never taken differently within a
+    call), so that one compiled kernel serves bfloat16, float16 and float64 data; one
+    kernel for every dtype and output took 0.07 s longer to compile than float32 to codes
+    alone, so float32 data and the output are compiled in."""
+    intp = context.get_value_type(types.intp)
+    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    v32 = ir.VectorType(i32, LANES)
+    vf = ir.VectorType(ir.FloatType(), LANES)
+    vc = ir.VectorType(i64, CALLS)
+    block = 4 * K * parts
+    width = 32 // parts
 
-    def codegen(context, builder, signature, args):
-        pa, pl, xa, oa, ka = array_args(context, builder, signature, args, 5)
-        glo, ghi, offset, in_kind = args[5], args[6], args[7], args[8]
-        intp = context.get_value_type(types.intp)
-        i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-        v32 = ir.VectorType(i32, LANES)
-        vf = ir.VectorType(ir.FloatType(), LANES)
-        vc = ir.VectorType(i64, CALLS)
-        block = 4 * K * parts
-        width = 32 // parts
+    def p(index):  # a constant of prm, splat
+        return splat(builder, builder.load(builder.gep(prm, [ir.Constant(intp, index)])), v32)
 
-        def p(index):  # a constant of prm, splat
-            return splat(
-                builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, index)])), v32
-            )
+    def c(value):
+        return ir.Constant(v32, [value] * LANES)
 
-        def c(value):
-            return ir.Constant(v32, [value] * LANES)
+    abs_mask, src_inf, max_mag, nominal_ovf = p(0), p(8), p(9), p(10)
+    inf_res, nan_mag, sign_bit, sign_shift = p(11), p(12), p(13), p(14)
+    ovf_pos, ovf_neg = p(_O), p(_O + 1)
+    use_magic, scale, min_normal, rebias, sh = (p(_SP + k) for k in range(5))
+    scale = builder.bitcast(scale, vf)
+    zero = c(0)
+    k0, k1 = (builder.zext(builder.load(builder.gep(key, [ir.Constant(intp, j)])), i64)
+              for j in (0, 1))  # fmt: skip
+    value_planes = load_planes(builder, planes, intp) if to_values else None
+    in_bf16 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_BF16))
+    in_64 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_F64))
+    # (each element's part of its word, in the part's width: 16 KiB for any split, so
+    # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
+    iw = ir.IntType(width)
+    words = cgutils.alloca_once(builder, iw, size=block)
+    words.align = 64
+    if staging:  # (the other dtypes' data as float32 bits)
+        staged = cgutils.alloca_once(builder, i32, size=block)
+        staged.align = 64
+        value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
+    else:
+        value_size = ir.Constant(intp, 4)
+    out_size = value_size if to_values else ir.Constant(intp, 1)
+    lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
+    lanes_e = ir.Constant(v32, list(range(LANES)))
 
-        abs_mask, src_inf, max_mag, nominal_ovf = p(0), p(8), p(9), p(10)
-        inf_res, nan_mag, sign_bit, sign_shift = p(11), p(12), p(13), p(14)
-        ovf_pos, ovf_neg = p(_O), p(_O + 1)
-        use_magic, scale, min_normal, rebias, sh = (p(_SP + k) for k in range(5))
-        scale = builder.bitcast(scale, vf)
-        zero = c(0)
-        k0, k1 = (builder.zext(builder.load(builder.gep(ka.data, [ir.Constant(intp, j)])), i64)
-                  for j in (0, 1))  # fmt: skip
-        value_planes = load_planes(builder, pl.data, intp) if to_values else None
-        in_bf16 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_BF16))
-        in_64 = builder.icmp_signed("==", in_kind, ir.Constant(in_kind.type, IN_F64))
-        # (each element's part of its word, in the part's width: 16 KiB for any split, so
-        # that the buffer stays in L1; 32-bit slots for 8-bit parts measured 20% slower)
-        iw = ir.IntType(width)
-        words = cgutils.alloca_once(builder, iw, size=block)
-        words.align = 64
-        if staging:  # (the other dtypes' data as float32 bits)
-            staged = cgutils.alloca_once(builder, i32, size=block)
-            staged.align = 64
-            value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
-        else:
-            value_size = ir.Constant(intp, 4)
-        out_size = value_size if to_values else ir.Constant(intp, 1)
-        lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
-        lanes_e = ir.Constant(v32, list(range(LANES)))
+    def rounded(v, rnd):
+        """encode_stochastic_fast, then _finish_with (the overflow code by sign)"""
+        a = builder.and_(v, abs_mask)
+        t = builder.add(a, rebias)
+        # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
+        # where a is larger the conversion may overflow, and that lane is not selected)
+        fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
+        small = builder.and_(
+            builder.icmp_unsigned("!=", use_magic, zero),
+            builder.icmp_unsigned("<", a, min_normal),
+        )
+        t = builder.select(small, fixed, t)
+        r_b = builder.lshr(rnd, c(32 - rbits))
+        inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
+        code = builder.lshr(builder.add(t, inc), sh)
+        negative = builder.icmp_unsigned(">", v, abs_mask)
+        ovf = builder.select(negative, ovf_neg, ovf_pos)
+        mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
+        mag = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, mag)
+        nan = builder.icmp_unsigned(">", a, src_inf)
+        if neg_zero:  # formats with -0: the NaN code, the sign xor-ed in
+            sign = builder.lshr(builder.and_(v, sign_bit), sign_shift)
+            return builder.xor(builder.select(nan, nan_mag, mag), sign)
+        # formats without -0
+        s = builder.lshr(sign_bit, sign_shift)
+        has_s = builder.icmp_unsigned("!=", s, zero)
+        keep = builder.select(has_s, abs_mask, zero)
+        nonzero = builder.icmp_unsigned("!=", mag, zero)
+        unsigned = builder.select(
+            builder.and_(negative, nonzero), builder.or_(builder.and_(mag, keep), s), mag
+        )
+        neg_inf_nan = builder.and_(
+            builder.not_(has_s), builder.icmp_unsigned("!=", nominal_ovf, max_mag)
+        )
+        at_inf = builder.and_(builder.icmp_unsigned("==", a, src_inf), negative)
+        to_nan = builder.or_(nan, builder.and_(neg_inf_nan, at_inf))
+        return builder.select(to_nan, nan_mag, unsigned)
 
-        def rounded(v, rnd):
-            """encode_stochastic_fast, then _finish_with (the overflow code by sign)"""
-            a = builder.and_(v, abs_mask)
-            t = builder.add(a, rebias)
-            # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
-            # where a is larger the conversion may overflow, and that lane is not selected)
-            fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
-            small = builder.and_(
-                builder.icmp_unsigned("!=", use_magic, zero),
-                builder.icmp_unsigned("<", a, min_normal),
-            )
-            t = builder.select(small, fixed, t)
-            r_b = builder.lshr(rnd, c(32 - rbits))
-            inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
-            code = builder.lshr(builder.add(t, inc), sh)
-            negative = builder.icmp_unsigned(">", v, abs_mask)
-            ovf = builder.select(negative, ovf_neg, ovf_pos)
-            mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
-            mag = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, mag)
-            nan = builder.icmp_unsigned(">", a, src_inf)
-            if neg_zero:  # formats with -0: the NaN code, the sign xor-ed in
-                sign = builder.lshr(builder.and_(v, sign_bit), sign_shift)
-                return builder.xor(builder.select(nan, nan_mag, mag), sign)
-            # formats without -0
-            s = builder.lshr(sign_bit, sign_shift)
-            has_s = builder.icmp_unsigned("!=", s, zero)
-            keep = builder.select(has_s, abs_mask, zero)
-            nonzero = builder.icmp_unsigned("!=", mag, zero)
-            unsigned = builder.select(
-                builder.and_(negative, nonzero), builder.or_(builder.and_(mag, keep), s), mag
-            )
-            neg_inf_nan = builder.and_(
-                builder.not_(has_s), builder.icmp_unsigned("!=", nominal_ovf, max_mag)
-            )
-            at_inf = builder.and_(builder.icmp_unsigned("==", a, src_inf), negative)
-            to_nan = builder.or_(nan, builder.and_(neg_inf_nan, at_inf))
-            return builder.select(to_nan, nan_mag, unsigned)
+    gb0 = builder.mul(builder.sdiv(glo, ir.Constant(intp, block)), ir.Constant(intp, block))
+    with cgutils.for_range_slice(builder, gb0, ghi, ir.Constant(intp, block), intp) as (gb, _):
+        # 1. the block's random words
+        first = builder.mul(builder.sdiv(gb, ir.Constant(intp, block)), ir.Constant(intp, K))
+        step_c = ir.Constant(intp, CALLS)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), ir.Constant(intp, K),
+                                     step_c, intp) as (g, _):  # fmt: skip
+            ctr = builder.add(splat(builder, builder.add(first, g), vc), lanes_c)
+            lo32 = ir.Constant(vc, [0xFFFFFFFF] * CALLS)
+            ws = _philox(builder, builder.and_(ctr, lo32),
+                         builder.lshr(ctr, ir.Constant(vc, [32] * CALLS)), k0, k1)  # fmt: skip
+            for t in range(4):
+                w = builder.trunc(ws[t], ir.VectorType(i32, CALLS))
+                vw = ir.VectorType(i32, CALLS)
+                for h in range(parts):
+                    part = builder.lshr(w, ir.Constant(vw, [h * width] * CALLS)) if h else w
+                    part = builder.trunc(part, ir.VectorType(iw, CALLS)) if parts > 1 else part
+                    at = builder.add(ir.Constant(intp, (t * parts + h) * K), g)
+                    ptr = builder.gep(words, [at])
+                    ptr = builder.bitcast(ptr, ir.VectorType(iw, CALLS).as_pointer())
+                    builder.store(part, ptr, align=width // 8)
+        # 2. the elements of [lo, hi) in this block, 64 at a time
+        lo = builder.select(builder.icmp_signed(">", glo, gb), glo, gb)
+        end = builder.add(gb, ir.Constant(intp, block))
+        hi = builder.select(builder.icmp_signed("<", ghi, end), ghi, end)
+        start = builder.mul(builder.sdiv(builder.sub(lo, gb), ir.Constant(intp, LANES)),
+                            ir.Constant(intp, LANES))  # fmt: skip
 
-        gb0 = builder.mul(builder.sdiv(glo, ir.Constant(intp, block)), ir.Constant(intp, block))
-        with cgutils.for_range_slice(builder, gb0, ghi, ir.Constant(intp, block), intp) as (gb, _):
-            # 1. the block's random words
-            first = builder.mul(builder.sdiv(gb, ir.Constant(intp, block)), ir.Constant(intp, K))
-            step_c = ir.Constant(intp, CALLS)
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), ir.Constant(intp, K),
-                                         step_c, intp) as (g, _):  # fmt: skip
-                ctr = builder.add(splat(builder, builder.add(first, g), vc), lanes_c)
-                lo32 = ir.Constant(vc, [0xFFFFFFFF] * CALLS)
-                ws = _philox(builder, builder.and_(ctr, lo32),
-                             builder.lshr(ctr, ir.Constant(vc, [32] * CALLS)), k0, k1)  # fmt: skip
-                for t in range(4):
-                    w = builder.trunc(ws[t], ir.VectorType(i32, CALLS))
-                    vw = ir.VectorType(i32, CALLS)
-                    for h in range(parts):
-                        part = builder.lshr(w, ir.Constant(vw, [h * width] * CALLS)) if h else w
-                        part = builder.trunc(part, ir.VectorType(iw, CALLS)) if parts > 1 else part
-                        at = builder.add(ir.Constant(intp, (t * parts + h) * K), g)
-                        ptr = builder.gep(words, [at])
-                        ptr = builder.bitcast(ptr, ir.VectorType(iw, CALLS).as_pointer())
-                        builder.store(part, ptr, align=width // 8)
-            # 2. the elements of [lo, hi) in this block, 64 at a time
-            lo = builder.select(builder.icmp_signed(">", glo, gb), glo, gb)
-            end = builder.add(gb, ir.Constant(intp, block))
-            hi = builder.select(builder.icmp_signed("<", ghi, end), ghi, end)
-            start = builder.mul(builder.sdiv(builder.sub(lo, gb), ir.Constant(intp, LANES)),
-                                ir.Constant(intp, LANES))  # fmt: skip
+        stop, step = builder.sub(hi, gb), ir.Constant(intp, LANES)
 
-            stop, step = builder.sub(hi, gb), ir.Constant(intp, LANES)
+        def element_loop():
+            """``(e0, at, full, slice_mask)`` of each 64 elements of [lo, hi)"""
+            with cgutils.for_range_slice(builder, start, stop, step, intp) as (e0, _):
+                gi = builder.add(gb, e0)
 
-            def element_loop():
-                """``(e0, at, full, slice_mask)`` of each 64 elements of [lo, hi)"""
-                with cgutils.for_range_slice(builder, start, stop, step, intp) as (e0, _):
-                    gi = builder.add(gb, e0)
-
-                    def slice_mask(gi=gi):  # (partial slices only: lo <= gi + j < hi)
-                        first = builder.trunc(builder.sub(lo, gi), i32)
-                        last = builder.trunc(builder.sub(hi, gi), i32)
-                        return builder.and_(
-                            builder.icmp_signed(">=", lanes_e, splat(builder, first, v32)),
-                            builder.icmp_signed("<", lanes_e, splat(builder, last, v32)),
-                        )
-
-                    full = builder.and_(
-                        builder.icmp_signed(">=", gi, lo),
-                        builder.icmp_signed("<=", builder.add(gi, ir.Constant(intp, LANES)), hi),
+                def slice_mask(gi=gi):  # (partial slices only: lo <= gi + j < hi)
+                    first = builder.trunc(builder.sub(lo, gi), i32)
+                    last = builder.trunc(builder.sub(hi, gi), i32)
+                    return builder.and_(
+                        builder.icmp_signed(">=", lanes_e, splat(builder, first, v32)),
+                        builder.icmp_signed("<", lanes_e, splat(builder, last, v32)),
                     )
-                    yield e0, builder.sub(gi, offset), full, slice_mask
 
-            def lanes(ety, ptr, full, slice_mask):
-                """64 elements of type ety at ptr (those of the slice where not full)"""
-                return block_load(builder, ptr, ir.VectorType(ety, LANES), full, slice_mask)
-
-            # 2. 16-bit data widened to float32 bits, float64 data rounded to odd on
-            # float32, into the block's buffer on the stack (a second copy of the loop
-            # below for 16-bit data measured no faster for float32 data than this, but
-            # took 0.05 s more to compile)
-            def stage(wide):
-                for e0, at, full, slice_mask in element_loop():
-                    size = ir.Constant(intp, 8 if wide else 2)
-                    src = builder.gep(xa.data, [builder.mul(at, size)])
-                    if wide:
-                        v = f64_to_odd_f32(builder, lanes(i64, src, full, slice_mask))
-                    else:
-                        h = lanes(i16, src, full, slice_mask)
-                        bf = builder.shl(builder.zext(h, v32), c(16))
-                        v = builder.select(in_bf16, bf, widen_half(builder, h))
-                    dst = builder.bitcast(builder.gep(staged, [e0]), v32.as_pointer())
-                    builder.store(v, dst, align=64)
-
-            if staging and F64_INPUT:
-                with builder.if_else(in_64) as (wide, narrow):
-                    with wide:
-                        stage(True)
-                    with narrow:
-                        stage(False)
-            elif staging:
-                stage(False)
-            # 3. the elements of [lo, hi) in this block, 64 at a time
-            for e0, at, full, slice_mask in element_loop():
-                if staging:
-                    src = builder.gep(staged, [e0])
-                else:
-                    src = builder.gep(xa.data, [builder.mul(at, ir.Constant(intp, 4))])
-                v = lanes(i32, src, full, slice_mask)
-                rp = builder.bitcast(
-                    builder.gep(words, [e0]), ir.VectorType(iw, LANES).as_pointer()
+                full = builder.and_(
+                    builder.icmp_signed(">=", gi, lo),
+                    builder.icmp_signed("<=", builder.add(gi, ir.Constant(intp, LANES)), hi),
                 )
-                rnd = builder.load(rp, align=64)
-                if parts > 1:  # (the part moved to the word's top bits)
-                    rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
-                codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
-                dst = builder.gep(oa.data, [builder.mul(at, out_size)])
+                yield e0, builder.sub(gi, offset), full, slice_mask
 
-                def store(result, dst=dst, full=full, slice_mask=slice_mask):
-                    block_store(builder, result, dst, full, slice_mask)
+        def lanes(ety, ptr, full, slice_mask):
+            """64 elements of type ety at ptr (those of the slice where not full)"""
+            return block_load(builder, ptr, ir.VectorType(ety, LANES), full, slice_mask)
 
-                if not to_values:
-                    store(codes)
-                else:  # (in the data's width: round_to keeps the dtype)
-                    words16 = plane_values(builder, value_planes, codes, 16)
-                    if not staging:
-                        store(builder.shl(builder.zext(words16, v32), c(16)))
-                    elif F64_INPUT:
-                        with builder.if_else(in_64) as (w64, w16):
-                            with w64:
-                                v64 = ir.VectorType(i64, LANES)
-                                wide64 = builder.zext(words16, v64)
-                                store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)))
-                            with w16:
-                                store(words16)
-                    else:
-                        store(words16)
-        return context.get_dummy_value()
+        # 2. 16-bit data widened to float32 bits, float64 data rounded to odd on
+        # float32, into the block's buffer on the stack (a second copy of the loop
+        # below for 16-bit data measured no faster for float32 data than this, but
+        # took 0.05 s more to compile)
+        def stage(wide):
+            for e0, at, full, slice_mask in element_loop():
+                size = ir.Constant(intp, 8 if wide else 2)
+                src = builder.gep(x, [builder.mul(at, size)])
+                if wide:
+                    v = f64_to_odd_f32(builder, lanes(i64, src, full, slice_mask))
+                else:
+                    h = lanes(i16, src, full, slice_mask)
+                    bf = builder.shl(builder.zext(h, v32), c(16))
+                    v = builder.select(in_bf16, bf, widen_half(builder, h))
+                dst = builder.bitcast(builder.gep(staged, [e0]), v32.as_pointer())
+                builder.store(v, dst, align=64)
 
-    sig = types.void(
-        prm, planes, x, out, key, glo, ghi, offset, kind, random_bits, split, signed_zero,
-        staged_data, values,
-    )  # fmt: skip
-    return sig, codegen
+        if staging and F64_INPUT:
+            with builder.if_else(in_64) as (wide, narrow):
+                with wide:
+                    stage(True)
+                with narrow:
+                    stage(False)
+        elif staging:
+            stage(False)
+        # 3. the elements of [lo, hi) in this block, 64 at a time
+        for e0, at, full, slice_mask in element_loop():
+            if staging:
+                src = builder.gep(staged, [e0])
+            else:
+                src = builder.gep(x, [builder.mul(at, ir.Constant(intp, 4))])
+            v = lanes(i32, src, full, slice_mask)
+            rp = builder.bitcast(builder.gep(words, [e0]), ir.VectorType(iw, LANES).as_pointer())
+            rnd = builder.load(rp, align=64)
+            if parts > 1:  # (the part moved to the word's top bits)
+                rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
+            codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
+            dst = builder.gep(out, [builder.mul(at, out_size)])
+
+            def store(result, dst=dst, full=full, slice_mask=slice_mask):
+                block_store(builder, result, dst, full, slice_mask)
+
+            if not to_values:
+                store(codes)
+            else:  # (in the data's width: round_to keeps the dtype)
+                words16 = plane_values(builder, value_planes, codes, 16)
+                if not staging:
+                    store(builder.shl(builder.zext(words16, v32), c(16)))
+                elif F64_INPUT:
+                    with builder.if_else(in_64) as (w64, w16):
+                        with w64:
+                            v64 = ir.VectorType(i64, LANES)
+                            wide64 = builder.zext(words16, v64)
+                            store(builder.shl(wide64, ir.Constant(v64, [48] * LANES)))
+                        with w16:
+                            store(words16)
+                else:
+                    store(words16)
 
 
-def make_factory(
-    random_bits: int, split: int, neg_zero: int, staged: int, values: int, version: int
-):
-    """The ``make`` of a :class:`fp8kit._kernels.codec.Kernel` running :func:`sr_range` on
-    each chunk, of signature ``(prm, planes, x, out, key, offset, kind, nchunks)``: x and
-    out as bytes, ``kind`` as :func:`sr_range`'s (see :class:`fp8kit._kernels.codec.
-    BytesKernel`, which calls it as the other kernels of
-    :func:`fp8kit._kernels.codec.encode_mode_kernel` are called); ``version``:
-    :func:`fp8kit._kernels.codec.source_version`, closed over so that an edit to any
-    kernel source invalidates the disk cache."""
+def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: int):
+    """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
+    of stochastic rounding (:func:`emit_sr_range`), called as
+    ``(prm, planes, x, out, key, offset, kind, nchunks)``: x and out the data's and the
+    result's arrays (any dtype; ``kind``: :func:`emit_sr_range`'s ``in_kind``), ``offset``
+    the global index of x's element 0.  Its chunks are whole blocks counted from the start
+    of the whole array (as the Numba kernel's: any split gives the same bits anyway); the
+    chunks of one call are contiguous, so it runs their union at once."""
     block = 4 * K * split
 
-    def make(parallel):
-        def kernel(prm, planes, x, out, key, offset, kind, nchunks):
-            if version == 0 or parallel is None:  # never true; see codec.source_version
-                return
-            nchunks, c_first, c_stop = chunk_range(nchunks)
-            n = x.size // 4 if kind == IN_F32 else (x.size // 8 if kind == IN_F64 else x.size // 2)
-            # chunks of whole blocks, counted from the start of the whole array (as the
-            # Numba kernel's: any split gives the same bits anyway)
-            step = ((n + nchunks - 1) // nchunks + block - 1) // block * block
-            end = offset + n
-            for c in range(c_first, c_stop):
-                glo, ghi = block_items(c, nchunks, step, offset, end, block)
-                if glo < ghi:
-                    sr_range(
-                        prm, planes, x, out, key, glo, ghi, offset, kind, random_bits, split,
-                        neg_zero, staged, values,
-                    )  # fmt: skip
+    def emit(context, builder, args):
+        ptrs, ints, _ = args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
 
-        return kernel
+        def c(v):
+            return ir.Constant(i64, v)
 
-    return make
+        def ptr(k):
+            return builder.load(builder.gep(ptrs, [c(k)]))
+
+        def integer(k):
+            return builder.load(builder.gep(ints, [c(k)]))
+
+        prm, key = (builder.bitcast(ptr(k), i32.as_pointer()) for k in (0, 4))
+        n, offset, kind = integer(2), integer(5), integer(6)
+        nchunks, first, stop = spec_fields(builder, integer(7))
+        step = builder.sdiv(builder.sub(builder.add(n, nchunks), c(1)), nchunks)
+        step = builder.mul(builder.sdiv(builder.add(step, c(block - 1)), c(block)), c(block))
+        end = builder.add(offset, n)
+
+        def bound(chunk):  # block_items' inner bound before chunk ``chunk``
+            at = builder.add(builder.add(offset, builder.mul(chunk, step)), c(block - 1))
+            at = builder.mul(builder.sdiv(at, c(block)), c(block))
+            return builder.select(builder.icmp_signed("<", at, end), at, end)
+
+        glo = builder.select(builder.icmp_signed("==", first, c(0)), offset, bound(first))
+        ghi = builder.select(builder.icmp_signed("==", stop, nchunks), end, bound(stop))
+        with builder.if_then(builder.icmp_signed("<", glo, ghi)):
+            emit_sr_range(
+                context, builder, prm, ptr(1), ptr(2), ptr(3), key, glo, ghi, offset, kind,
+                random_bits, split, neg_zero, staged, values,
+            )  # fmt: skip
+        return ir.Constant(i32, 0)
+
+    return emit
