@@ -240,7 +240,8 @@ def fake_convert(
             target.reshape(-1).view(bits),
         )  # fmt: skip
         return _into(out, target)
-    if vector and x.size:
+    walk = fake_walk_kernel(8 * arr.itemsize) if vector and x.size else None
+    if walk is not None:
         # scales in any other layout (per row, per column, per element, MX blocks) and
         # shifts alike: one kernel of vector code walking the rows (the scale of each
         # element read through the strides), for float32 and (another) for 16-bit data
@@ -249,7 +250,7 @@ def fake_convert(
         if arr.dtype != np.float32:
             consts = np.append(consts, np.uint32(arr.dtype == np.float16))
         _parallel.launch(
-            fake_walk_kernel(8 * arr.itemsize), x.size, consts, x.reshape(-1).view(bits),
+            walk, x.size, consts, x.reshape(-1).view(bits),
             sc_flat, sh_flat if sh is not None else sc_flat, shape4, sstr4,
             target.reshape(-1).view(bits),
         )  # fmt: skip

@@ -66,7 +66,6 @@ from .bits import (
     block_mask,
     block_store,
     cast_like,
-    chunk_items,
     chunk_range,
     chunks,
     cpu_has,
@@ -84,7 +83,8 @@ from .bits import (
     widen_half,
 )
 from .codec import Kernel, _array, _params, dummy, plan, source_version
-from .native import NativeKernel, typed_pointer
+from .native import GenericNativeKernel, NativeKernel, body_function, chunk_bounds, typed_pointer
+from .native import available as native_available
 
 # 16-bit source layouts: (mantissa bits, exponent bits, bias)
 _SOURCES16 = {
@@ -338,117 +338,123 @@ def fake16_kernel() -> Kernel:
     return byte_kernel(_FAKE16, dummy(np.uint8))  # (bfloat16/float16 bits in and out)
 
 
-@intrinsic
-def _fake_walk(typingctx, consts, x, scale, shift, shape, sstr, out, r0, r1):
-    """FakeConvert (:func:`_fake_body`) of rows ``r0 .. r1 - 1`` of the data ``x`` (float32
-    bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
+def _emit_fake_walk(context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1):
+    """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
+    ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
     :func:`fake_scalars`' 1 for float16) into ``out``, seen as ``shape`` (4 dims; a row:
     ``shape[3]`` elements), the scale (and shift, where ``consts`` says there is one) of
     element ``(a, b, d, t)`` at ``a * sstr[0] + b * sstr[1] + d * sstr[2] + t * sstr[3]``
     with ``sstr[3]`` 0 (one per row) or 1 (one per element along rows), 16 lanes a
     block, a row's last masked: every broadcast layout of scales in one kernel of LLVM
     vector code (0.15 s to compile, where the general kernel took 0.36-0.39)."""
-    if not isinstance(consts, types.Array):
-        return None
-    half_data = x.dtype.bitwidth == 16
+    intp = context.get_value_type(types.intp)
+    i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+    lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
+    v32 = ir.VectorType(i32, lanes)
+    vf = ir.VectorType(ir.FloatType(), lanes)
+    vx = ir.VectorType(ir.IntType(16 if half_data else 32), lanes)
+    w, has_shift = _fake_constants(builder, consts, intp, v32)
+    if half_data:
+        half = builder.load(builder.gep(consts, [ir.Constant(intp, _FK_N)]))
+        half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
 
-    def codegen(context, builder, signature, args):
-        ca, xa, sa, ha, sha, sta, oa = array_args(context, builder, signature, args, 7)
-        r0, r1 = args[7], args[8]
-        intp = context.get_value_type(types.intp)
-        i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-        lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
-        v32 = ir.VectorType(i32, lanes)
-        vf = ir.VectorType(ir.FloatType(), lanes)
-        vx = ir.VectorType(ir.IntType(16 if half_data else 32), lanes)
-        w, has_shift = _fake_constants(builder, ca.data, intp, v32)
-        if half_data:
-            half = builder.load(builder.gep(ca.data, [ir.Constant(intp, _FK_N)]))
-            half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
+    def at(ptr, k):
+        return builder.load(builder.gep(ptr, [ir.Constant(intp, k)]))
 
-        def at(arr, k):
-            return builder.load(builder.gep(arr.data, [ir.Constant(intp, k)]))
+    one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
+    n1, n2, n3 = (at(shape, k) for k in (1, 2, 3))
+    st0, st1, st2, st3 = (at(sstr, k) for k in (0, 1, 2, 3))
+    per_element = builder.icmp_signed("!=", st3, zero)
+    var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
+    names = ("a", "b", "d")
+    step = ir.Constant(intp, lanes)
+    n4 = ir.Constant(i32, 4)
+    with cgutils.for_range_slice(builder, r0, r1, ir.Constant(intp, 1), intp) as (r, _):
+        a, b, d = (builder.load(var[k]) for k in names)
+        base = builder.add(
+            builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2)
+        )
+        s_row = splat(builder, builder.load(builder.gep(scale, [base])), vf)
+        h_row = splat(builder, builder.load(builder.gep(shift, [base])), vf)
+        start = builder.mul(r, n3)
+        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n3, step, intp) as (
+            t, _,
+        ):  # fmt: skip
+            mask, full = block_mask(builder, n3, t, lanes)
+            # (the scales of the block where they vary along rows: no access otherwise)
+            smask = builder.and_(mask, splat(builder, per_element, ir.VectorType(i1, lanes)))
 
-        one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
-        n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
-        st0, st1, st2, st3 = (at(sta, k) for k in (0, 1, 2, 3))
-        per_element = builder.icmp_signed("!=", st3, zero)
-        var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
-        names = ("a", "b", "d")
-        step = ir.Constant(intp, lanes)
-        n4 = ir.Constant(i32, 4)
-        with cgutils.for_range_slice(builder, r0, r1, ir.Constant(intp, 1), intp) as (r, _):
-            a, b, d = (builder.load(var[k]) for k in names)
-            base = builder.add(
-                builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2)
-            )
-            s_row = splat(builder, builder.load(builder.gep(sa.data, [base])), vf)
-            h_row = splat(builder, builder.load(builder.gep(ha.data, [base])), vf)
-            start = builder.mul(r, n3)
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n3, step, intp) as (
-                t, _,
-            ):  # fmt: skip
-                mask, full = block_mask(builder, n3, t, lanes)
-                # (the scales of the block where they vary along rows: no access otherwise)
-                smask = builder.and_(mask, splat(builder, per_element, ir.VectorType(i1, lanes)))
+            def scales(arr, row_value):
+                at = builder.gep(arr, [builder.add(base, t)])
+                ptr = builder.bitcast(at, v32.as_pointer())
+                got = masked_access(
+                    builder, "load", v32, [ptr, n4, smask, ir.Constant(v32, [0] * lanes)]
+                )
+                return builder.select(per_element, builder.bitcast(got, vf), row_value)
 
-                def scales(arr, row_value):
-                    ptr = builder.bitcast(builder.gep(arr.data, [builder.add(base, t)]),
-                                          v32.as_pointer())  # fmt: skip
-                    got = masked_access(
-                        builder, "load", v32, [ptr, n4, smask, ir.Constant(v32, [0] * lanes)]
-                    )
-                    return builder.select(per_element, builder.bitcast(got, vf), row_value)
-
-                scale, shift = scales(sa, s_row), scales(ha, h_row)
-                src = builder.gep(xa.data, [builder.add(start, t)])
-                dst = builder.gep(oa.data, [builder.add(start, t)])
-                v = block_load(builder, src, vx, full, lambda: mask)
-                if half_data:
-                    res = _fake16_body(builder, v, w, scale, shift, has_shift, half)
-                else:
-                    res = _fake_body(builder, v, w, scale, shift, has_shift)
-                block_store(builder, res, dst, full, lambda: mask)
-            next_row(builder, var, a, b, builder.add(d, one), n1, n2)
-        return context.get_dummy_value()
-
-    return types.void(consts, x, scale, shift, shape, sstr, out, r0, r1), codegen
+            scale_v, shift_v = scales(scale, s_row), scales(shift, h_row)
+            src = builder.gep(x, [builder.add(start, t)])
+            dst = builder.gep(out, [builder.add(start, t)])
+            v = block_load(builder, src, vx, full, lambda: mask)
+            if half_data:
+                res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half)
+            else:
+                res = _fake_body(builder, v, w, scale_v, shift_v, has_shift)
+            block_store(builder, res, dst, full, lambda: mask)
+        next_row(builder, var, a, b, builder.add(d, one), n1, n2)
 
 
-def _make_fake_walk(parallel):
-    version = source_version()
+def _fake_walk_native(width: int):
+    """The emitter of :func:`fake_walk_kernel`'s native kernel
+    (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
+    shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
+    union (:func:`_emit_fake_walk` in a function of its own, 512-bit vectors preferred)."""
+    bits = ir.IntType(width).as_pointer()
+    f32, i64 = ir.FloatType().as_pointer(), ir.IntType(64)
+    types_ = [ir.IntType(32).as_pointer(), bits, f32, f32, i64.as_pointer(), i64.as_pointer(),
+              bits, i64, i64]  # fmt: skip
 
-    def kernel(consts, x, scale, shift, shape, sstr, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see codec.source_version
-            return
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        rows = shape[0] * shape[1] * shape[2]
-        step = (rows + nchunks - 1) // nchunks
-        for c in range(c_first, c_stop):
-            prefer_512()
-            r0, r1 = chunk_items(c, step, rows)
-            if r0 < r1:
-                _fake_walk(consts, x, scale, shift, shape, sstr, out, r0, r1)
+    def emit(context, builder, args):
+        ptrs, ints, _ = args
+        loaded = [builder.load(builder.gep(ptrs, [ir.Constant(i64, k)])) for k in range(1, 8)]
+        consts, x, scale, shift, shape, sstr, out = (
+            builder.bitcast(p, t) for p, t in zip(loaded, types_[:7], strict=True)
+        )
+        rows = builder.load(shape)
+        for k in (1, 2):
+            rows = builder.mul(rows, builder.load(builder.gep(shape, [ir.Constant(i64, k)])))
+        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 8)]))
+        r0, r1 = chunk_bounds(builder, spec, rows)
 
-    return kernel
+        def body(inner, a):
+            _emit_fake_walk(context, inner, width == 16, *a)
+
+        walk = body_function(builder, "walk", types_, body, prefer_512=True)
+        with builder.if_then(builder.icmp_signed("<", r0, r1)):
+            builder.call(walk, [consts, x, scale, shift, shape, sstr, out, r0, r1])
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit
 
 
 @functools.cache
-def fake_walk_kernel(width: int) -> Kernel:
+def fake_walk_kernel(width: int) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16: ``consts`` :func:`fake_scalars` and a word, 1 for float16) data and scales (and
-    shifts) broadcast to them in any layout (:func:`_fake_walk`): ``(consts, x, scale,
+    shifts) broadcast to them in any layout (:func:`_emit_fake_walk`): ``(consts, x, scale,
     shift, shape, sstr, out, nchunks)``, the 4-D ``shape`` and scale strides ``sstr`` of
     :func:`fp8kit.fake_convert` (inner stride 0 or 1), ``shift`` the scale array where
-    there is none; the chunks split the rows.  The caller checks what
-    :func:`fake_kernel`'s docstring says (nearest-even, spec, no NaN scale)."""
-    bits = np.uint32 if width == 32 else np.uint16
-    f32, i64 = _array(np.float32, readonly=True), _array(np.int64, readonly=True)
-    sig = types.void(
-        _array(np.uint32, readonly=True), _array(bits, readonly=True), f32, f32, i64, i64,
-        _array(bits), types.intp,
-    )  # fmt: skip
-    return Kernel(_make_fake_walk, sig, ("fake_walk", width, source_version()))
+    there is none; the chunks split the rows.  A native kernel (no Numba compile); None
+    where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).  The
+    caller checks what :func:`fake_kernel`'s docstring says (nearest-even, spec, no NaN
+    scale)."""
+    if not native_available():
+        return None
+    order = tuple(range(8))
+    return GenericNativeKernel(("fake_walk", width), _fake_walk_native(width), _NO_PARAMS, order)
+
+
+_NO_PARAMS = np.zeros(0, np.uint8)
 
 
 # Layout of _prm's array (the vector code reads it by index).

@@ -227,18 +227,7 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
         n = builder.phi(_I64)
         n.add_incoming(one, b_then)
         n.add_incoming(first_dim, b_else)
-        field20 = ir.Constant(_I64, 0xFFFFF)
-        nch = builder.and_(spec, field20)
-        nch = builder.select(builder.icmp_signed("<", nch, ir.Constant(_I64, 1)),
-                             ir.Constant(_I64, 1), nch)  # fmt: skip
-        c_first = builder.and_(builder.lshr(spec, ir.Constant(_I64, 20)), field20)
-        c_stop = builder.lshr(spec, ir.Constant(_I64, 40))
-        c_stop = builder.select(builder.icmp_signed("==", c_stop, ir.Constant(_I64, 0)),
-                                nch, c_stop)  # fmt: skip
-        step = builder.sdiv(builder.sub(builder.add(n, nch), ir.Constant(_I64, 1)), nch)
-        lo = builder.mul(c_first, step)
-        hi = builder.mul(c_stop, step)
-        hi = builder.select(builder.icmp_signed("<", hi, n), hi, n)
+        lo, hi = chunk_bounds(builder, spec, n)
         result = cgutils.alloca_once_value(builder, ir.Constant(_I32, 0))
         with builder.if_then(builder.icmp_signed("<", lo, hi)):
             prm = datas[0]
@@ -267,6 +256,37 @@ def spec_fields(builder, spec):
     stop = builder.lshr(spec, ir.Constant(_I64, 40))
     stop = builder.select(builder.icmp_signed("==", stop, ir.Constant(_I64, 0)), nchunks, stop)
     return nchunks, first, stop
+
+
+def chunk_bounds(builder, spec, total):
+    """``(lo, hi)``: the items of the chunks a packed chunk argument ``spec`` names (i64,
+    see :func:`spec_fields`) out of ``total``, as the Numba kernels split them (``step =
+    ceil(total / nchunks)``); the chunks of one call are contiguous, so their union."""
+    nchunks, first, stop = spec_fields(builder, spec)
+    one = ir.Constant(_I64, 1)
+    step = builder.sdiv(builder.sub(builder.add(total, nchunks), one), nchunks)
+    lo = builder.mul(first, step)
+    hi = builder.mul(stop, step)
+    return lo, builder.select(builder.icmp_signed("<", hi, total), hi, total)
+
+
+def body_function(builder, suffix: str, arg_types: list, emit_body: Callable, prefer_512=False):
+    """A function of the current module (internal, never inlined) of the arguments
+    ``arg_types`` whose body ``emit_body(builder, args)`` writes, for a generic native
+    kernel to call with the pointers and bounds it read from its arguments.  Inlined after
+    those loads, a loop of stochastic rounding measured 5-9% slower (16M elements: LLVM
+    allocated its registers differently); ``prefer_512``: let LLVM use 512-bit vectors
+    where it picks the width (see :func:`fp8kit._kernels.bits.prefer_512`)."""
+    fn = ir.Function(builder.module, ir.FunctionType(ir.VoidType(), arg_types),
+                     name=f"{builder.function.name}_{suffix}")  # fmt: skip
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    if prefer_512:
+        set.add(fn.attributes, '"prefer-vector-width"="512"')
+    inner = ir.IRBuilder(fn.append_basic_block("entry"))
+    emit_body(inner, list(fn.args))
+    inner.ret_void()
+    return fn
 
 
 #: A native kernel of any arguments: ``i32 f(i8 **ptrs, i64 *ints, i64 nargs)``, argument
@@ -633,14 +653,18 @@ def typed_pointer(builder, ptr, bits: int, offset=None):
 class GenericCall:
     """A generic native kernel bound to its entry, called with the arguments of the
     kernel it replaces (``order``: for each argument of the native call after ``prm``, the
-    index of the caller's argument that goes there, or ``("const", value)``)."""
+    index of the caller's argument that goes there, or ``("const", value)``; the caller's
+    arguments in order where it is ``range(len(args))``)."""
 
-    __slots__ = ("entry", "bound", "order")
+    __slots__ = ("entry", "bound", "order", "same")
 
     def __init__(self, entry, bound: np.ndarray, order: tuple):
         self.entry, self.bound, self.order = entry, bound, order
+        self.same = order == tuple(range(len(order)))
 
     def __call__(self, *args):
+        if self.same:
+            return self.entry(self.bound, *args)
         picked = [a[1] if type(a) is tuple else args[a] for a in self.order]
         return self.entry(self.bound, *picked)
 
