@@ -855,66 +855,76 @@ def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
             context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 1, 4, 5)
         )
         intp = context.get_value_type(types.intp)
-        iw = ir.IntType(width)
-        lanes = 512 // width
-        vt = ir.VectorType(iw, lanes)
-        i32 = ir.IntType(32)
-        mask = splat(builder, args[2], vt)
-        inf = splat(builder, args[3], vt)
-        zero = ir.Constant(vt, [0] * lanes)
-        vname = f"v{lanes}i{width}"
-        umax = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vt, [vt, vt]), f"llvm.umax.{vname}"
-        )
-        reduce_max = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(iw, [vt]), f"llvm.vector.reduce.umax.{vname}"
-        )
-        ptr_t = vt.as_pointer()
-        step = ir.Constant(intp, lanes)
-        length, run = (builder.load(builder.gep(da.data, [ir.Constant(intp, k)])) for k in (0, 1))
-        with run_walk(builder, intp, length, run, args[6], args[7]) as (t, lo, n):
-            base = builder.gep(ba.data, [lo])
-            rem = builder.srem(n, step)
-            whole = builder.sub(n, rem)
-            tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
-
-            def load(j, base=base):
-                p = builder.bitcast(builder.gep(base, [j]), ptr_t)
-                return builder.load(p, align=width // 8)
-
-            def tail(base=base, whole=whole, tail_mask=tail_mask):  # (zeros past the end)
-                p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
-                return masked_access(
-                    builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
-                )
-
-            def pass_max(finite_only, whole=whole, rem=rem, load=load, tail=tail):
-                acc = cgutils.alloca_once_value(builder, zero)
-
-                def add(v):
-                    a = builder.and_(v, mask)
-                    if finite_only:
-                        a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
-                    builder.store(builder.call(umax, [builder.load(acc), a]), acc)
-
-                with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
-                    j, _,
-                ):  # fmt: skip
-                    add(load(j))
-                with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
-                    add(tail())
-                return builder.call(reduce_max, [builder.load(acc)])
-
-            m = pass_max(False)
-            seen = builder.icmp_unsigned(">=", m, args[3])
-            result = cgutils.alloca_once_value(builder, m)
-            with builder.if_then(seen, likely=False):
-                builder.store(pass_max(True), result)
-            builder.store(builder.load(result), builder.gep(aa.data, [t]))
-            builder.store(builder.zext(seen, iw), builder.gep(fa.data, [t]))
+        emit_runs_amax(
+            builder, intp, width, ba.data, da.data, args[2], args[3], aa.data, fa.data, args[6],
+            args[7],
+        )  # fmt: skip
         return context.get_dummy_value()
 
     return types.void(bits, dims, mask, inf_bits, amax, bad, t0, t1), codegen
+
+
+def emit_runs_amax(builder, intp, width, bits, dims, mask_value, inf_value, amax, bad, t0, t1):
+    """The LLVM IR of :func:`runs_amax` (pointers ``bits`` to ``width``-bit integers,
+    ``dims`` to i64, ``amax`` and ``bad`` to ``width``-bit integers; ``mask_value`` and
+    ``inf_value`` ``width``-bit integers; runs ``t0 .. t1 - 1``)."""
+    iw = ir.IntType(width)
+    lanes = 512 // width
+    vt = ir.VectorType(iw, lanes)
+    i32 = ir.IntType(32)
+    mask = splat(builder, mask_value, vt)
+    inf = splat(builder, inf_value, vt)
+    zero = ir.Constant(vt, [0] * lanes)
+    vname = f"v{lanes}i{width}"
+    umax = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vt, [vt, vt]), f"llvm.umax.{vname}"
+    )
+    reduce_max = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(iw, [vt]), f"llvm.vector.reduce.umax.{vname}"
+    )
+    ptr_t = vt.as_pointer()
+    step = ir.Constant(intp, lanes)
+    length, run = (builder.load(builder.gep(dims, [ir.Constant(intp, k)])) for k in (0, 1))
+    with run_walk(builder, intp, length, run, t0, t1) as (t, lo, n):
+        base = builder.gep(bits, [lo])
+        rem = builder.srem(n, step)
+        whole = builder.sub(n, rem)
+        tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
+
+        def load(j, base=base):
+            p = builder.bitcast(builder.gep(base, [j]), ptr_t)
+            return builder.load(p, align=width // 8)
+
+        def tail(base=base, whole=whole, tail_mask=tail_mask):  # (zeros past the end)
+            p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
+            return masked_access(
+                builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
+            )
+
+        def pass_max(finite_only, whole=whole, rem=rem, load=load, tail=tail):
+            acc = cgutils.alloca_once_value(builder, zero)
+
+            def add(v):
+                a = builder.and_(v, mask)
+                if finite_only:
+                    a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
+                builder.store(builder.call(umax, [builder.load(acc), a]), acc)
+
+            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
+                j, _,
+            ):  # fmt: skip
+                add(load(j))
+            with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
+                add(tail())
+            return builder.call(reduce_max, [builder.load(acc)])
+
+        m = pass_max(False)
+        seen = builder.icmp_unsigned(">=", m, inf_value)
+        result = cgutils.alloca_once_value(builder, m)
+        with builder.if_then(seen, likely=False):
+            builder.store(pass_max(True), result)
+        builder.store(builder.load(result), builder.gep(amax, [t]))
+        builder.store(builder.zext(seen, iw), builder.gep(bad, [t]))
 
 
 # ---------------------------------------------------------------- table in byte planes

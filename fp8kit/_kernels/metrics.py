@@ -26,6 +26,7 @@ from .bits import (
     cast_like,
     chunk_items,
     chunk_range,
+    emit_runs_amax,
     first_lanes,
     masked_access,
     next_row,
@@ -39,6 +40,8 @@ from .bits import (
 from .codec import Kernel, source_version
 from .encode16 import _fake_body, _fake_constants, fake_scalars
 from .fake import _KIND, BF16, F32, round_params
+from .native import GenericNativeKernel, body_function, chunk_bounds
+from .native import available as native_available
 
 #: The longest run of elements summed on its own before its sum joins the chunk's.
 SUM_BLOCK = 1024
@@ -713,6 +716,11 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
     amax, bad: bits dtype, one entry per run.
     """
     bits_dt, mask, inf_bits, _, _ = _amax_constants(data_dtype)
+    if native_available():  # (no Numba compile: see fp8kit._kernels.native)
+        width = bits_dt.itemsize * 8
+        key = ("amax_runs", width, int(mask), int(inf_bits))
+        emit = _amax_runs_native(width, int(mask), int(inf_bits))
+        return GenericNativeKernel(key, emit, _NO_PARAMS, tuple(range(5)))
     version = source_version()
     sig = types.void(
         _arr(bits_dt), _arr(np.int64), _arr(bits_dt, readonly=False),
@@ -734,6 +742,39 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
         return kernel
 
     return Kernel(make, sig)
+
+
+_NO_PARAMS = np.zeros(0, np.uint8)
+
+
+def _amax_runs_native(width: int, mask: int, inf_bits: int):
+    """The emitter of :func:`amax_runs_kernel`'s native kernel, called as ``(bits, dims,
+    amax, bad, nchunks)``: the chunks split the runs (:func:`fp8kit._kernels.bits.
+    emit_runs_amax` on their union, in a function of its own)."""
+    iw = ir.IntType(width)
+    i64 = ir.IntType(64)
+    arg_types = [iw.as_pointer(), i64.as_pointer(), iw.as_pointer(), iw.as_pointer(), i64, i64]
+
+    def emit(context, builder, args):
+        ptrs, ints, _ = args
+        loaded = [builder.load(builder.gep(ptrs, [ir.Constant(i64, k)])) for k in range(1, 5)]
+        bits, dims, amax, bad = (
+            builder.bitcast(p, t) for p, t in zip(loaded, arg_types[:4], strict=True)
+        )
+        total = builder.load(builder.gep(ints, [ir.Constant(i64, 3)]))  # (amax's length)
+        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 5)]))
+        t0, t1 = chunk_bounds(builder, spec, total)
+
+        def body(inner, a):
+            emit_runs_amax(inner, i64, width, a[0], a[1], ir.Constant(iw, mask),
+                           ir.Constant(iw, inf_bits), a[2], a[3], a[4], a[5])  # fmt: skip
+
+        walk = body_function(builder, "runs", arg_types, body)
+        with builder.if_then(builder.icmp_signed("<", t0, t1)):
+            builder.call(walk, [bits, dims, amax, bad, t0, t1])
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit
 
 
 @functools.cache
