@@ -669,8 +669,13 @@ class GenericCall:
         return self.entry(self.bound, *picked)
 
     @property
+    def address(self) -> int:
+        """The native function's address (kernels sharing it share the compiled code)."""
+        return int(self.bound[:ADDRESS_BYTES].view(np.uint64)[0])
+
+    @property
     def stats(self) -> Stats:
-        return _STATS[int(self.bound[:ADDRESS_BYTES].view(np.uint64)[0])]
+        return _STATS[self.address]
 
 
 class GenericNativeKernel(_NativeBase):
