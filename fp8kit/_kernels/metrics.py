@@ -125,45 +125,49 @@ def chunk_metrics(typingctx, x, q, scale, shape, sstr, limits, row, i, hi, inner
     runs = inner_runs.literal_value
 
     def codegen(context, builder, signature, args):
-        xa, qa, sa, sha, sta, la, ra = array_args(context, builder, signature, args, 7)
-        intp = context.get_value_type(types.intp)
-        i64 = ir.IntType(64)
-
-        def at(arr, k):
-            return builder.load(builder.gep(arr.data, [ir.Constant(intp, k)]))
-
-        n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
-        st0, st1, st2 = (at(sta, k) for k in (0, 1, 2))
-        ovf, tie, tiny = (at(la, k) for k in (0, 1, 2))
-        start, hi = args[7], args[8]
-
-        def smaller(u, v):
-            return builder.select(builder.icmp_signed("<", u, v), u, v)
-
-        walk = _segments(builder, start, hi, n1, n2, n3)
-        var, _ = next(walk)
-        i, j0 = builder.load(var["i"]), builder.load(var["j0"])
-        j1 = smaller(builder.add(j0, builder.sub(hi, i)), n3)
-        j1 = smaller(j1, builder.add(j0, ir.Constant(i64, SUM_BLOCK)))
-        a, b, d = (builder.load(var[k]) for k in ("a", "b", "d"))
-        base = builder.add(
-            builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2)
-        )
-        s_at = builder.add(base, j0) if runs else base
-        m = builder.sub(j1, j0)
-        _metrics_ir(context, builder, signature.args, xa, qa, sa, ra, (i, s_at, m, ovf, tie, tiny),
-                    runs, None)  # fmt: skip
-        builder.store(builder.add(i, m), var["i"])
-        # the next segment: the row goes on, or the next row (its indices counted on)
-        row_on = builder.icmp_signed("<", j1, n3)
-        builder.store(builder.select(row_on, j1, ir.Constant(i64, 0)), var["j0"])
-        d1 = builder.select(row_on, d, builder.add(d, ir.Constant(i64, 1)))
-        next_row(builder, var, a, b, d1, n1, n2)
-        next(walk, None)  # (the loop's end)
+        arrays = array_args(context, builder, signature, args, 7)
+        _emit_chunk_metrics(context, builder, runs, signature.args, arrays, args[7], args[8])
         return context.get_dummy_value()
 
     sig = types.void(x, q, scale, shape, sstr, limits, row, i, hi, inner_runs)
     return sig, codegen
+
+
+def _emit_chunk_metrics(context, builder, runs, arg_types, arrays, start, hi):
+    """The LLVM IR of :func:`chunk_metrics` (``arg_types``: Numba's types of x, q and
+    scale; ``arrays``: its seven array arguments, anything with the ``.data`` pointer)."""
+    xa, qa, sa, sha, sta, la, ra = arrays
+    intp = context.get_value_type(types.intp)
+    i64 = ir.IntType(64)
+
+    def at(arr, k):
+        return builder.load(builder.gep(arr.data, [ir.Constant(intp, k)]))
+
+    n1, n2, n3 = (at(sha, k) for k in (1, 2, 3))
+    st0, st1, st2 = (at(sta, k) for k in (0, 1, 2))
+    ovf, tie, tiny = (at(la, k) for k in (0, 1, 2))
+
+    def smaller(u, v):
+        return builder.select(builder.icmp_signed("<", u, v), u, v)
+
+    walk = _segments(builder, start, hi, n1, n2, n3)
+    var, _ = next(walk)
+    i, j0 = builder.load(var["i"]), builder.load(var["j0"])
+    j1 = smaller(builder.add(j0, builder.sub(hi, i)), n3)
+    j1 = smaller(j1, builder.add(j0, ir.Constant(i64, SUM_BLOCK)))
+    a, b, d = (builder.load(var[k]) for k in ("a", "b", "d"))
+    base = builder.add(builder.add(builder.mul(a, st0), builder.mul(b, st1)), builder.mul(d, st2))
+    s_at = builder.add(base, j0) if runs else base
+    m = builder.sub(j1, j0)
+    _metrics_ir(context, builder, arg_types, xa, qa, sa, ra, (i, s_at, m, ovf, tie, tiny),
+                runs, None)  # fmt: skip
+    builder.store(builder.add(i, m), var["i"])
+    # the next segment: the row goes on, or the next row (its indices counted on)
+    row_on = builder.icmp_signed("<", j1, n3)
+    builder.store(builder.select(row_on, j1, ir.Constant(i64, 0)), var["j0"])
+    d1 = builder.select(row_on, d, builder.add(d, ir.Constant(i64, 1)))
+    next_row(builder, var, a, b, d1, n1, n2)
+    next(walk, None)  # (the loop's end)
 
 
 @intrinsic
@@ -646,7 +650,7 @@ def _metrics_ir(context, builder, arg_types, xa, qa, sa, ra, limits, runs, quant
 
 
 @functools.cache
-def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
+def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel | GenericNativeKernel:
     """Kernel ``(x, q, scale, shape, sstr, limits, out, nchunks)``.
 
     x, q: float32 or float64 data and its quantized values, C-contiguous 1-D; scale: float64,
@@ -660,6 +664,11 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel:
     not finite is counted as lost; all other elements enter the sums, maxima and counts
     (:func:`segment_metrics`, on each row segment of at most SUM_BLOCK elements).
     """
+    if native_available():  # (no Numba compile: see fp8kit._kernels.native)
+        runs = 1 if inner_runs else 0
+        key = ("metrics", np.dtype(data_dtype).str, runs)
+        emit = _metrics_native(data_dtype, runs)
+        return GenericNativeKernel(key, emit, _NO_PARAMS, tuple(range(8)))
     version = source_version()
     sig = types.void(
         _arr(data_dtype), _arr(data_dtype), _arr(np.float64), _arr(np.int64), _arr(np.int64),
@@ -870,6 +879,71 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     return _quantize_metrics(narrow, fake_scalars(tuple(r), np.float32(1.0), None))
 
 
+def _chunk_rows(builder, spec, total, out, call):
+    """For each chunk of a call (``spec``: its packed chunk argument) of ``total`` items:
+    row ``c`` of ``out`` (float64, N_METRICS a row) zeroed, then ``call(row, i, hi)`` for
+    its items ``i .. hi - 1`` where it has any (as the Numba kernels' chunk loop)."""
+    i64, f64 = ir.IntType(64), ir.DoubleType()
+
+    def c(v):
+        return ir.Constant(i64, v)
+
+    nchunks, first, stop = spec_fields(builder, spec)
+    step = builder.sdiv(builder.sub(builder.add(total, nchunks), c(1)), nchunks)
+    with cgutils.for_range_slice(builder, first, stop, c(1), i64) as (ch, _):
+        row = builder.gep(out, [builder.mul(ch, c(N_METRICS))])
+        for t in range(N_METRICS):
+            builder.store(ir.Constant(f64, 0.0), builder.gep(row, [c(t)]))
+        i = builder.mul(ch, step)
+        hi = builder.add(i, step)
+        hi = builder.select(builder.icmp_signed("<", hi, total), hi, total)
+        with builder.if_then(builder.icmp_signed("<", i, hi)):
+            call(row, i, hi)
+
+
+def _items_of(builder, shape):
+    """The product of the 4 dimensions at ``shape`` (i64 pointer)."""
+    total = builder.load(shape)
+    for k in (1, 2, 3):
+        total = builder.mul(total, builder.load(builder.gep(shape, [ir.Constant(total.type, k)])))
+    return total
+
+
+def _metrics_native(data_dtype: np.dtype, runs: int):
+    """The emitter of :func:`metrics_kernel`'s native kernel, called as ``(x, q, scale,
+    shape, sstr, limits, out, nchunks)`` (:func:`_emit_chunk_metrics` in a function of its
+    own, per chunk)."""
+    i32, i64, f64 = ir.IntType(32), ir.IntType(64), ir.DoubleType()
+    data = ir.FloatType() if np.dtype(data_dtype) == np.float32 else f64
+    arg_types = [data.as_pointer(), data.as_pointer(), f64.as_pointer(), i64.as_pointer(),
+                 i64.as_pointer(), f64.as_pointer(), f64.as_pointer(), i64, i64]  # fmt: skip
+    array = types.Array(from_dtype(np.dtype(data_dtype)), 1, "C")
+    nb_types = (array, array, types.Array(types.float64, 1, "C"))
+
+    def segment(context, inner, a):
+        arrays = [SimpleNamespace(data=p) for p in a[:7]]
+        _emit_chunk_metrics(context, inner, runs, nb_types, arrays, a[7], a[8])
+
+    def emit(context, builder, args):
+        ptrs, ints, _ = args
+        loaded = [builder.load(builder.gep(ptrs, [ir.Constant(i64, k)])) for k in range(1, 8)]
+        x, q, scale, shape, sstr, limits, out = (
+            builder.bitcast(p, t) for p, t in zip(loaded, arg_types[:7], strict=True)
+        )
+        body = body_function(
+            builder, "chunk", arg_types, lambda inner, a: segment(context, inner, a)
+        )
+        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 8)]))
+
+        def call(row, i, hi):
+            builder.call(body, [x, q, scale, shape, sstr, limits, row, i, hi])
+
+        _chunk_rows(builder, spec, _items_of(builder, shape), out, call)
+        return ir.Constant(i32, 0)
+
+    return emit
+
+
 def _quantize_metrics_native(kind: int):
     """The emitter of :func:`quantize_metrics_kernel`'s native kernel, called as ``(prm, x,
     scale, shape, sstr, limits, out, nchunks)``: as the Numba kernel, each chunk zeroes and
@@ -901,24 +975,16 @@ def _quantize_metrics_native(kind: int):
         consts, x, scale, shape, sstr, limits, out = (
             builder.bitcast(p, t) for p, t in zip(loaded, arg_types[:7], strict=True)
         )
-        total = builder.load(shape)
-        for k in (1, 2, 3):
-            total = builder.mul(total, builder.load(builder.gep(shape, [c(k)])))
-        nchunks, first, stop = spec_fields(builder, builder.load(builder.gep(ints, [c(7)])))
-        step = builder.sdiv(builder.sub(builder.add(total, nchunks), c(1)), nchunks)
         body = body_function(
             builder, "chunk", arg_types, lambda inner, a: chunk(context, inner, a),
             prefer_512=True,
         )  # fmt: skip
-        with cgutils.for_range_slice(builder, first, stop, c(1), ir.IntType(64)) as (ch, _):
-            row = builder.gep(out, [builder.mul(ch, c(N_METRICS))])
-            for t in range(N_METRICS):
-                builder.store(ir.Constant(f64, 0.0), builder.gep(row, [c(t)]))
-            i = builder.mul(ch, step)
-            hi = builder.add(i, step)
-            hi = builder.select(builder.icmp_signed("<", hi, total), hi, total)
-            with builder.if_then(builder.icmp_signed("<", i, hi)):
-                builder.call(body, [consts, x, scale, shape, sstr, limits, row, i, hi])
+
+        def call(row, i, hi):
+            builder.call(body, [consts, x, scale, shape, sstr, limits, row, i, hi])
+
+        spec = builder.load(builder.gep(ints, [c(7)]))
+        _chunk_rows(builder, spec, _items_of(builder, shape), out, call)
         return ir.Constant(i32, 0)
 
     return emit
