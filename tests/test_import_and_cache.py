@@ -317,3 +317,60 @@ def test_study_cli_says_once_that_it_compiles(tmp_path):
     assert runs[0].stderr.count(COMPILE_NOTICE) == 1
     assert COMPILE_NOTICE not in runs[1].stderr
     assert runs[0].stdout == runs[1].stdout
+
+
+_RESULTS = """
+    import hashlib, json, sys
+    import ml_dtypes
+    import numpy as np
+    from numba.core import event
+    import fp8kit
+    from fp8kit._kernels import native
+    if sys.argv[1] == "fallback":  # (as where the interpreter's array layout is another)
+        native._array_layout = lambda: None
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((300, 256)) * rng.choice([1e-3, 1.0, 300.0], (300, 256)))
+    x = x.astype(np.float32)
+    x[0, :4] = [np.nan, np.inf, -np.inf, -0.0]
+    b = x.astype(ml_dtypes.bfloat16)
+    with event.install_recorder("numba:compile") as rec:
+        r = [
+            fp8kit.encode(x, "float8_e4m3fn"), fp8kit.encode(b, "float8_e5m2"),
+            fp8kit.decode(fp8kit.encode(x, "float8_e4m3fn"), "float8_e4m3fn"),
+            fp8kit.round_to(x, "float8_e4m3fn"), fp8kit.round_to(b, "float8_e5m2"),
+            fp8kit.round_to(x, "float8_e4m3fn", rounding="stochastic", seed=3),
+            fp8kit.encode(x.astype(np.float64), "float8_e4m3fn", rounding="stochastic", seed=3),
+            fp8kit.fake_convert(x, np.full((1, 256), 0.5, np.float32)),
+            fp8kit.fake_convert(b, np.full((300, 1), 2.0, b.dtype)),
+            fp8kit.study.quantize(x, "float8_e4m3fn", "block"),
+            fp8kit.study.scale_for(x, "float8_e4m3fn", "channel"),
+            np.array(fp8kit.study.error_metrics(x, x * 1.01, fmt="float8_e4m3fn").sqnr_db),
+            np.array([row.metrics.sqnr_db for row in fp8kit.study.sweep(
+                {"w": x}, ["float8_e4m3fn", "float8_e5m2"], ["tensor", "channel", "block:32"])]),
+        ]
+    digest = [hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()[:16] for a in r]
+    print(json.dumps({"numba": len(rec.buffer), "digest": digest,
+                      "generic": native.generic_entry() is not None}))
+"""
+
+
+def test_native_kernels_and_their_fallback_give_the_same_bits(tmp_path):
+    """Where the interpreter's array layout is not the one the native entries read (another
+    ABI), the byte-lane kernels run through the Numba trampoline and the other native
+    kernels' callers take their Numba kernels: the same bits, every family."""
+    import subprocess
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run(mode):
+        out = subprocess.run([sys.executable, "-c", textwrap.dedent(_RESULTS), mode], env=env,
+                             check=True, capture_output=True, text=True, timeout=600)  # fmt: skip
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    native, fallback = run("native"), run("fallback")
+    assert fallback["digest"] == native["digest"]
+    assert not fallback["generic"] and fallback["numba"] > 0
+    from fp8kit._kernels.bits import cpu_has
+
+    if cpu_has("avx512vbmi"):  # (every call above on native kernels: no Numba compile)
+        assert native["generic"] and native["numba"] == 0

@@ -551,12 +551,12 @@ def _module(context, name: str, emit: Callable, fnty=FUNCTION_TYPE) -> ir.Module
     return module
 
 
-def instruction_count(emit: Callable) -> int:
-    """How many LLVM instructions ``emit`` writes (before optimisation): the compile budget
-    test's measure of a native kernel's size."""
+def instruction_count(emit: Callable, fnty=FUNCTION_TYPE) -> int:
+    """How many LLVM instructions ``emit`` writes (before optimisation; a function of type
+    ``fnty``): the compile budget test's measure of a native kernel's size."""
     from numba.core.registry import cpu_target
 
-    module = _module(cpu_target.target_context, "fp8kit_count", emit)
+    module = _module(cpu_target.target_context, "fp8kit_count", emit, fnty)
     return sum(len(block.instructions) for fn in module.functions for block in fn.blocks)
 
 
