@@ -167,6 +167,18 @@ def _array_layout() -> tuple[int, int, int, int] | None:
     return layout if ok else None
 
 
+def _extern(builder, name: str, ret, params):
+    """The declaration of the C function ``name`` (a CPython API function: resolved in the
+    process when the code is loaded) in the current module."""
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, params), name)
+
+
+def _field(builder, obj, offset: int, ty):
+    """The ``ty`` at byte ``offset`` of the object at the pointer ``obj``."""
+    at = builder.gep(obj, [ir.Constant(_I64, offset)])
+    return builder.load(builder.bitcast(at, ty.as_pointer()))
+
+
 def _entry_emitter(layout: tuple[int, int, int, int]):
     """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of every native kernel:
     ``entry(prm, x, lut, table, out, nchunks)`` as the Numba trampoline's, ``self`` the
@@ -177,14 +189,7 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
 
     def emit(context, builder, args):
         ndarray, argv, nargs = args
-        module = builder.module
-
-        def extern(name, ret, params):
-            return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
-
-        def field(obj, offset, ty):
-            at = builder.gep(obj, [ir.Constant(_I64, offset)])
-            return builder.load(builder.bitcast(at, ty.as_pointer()))
+        extern, field = functools.partial(_extern, builder), functools.partial(_field, builder)
 
         fail = builder.append_basic_block("fail")
         with builder.goto_block(fail):
@@ -307,14 +312,7 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int]):
 
     def emit(context, builder, args):
         ndarray, argv, nargs = args
-        module = builder.module
-
-        def extern(name, ret, params):
-            return cgutils.get_or_insert_function(module, ir.FunctionType(ret, params), name)
-
-        def field(obj, offset, ty):
-            at = builder.gep(obj, [ir.Constant(_I64, offset)])
-            return builder.load(builder.bitcast(at, ty.as_pointer()))
+        extern, field = functools.partial(_extern, builder), functools.partial(_field, builder)
 
         def c(v):
             return ir.Constant(_I64, v)
