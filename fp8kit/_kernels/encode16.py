@@ -39,9 +39,10 @@ input is first rounded to odd on float32 (:func:`f64_byte_kernel`), which keeps 
 once.
 FakeConvert of float32 data with one scale writes its formula out the same way
 (:func:`fake_kernel`: float32 arithmetic and the rounding in place on 16 lanes, no codes),
-compiled in 0.16 s where the general kernel takes 0.37; with a scale per row (per channel,
-or per block of block scaling), :func:`fake_rows_kernel` (0.28 against 0.53 s measured
-under load).
+compiled in 0.16 s where the general kernel takes 0.37; with scales in any other broadcast
+layout, :func:`fake_walk_kernel` (which replaced the per-row kernel).  The byte-lane loops,
+FakeConvert's and the walk are native kernels (:mod:`fp8kit._kernels.native`): compiled
+without Numba's typed pipeline.
 
 round_to float32 (nearest-even) looks those codes up in the decode table's byte planes
 in the same pass (:func:`f32_round_kernel`): 16M, one thread, 3.75 ms against 4.02 for
@@ -297,7 +298,7 @@ def round16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | N
 
 def fake_scalars(r8, scale: np.float32, shift: np.float32 | None) -> np.ndarray:
     """The ``lut`` argument of :func:`fake_kernel` and the ``consts`` one of
-    :func:`fake_rows_kernel` (uint32; the latter reads no scale and shift from it): the
+    :func:`fake_walk_kernel` (uint32; the latter reads no scale and shift from it): the
     bits of scale and shift, whether there is a shift (adding a zero one would turn -0 into
     +0), and the constants
     of :func:`fp8kit._kernels.bits.round_in_place` ``r8`` (float32 source:
@@ -718,7 +719,7 @@ def _make_f16_bf16(parallel):
 
 # ---------------------------------------------------------------- 16-bit input on byte lanes
 
-#: Elements per block of :func:`_byte_blocks`: 64 byte lanes of a 512-bit vector.
+#: Elements per block of :func:`_byte_native`: 64 byte lanes of a 512-bit vector.
 BYTE_BLOCK = 64
 #: Elements from which the byte-lane kernels write with non-temporal stores (their output is
 #: then 8 MB, its traffic 24 MB, most of the L3 cache here, and the output would not stay in
@@ -823,7 +824,7 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
 
 
 def _byte_params(prm: np.ndarray) -> np.ndarray | None:
-    """The constants of the byte-lane kernel (:func:`_byte_blocks`) for a 16-bit kernel's
+    """The constants of the byte-lane kernel (:func:`_byte_native`) for a 16-bit kernel's
     ``prm`` (:func:`_prm`), or None where its scheme does not reproduce the 16-bit kernel's
     codes on every input (then that kernel runs).  Built from those codes (numpy, no
     compile) and checked against them by :func:`_byte_codes`, the kernel's arithmetic in
@@ -1042,7 +1043,7 @@ def _fake16_body(builder, h, w, scale, shift, has_shift, half):
     return builder.trunc(builder.select(half, hf, bf), h.type)
 
 
-#: Elements per block of :func:`_fake_walk` on float32 data: 16 lanes (block-scaling rows
+#: Elements per block of :func:`_emit_fake_walk` on float32 data: 16 lanes (block-scaling rows
 #: are 32).
 ROW_BLOCK = 16
 

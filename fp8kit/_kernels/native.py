@@ -1,24 +1,33 @@
-"""Kernels compiled from LLVM IR alone, called through one compiled Numba function.
+"""Native kernels: LLVM IR compiled by Numba's code generator alone, called through a
+CPython entry that is itself native code.
 
-The vector kernels of :mod:`fp8kit._kernels.encode16` and :mod:`fp8kit._kernels.decode` are
-LLVM IR written out (no loop for LLVM to vectorize).  Compiled as Numba functions, each still
-went through Numba's pipeline: typing, lowering of its chunk loop, a CPython entry point,
-a module of its own; ~0.055 s of the 0.11-0.16 s a further kernel (another input dtype)
-took in a warm process, measured.  Here each is one LLVM function of a fixed C signature,
-compiled by Numba's code generator (same target, CPU and features as Numba's kernels) in
-0.05-0.06 s, and called through :func:`_trampoline`, the one Numba kernel that splits a call
-into chunks: compiled once, for every dtype.
+Most kernels are LLVM IR written out (vector types, masked accesses, byte permutes: no loop
+for LLVM to vectorize).  Compiled as Numba functions, each went through Numba's typed
+pipeline: typing, lowering of its chunk loop, a CPython wrapper (~0.055 s of the 0.11-0.16 s
+a further kernel took in a warm process), and a process's first compile paid Numba's set-up,
+its typing registries (0.25-0.3 s of the 0.30-0.35 s its first compile takes here).  Here
+each kernel is one LLVM function, compiled by Numba's code generator (the same target
+machine, CPU name and features as Numba's kernels) in 0.02-0.14 s:
 
-Its array arguments have an element type without a numpy dtype (:data:`RAW`), for which
-Numba's entry point checks no item size: one compiled trampoline takes arrays of any dtype
-without ``.view()`` calls (~0.13 us each on a 1,000-element call), and the native function
-reads them as what they are.  The entry point is called directly (the dispatcher's type
-resolution would not match a float array); callers pass 1-D C-contiguous aligned arrays,
-as every kernel's caller does.
+- a :class:`NativeKernel` has the codec kernels' signature (:data:`FUNCTION_TYPE`) and is
+  called through :func:`_entry`, a ``METH_FASTCALL`` builtin written in LLVM IR too: it reads
+  numpy's array header (the layout a probe array confirms at start-up), splits the chunks
+  as the Numba kernels did, releases the GIL around the kernel and returns its result;
+- a :class:`GenericNativeKernel` takes any arrays and integers (:data:`GENERIC_TYPE`) through
+  :func:`generic_entry` and splits its own chunks (:func:`chunk_bounds`, :func:`spec_fields`),
+  its body a function of its own (:func:`body_function`).
+
+A first call that runs only native kernels thus never starts Numba's typed pipeline.  The
+native function's address is the first 8 bytes of the bound parameter array (:func:`bind`),
+so a call passes nothing more than a Numba kernel's.  Where the probe shows another layout
+(another interpreter ABI), :class:`NativeKernel` runs through :func:`_trampoline`, one Numba
+kernel whose arrays have an element type without a numpy dtype (:data:`RAW`, so its entry
+point checks no item size), and the callers of generic kernels take their Numba kernels
+(:func:`available`).
 
 The compiled object code is cached on disk beside Numba's cache of the kernels (Numba's own
 cache locator), under a key of everything that decides the machine code: the function's
-name and variant, :func:`fp8kit._kernels.codec.source_version` (a hash of every kernel
+name and variant, :func:`fp8kit._kernels.registry.source_version` (a hash of every kernel
 source, so an edit to a helper never loads stale code), the versions of Numba, llvmlite and
 Python, Numba's optimisation level and the target (triple, CPU name and features).  A
 compile is announced as the event ``"fp8kit:compile"`` (Numba's kernels announce
@@ -180,7 +189,7 @@ def _field(builder, obj, offset: int, ty):
 
 
 def _entry_emitter(layout: tuple[int, int, int, int]):
-    """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of every native kernel:
+    """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of :class:`NativeKernel`:
     ``entry(prm, x, lut, table, out, nchunks)`` as the Numba trampoline's, ``self`` the
     ndarray type (every array argument must be one, else TypeError): the chunks' range of
     elements (see :func:`_make_trampoline`), the GIL released around the native call, its

@@ -45,7 +45,7 @@ from .native import body_function, spec_fields
 from .rounding import _M0, _M1, _W0, _W1, K
 
 _O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
-#: Input kinds of :func:`sr_range`: float32, bfloat16, float16 and float64 data (as their
+#: Input kinds of :func:`emit_sr_range`: float32, bfloat16, float16 and float64 data (as their
 #: bits).
 IN_F32, IN_BF16, IN_F16, IN_F64 = 0, 1, 2, 3
 #: Whether the kernel takes float64 data: rounded to odd on float32 by an AVX-512 conversion
