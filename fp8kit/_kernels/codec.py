@@ -1233,12 +1233,11 @@ def encode_mode_kernel(
         in_kind = IN_F64 if width == 64 else in_kind
         neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
-        emit = sr_native(rbits, split, neg_zero, staged, int(lookup))
-        # called as the other kernels, (x, lut, table, out, key, offset, nchunks); the
-        # native kernel's arguments: (planes, x, out, key, offset, kind, nchunks)
-        order = (2, 0, 3, 4, 5, ("const", in_kind), 6)
-        key = ("sr_vec", rbits, split, neg_zero, staged, lookup)
-        kernel = GenericNativeKernel(key, emit, vec_prm, order)
+        # (the input kind, a run-time argument of the staged build, after the constants)
+        params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
+        emit = sr_native(rbits, split, neg_zero, staged, int(lookup), vec_prm.size)
+        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, vec_prm.size)
+        kernel = GenericNativeKernel(key, emit, params)
         kernel.planes = lookup
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)

@@ -451,8 +451,7 @@ def fake_walk_kernel(width: int) -> GenericNativeKernel | None:
     scale)."""
     if not native_available():
         return None
-    order = tuple(range(8))
-    return GenericNativeKernel(("fake_walk", width), _fake_walk_native(width), _NO_PARAMS, order)
+    return GenericNativeKernel(("fake_walk", width), _fake_walk_native(width), _NO_PARAMS)
 
 
 _NO_PARAMS = np.zeros(0, np.uint8)

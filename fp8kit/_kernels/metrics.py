@@ -668,7 +668,7 @@ def metrics_kernel(data_dtype: np.dtype, inner_runs: bool) -> Kernel | GenericNa
         runs = 1 if inner_runs else 0
         key = ("metrics", np.dtype(data_dtype).str, runs)
         emit = _metrics_native(data_dtype, runs)
-        return GenericNativeKernel(key, emit, _NO_PARAMS, tuple(range(8)))
+        return GenericNativeKernel(key, emit, _NO_PARAMS)
     version = source_version()
     sig = types.void(
         _arr(data_dtype), _arr(data_dtype), _arr(np.float64), _arr(np.int64), _arr(np.int64),
@@ -735,7 +735,7 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
         width = bits_dt.itemsize * 8
         key = ("amax_runs", width, int(mask), int(inf_bits))
         emit = _amax_runs_native(width, int(mask), int(inf_bits))
-        return GenericNativeKernel(key, emit, _NO_PARAMS, tuple(range(5)))
+        return GenericNativeKernel(key, emit, _NO_PARAMS)
     version = source_version()
     sig = types.void(
         _arr(bits_dt), _arr(np.int64), _arr(bits_dt, readonly=False),
@@ -994,7 +994,7 @@ def _quantize_metrics(narrow: str, consts: np.ndarray) -> Kernel | GenericNative
     kind = _KIND[narrow]
     if native_available():  # (no Numba compile: see fp8kit._kernels.native)
         emit = _quantize_metrics_native(kind)
-        return GenericNativeKernel(("quantize_metrics", narrow), emit, consts, tuple(range(7)))
+        return GenericNativeKernel(("quantize_metrics", narrow), emit, consts)
     version = source_version()
     sig = types.void(
         _arr(np.uint32), _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32),

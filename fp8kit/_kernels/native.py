@@ -450,14 +450,20 @@ class Stats:
 
 
 class NativeCall(functools.partial):
-    """A native kernel bound to the trampoline: called as every kernel's compiled function,
-    ``(x, lut, table, out, nchunks)`` (``func``: the trampoline's entry point; ``args``:
-    the bound parameter array, the native function's address in its first
-    :data:`ADDRESS_BYTES` bytes, then the kernel's parameters)."""
+    """A native kernel bound to its CPython entry (``func``), called as every kernel's
+    compiled function is (a :class:`NativeKernel` with ``(x, lut, table, out, nchunks)``, a
+    :class:`GenericNativeKernel` with its kernel's arguments); ``args``: the bound
+    parameter array, the native function's address in its first :data:`ADDRESS_BYTES`
+    bytes, then the kernel's parameters."""
+
+    @property
+    def address(self) -> int:
+        """The native function's address (kernels sharing it share the compiled code)."""
+        return int(self.args[0][:ADDRESS_BYTES].view(np.uint64)[0])
 
     @property
     def stats(self) -> Stats:
-        return _STATS[int(self.args[0][:ADDRESS_BYTES].view(np.uint64)[0])]
+        return _STATS[self.address]
 
 
 _STATS: dict = {}
@@ -657,48 +663,16 @@ def typed_pointer(builder, ptr, bits: int, offset=None):
     return typed if offset is None else builder.gep(typed, [offset])
 
 
-class GenericCall:
-    """A generic native kernel bound to its entry, called with the arguments of the
-    kernel it replaces (``order``: for each argument of the native call after ``prm``, the
-    index of the caller's argument that goes there, or ``("const", value)``; the caller's
-    arguments in order where it is ``range(len(args))``)."""
-
-    __slots__ = ("entry", "bound", "order", "same")
-
-    def __init__(self, entry, bound: np.ndarray, order: tuple):
-        self.entry, self.bound, self.order = entry, bound, order
-        self.same = order == tuple(range(len(order)))
-
-    def __call__(self, *args):
-        if self.same:
-            return self.entry(self.bound, *args)
-        picked = [a[1] if type(a) is tuple else args[a] for a in self.order]
-        return self.entry(self.bound, *picked)
-
-    @property
-    def address(self) -> int:
-        """The native function's address (kernels sharing it share the compiled code)."""
-        return int(self.bound[:ADDRESS_BYTES].view(np.uint64)[0])
-
-    @property
-    def stats(self) -> Stats:
-        return _STATS[self.address]
-
-
 class GenericNativeKernel(_NativeBase):
     """A kernel whose compiled function is the generic native function ``emit`` writes
-    (:data:`GENERIC_TYPE`), with the parameter array ``params``, called as the kernel it
-    replaces (see :class:`GenericCall`'s ``order``); only where :func:`available`."""
-
-    def __init__(self, key: tuple, emit: Callable, params: np.ndarray, order: tuple):
-        super().__init__(key, emit, params)
-        self._order = order
+    (:data:`GENERIC_TYPE`), with the parameter array ``params``, called with the arguments
+    of the kernel it replaces, in their order; only where :func:`available`."""
 
     def build(self, parallel: bool = False):
         if self._built is None:
             entry = generic_entry()
             address = native_address(self._key, self._emit, GENERIC_TYPE)
-            self._built = GenericCall(entry, bind(address, self._params), self._order)
+            self._built = NativeCall(entry, bind(address, self._params))
         return self._built
 
 

@@ -221,7 +221,7 @@ def quantize_kernel() -> Kernel | GenericNativeKernel:
     The caller checks what :func:`fp8kit._kernels.encode16.fake_kernel` needs: float32
     data, an 8-bit format that rounds in place, nearest-even, no NaN scale (FAKE mode)."""
     if native_available():  # (no Numba compile: see fp8kit._kernels.native)
-        return GenericNativeKernel(("quantize32",), _quantize_native, _NO_PARAMS, tuple(range(8)))
+        return GenericNativeKernel(("quantize32",), _quantize_native, _NO_PARAMS)
     ro = functools.partial(_array, readonly=True)
     sig = types.void(
         ro(np.uint32), ro(np.uint32), ro(np.float32), _array(np.uint32), ro(np.int64),

@@ -311,12 +311,14 @@ def emit_sr_range(
                     store(words16)
 
 
-def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: int):
+def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int):
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
-    of stochastic rounding (:func:`emit_sr_range`), called as
-    ``(prm, planes, x, out, key, offset, kind, nchunks)``: x and out the data's and the
-    result's arrays (any dtype; ``kind``: :func:`emit_sr_range`'s ``in_kind``), ``offset``
-    the global index of x's element 0.  Its chunks are whole blocks counted from the start
+    of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
+    :func:`fp8kit._kernels.codec.encode_mode_kernel`, ``(prm, x, lut, table, out, key,
+    offset, nchunks)``: x and out the data's and the result's arrays (any dtype), ``table``
+    the decode table's byte planes (values only), ``offset`` the global index of x's
+    element 0; word ``kind_at`` of ``prm`` (uint32) is :func:`emit_sr_range`'s
+    ``in_kind``.  Its chunks are whole blocks counted from the start
     of the whole array (as the Numba kernel's: any split gives the same bits anyway); the
     chunks of one call are contiguous, so it runs their union at once."""
     block = 4 * K * split
@@ -334,8 +336,9 @@ def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: 
         def integer(k):
             return builder.load(builder.gep(ints, [c(k)]))
 
-        prm, key = (builder.bitcast(ptr(k), i32.as_pointer()) for k in (0, 4))
-        n, offset, kind = integer(2), integer(5), integer(6)
+        prm, key = (builder.bitcast(ptr(k), i32.as_pointer()) for k in (0, 5))
+        kind = builder.zext(builder.load(builder.gep(prm, [c(kind_at)])), i64)
+        n, offset = integer(1), integer(6)
         nchunks, first, stop = spec_fields(builder, integer(7))
         step = builder.sdiv(builder.sub(builder.add(n, nchunks), c(1)), nchunks)
         step = builder.mul(builder.sdiv(builder.add(step, c(block - 1)), c(block)), c(block))
@@ -356,7 +359,7 @@ def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: 
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
-            builder.call(body, [prm, ptr(1), ptr(2), ptr(3), key, glo, ghi, offset, kind])
+            builder.call(body, [prm, ptr(3), ptr(1), ptr(4), key, glo, ghi, offset, kind])
         return ir.Constant(i32, 0)
 
     return emit
