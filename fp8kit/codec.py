@@ -25,6 +25,7 @@ from ._kernels.codec import (
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
 from ._kernels.encode16 import encode16_kernel, f32_round_kernel, round16_kernel
 from ._kernels.native import NativeCall
+from ._kernels.round64 import round64_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -733,6 +734,8 @@ def round_to(
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
         if dt == np.float32 and planes is not None:  # (on the byte lanes, in one pass)
             kernel = f32_round_kernel(fmt, sat) or kernel
+        elif dt == np.float64:  # (the bits rounded in place: no codes, no table)
+            kernel = round64_kernel(fmt, sat) or kernel
         elif planes is not None:  # (bfloat16 and float16 too)
             kernel = round16_kernel(fmt, dt, sat) or kernel
         extra = ()

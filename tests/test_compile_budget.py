@@ -177,7 +177,7 @@ def test_native_kernels_stay_small():
     """The native kernels (:mod:`fp8kit._kernels.native`): every byte-lane loop and decode's
     plane lookup stays under about twice the instructions it had (a second copy of the
     block body, an unrolled table load, fails here)."""
-    from fp8kit._kernels import decode, encode16, native
+    from fp8kit._kernels import decode, encode16, native, round64
 
     sizes = {
         name: native.instruction_count(encode16._byte_native(source))
@@ -188,6 +188,8 @@ def test_native_kernels_stay_small():
         assert size <= 2 * _NATIVE_SIZES[name], (name, size)
     for width in (16, 32, 64):
         assert native.instruction_count(decode._plane_native(width)) <= 2 * 86, width
+    # round_to float64's kernel with every optional step (round64._round64_emitter)
+    assert native.instruction_count(round64._round64_emitter(True, True, True)) <= 2 * 205
 
 
 def test_generic_native_kernels_stay_small():

@@ -340,6 +340,8 @@ _RESULTS = """
             fp8kit.round_to(x, "float8_e4m3fn"), fp8kit.round_to(b, "float8_e5m2"),
             fp8kit.round_to(x, "float8_e4m3fn", rounding="stochastic", seed=3),
             fp8kit.encode(x.astype(np.float64), "float8_e4m3fn", rounding="stochastic", seed=3),
+            fp8kit.round_to(x.astype(np.float64), "float8_e4m3fnuz", saturate=False),
+            fp8kit.study.quantize(x.astype(np.float64), "float8_e5m2"),
             fp8kit.fake_convert(x, np.full((1, 256), 0.5, np.float32)),
             fp8kit.fake_convert(b, np.full((300, 1), 2.0, b.dtype)),
             fp8kit.study.quantize(x, "float8_e4m3fn", "block"),
