@@ -13,7 +13,9 @@ from . import _args, _backends, _parallel
 from ._kernels.codec import (
     _XO,
     FLOAT_DTYPES,
+    LOAD_DIRECT,
     LOAD_LUT,
+    Plan,
     bf16_encode_kernel,
     bits_dtype,
     dummy,
@@ -23,9 +25,9 @@ from ._kernels.codec import (
     lookup_kernel,
 )
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
-from ._kernels.encode16 import encode16_kernel, f32_round_kernel, round16_kernel
+from ._kernels.encode16 import encode16_kernel, round16_kernel
+from ._kernels.inplace import round_kernel
 from ._kernels.native import NativeCall
-from ._kernels.round64 import round64_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -732,11 +734,11 @@ def round_to(
     planes = format_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
-        if dt == np.float32 and planes is not None:  # (on the byte lanes, in one pass)
-            kernel = f32_round_kernel(fmt, sat) or kernel
-        elif dt == np.float64:  # (the bits rounded in place: no codes, no table)
-            kernel = round64_kernel(fmt, sat) or kernel
-        elif planes is not None:  # (bfloat16 and float16 too)
+        if dt in (np.float32, np.float64):  # (the bits rounded in place: no codes, no table)
+            native = round_kernel(fmt, dt, sat)
+            if native is not None:  # (the data's own bits, never widened first)
+                kernel, pl = native, Plan(dt.name, LOAD_DIRECT, False, "fast")
+        elif planes is not None:  # (bfloat16 and float16 on the byte lanes, in one pass)
             kernel = round16_kernel(fmt, dt, sat) or kernel
         extra = ()
     else:

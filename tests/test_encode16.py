@@ -385,35 +385,35 @@ def test_float32_byte_lanes_every_length_and_offset():
         check_spans(kernel, bits, d32, d8, want)
 
 
-@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
 @pytest.mark.parametrize("name", BYTE_LANES[DTYPES[0]])
-def test_float32_round_to_on_byte_lanes(name):
-    """round_to float32 (nearest-even) in one pass: the byte-lane codes' values from the
-    planes give the float32 round-to kernel's bits on the boundary inputs (ALL32), each
+def test_float32_round_to_in_place_on_the_byte_lane_boundaries(name):
+    """round_to float32 (nearest-even) rounds the bits in place
+    (fp8kit._kernels.inplace, which replaced the byte-lane codes' values from the planes):
+    the general round-to kernel's bits on this module's boundary inputs (ALL32), each
     saturation, lengths 0-200 at unaligned starts with nothing outside written; and
     fp8kit.round_to runs it."""
-    from fp8kit._kernels import encode16
-    from fp8kit._kernels.decode import format_planes
+    from fp8kit._kernels import inplace
+    from fp8kit._kernels.tables import decode_table
 
     fmt = fp8kit.get_format(name)
     f32 = np.dtype(np.float32)
-    planes = format_planes(fmt, f32)
-    d32 = dummy(np.uint32)
+    table = decode_table(fmt, f32)
+    d32, d8 = dummy(np.uint32), dummy(np.uint8)
     for sat in SATURATE:
-        kernel = encode16.f32_round_kernel(fmt, sat)
-        assert kernel._key[0] == "round32_bytes" and kernel.planes
-        old, _ = encode_kernel(fmt, f32, sat, table_dtype=np.dtype(np.uint32), planes=True)
+        kernel = inplace.round_kernel(fmt, f32, sat)
+        assert kernel._key[:2] == ("round_in_place", 32)
+        old, _ = encode_kernel(fmt, f32, sat, table_dtype=np.dtype(np.uint32))
         want = np.empty(ALL32.size, np.uint32)
-        old.serial(ALL32, d32, planes, want)
+        old.serial(ALL32, d32, table, want)
         got = np.empty(ALL32.size, np.uint32)
-        kernel.serial(ALL32, d32, planes, got)
+        kernel.serial(ALL32, d32, d8, got)
         np.testing.assert_array_equal(got, want, err_msg=str(sat))
         y = fp8kit.round_to(ALL32.view(np.float32), fmt, saturate=sat)
         np.testing.assert_array_equal(y.view(np.uint32), want, err_msg=str(sat))
         if sat is True or sat is False:
             plan = sys.modules["fp8kit.codec"]._FAST_ROUND[(fmt, f32, sat)]
             assert plan[1] is kernel.build().args[0]  # (the bound parameters)
-    check_spans(kernel, ALL32, d32, planes, want)
+    check_spans(kernel, ALL32, d32, d8, want)
 
 
 @pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")

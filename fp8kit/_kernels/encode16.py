@@ -44,9 +44,9 @@ layout, :func:`fake_walk_kernel` (which replaced the per-row kernel).  The byte-
 FakeConvert's and the walk are native kernels (:mod:`fp8kit._kernels.native`): compiled
 without Numba's typed pipeline.
 
-round_to float32 (nearest-even) looks those codes up in the decode table's byte planes
-in the same pass (:func:`f32_round_kernel`): 16M, one thread, 3.75 ms against 4.02 for
-the float32 formula and a buffer of codes; its kernel compiles in 0.17 s against 0.28.
+round_to bfloat16 and float16 (nearest-even) looks those codes up in the decode table's
+byte planes in the same pass (:func:`round16_kernel`); round_to float32 and float64 round
+the bits in place instead (:mod:`fp8kit._kernels.inplace`: faster than codes and planes).
 """
 
 from __future__ import annotations
@@ -252,30 +252,12 @@ def f64_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
 
 
 @functools.cache
-def f32_round_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
-    """Kernel rounding float32 bits to the float32 bits of ``fmt``'s nearest-even values
-    (round-to-format), with :func:`fp8kit._kernels.codec.encode_kernel`'s call with
-    ``table_dtype`` and ``planes``: :func:`f32_byte_kernel`'s codes, looked up in the
-    decode table's byte planes in registers, in one pass (no buffer of codes).  None where
-    either is missing."""
-    from .decode import format_planes
-
-    codes = f32_byte_kernel(fmt, saturate)
-    if codes is None or format_planes(fmt, np.dtype(np.float32)) is None:
-        return None
-    kernel = byte_kernel(_F32_ROUND, codes._params)
-    kernel.planes = True
-    return kernel
-
-
-@functools.cache
 def round16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | None:
     """Kernel rounding bfloat16/float16 bits to the bits of ``fmt``'s nearest-even values in
     the same type (round-to-format), with :func:`fp8kit._kernels.codec.encode_kernel`'s
     call with ``table_dtype`` and ``planes``: :func:`encode16_kernel`'s byte-lane codes,
-    looked up in the decode table's byte planes in registers, in one pass, as
-    :func:`f32_round_kernel` for float32 (0.17 s to compile against 0.28 s for that
-    kernel's loop).  None where either is missing."""
+    looked up in the decode table's byte planes in registers, in one pass (0.17 s to
+    compile against 0.28 s for that kernel's loop).  None where either is missing."""
     from .decode import format_planes
 
     in_dtype = np.dtype(in_dtype)
@@ -1118,7 +1100,7 @@ def _byte_body(builder, hi, lo, t, c, half):
 
 #: Bits of an element read (and written, where not codes) by each source of
 #: :func:`_byte_native`.
-_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 3: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16}
+_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16}
 
 
 def _byte_native(kind: int, stream_min: int = STREAM_MIN):
@@ -1127,9 +1109,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     (:func:`_byte_body`; AVX512-VBMI); ``kind`` the source:
     0 bfloat16 bits, 1 float16 bits, 2 float32 bits (rounded as the bfloat16 of their top
     16 bits, the lowest of them or-ed with whether any of the others is set: see
-    :func:`f32_byte_kernel`), 3 float32 bits to the float32 bits of the codes' values
-    (round-to-format: looked up in the decode table's byte planes ``table``,
-    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise), 4 float32
+    :func:`f32_byte_kernel`), 4 float32
     bits to FakeConvert's ``(round(x * scale - shift) + shift) / scale`` (the spec's
     formula, float32 arithmetic as the float32 kernel's, ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` on the float32 bits: no codes, no tables;
@@ -1137,10 +1117,12 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     :func:`f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
     FakeConvert of their float32 values, its result rounded once to the data's type
     (:func:`_fake16_body`; ``lut``: :func:`fake_scalars` and a word, 1 for float16),
-    7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type (as 3).
+    7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type
+    (round-to-format: looked up in the decode table's byte planes ``table``,
+    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise).
     Arrays of ``stream_min`` elements or more are written in whole cache lines with
-    non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 3, 7
-    and 8, measured no faster)."""
+    non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 7 and
+    8, measured no faster)."""
 
     def emit(context, builder, args):
         prm, lut, table, x, out, first, stop, total = args
@@ -1148,7 +1130,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         i8 = ir.IntType(8)
         width = _SOURCE_BITS[kind]
         x_at = typed_pointer(builder, x, width, first)
-        out_at = typed_pointer(builder, out, width if kind in (3, 4, 6, 7, 8) else 8, first)
+        out_at = typed_pointer(builder, out, width if kind in (4, 6, 7, 8) else 8, first)
         n = builder.sub(stop, first)
         scalars = builder.bitcast(lut, ir.IntType(32).as_pointer())
         v8 = ir.VectorType(i8, BYTE_BLOCK)
@@ -1159,8 +1141,8 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             x8 = builder.load(builder.gep(prm, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
-        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 3, 4, 5) else None
-        value_planes = load_planes(builder, table, intp) if kind in (3, 7, 8) else None
+        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5) else None
+        value_planes = load_planes(builder, table, intp) if kind in (7, 8) else None
         vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
         if kind in (4, 6):
             v32 = ir.VectorType(ir.IntType(32), BYTE_BLOCK)
@@ -1191,11 +1173,11 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             codes = _byte_body(builder, hi, lo, t, splats.__getitem__, kind in (1, 8))
             if kind in (7, 8):
                 return plane_values(builder, value_planes, codes, 16)
-            return codes if kind != 3 else plane_values(builder, value_planes, codes, 32)
+            return codes
 
-        vout = vin if kind in (3, 4, 6, 7, 8) else v8
+        vout = vin if kind in (4, 6, 7, 8) else v8
         stream = None
-        if kind not in (3, 7, 8):
+        if kind not in (7, 8):
             stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
         vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
         return ir.Constant(ir.IntType(32), 0)
@@ -1205,14 +1187,13 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
 
 # The vector loop a chunked kernel runs: a closure constant, so that the other branches are
 # pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
-_WORDS, _F16_BF16, _BYTES, _HALF_BYTES, _F32_BYTES, _F32_ROUND, _F32_FAKE, _F64_BYTES = range(8)
-_FAKE16, _BF16_ROUND, _F16_ROUND = 8, 9, 10
+_WORDS, _F16_BF16, _BYTES, _HALF_BYTES, _F32_BYTES = range(5)
+_F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND = 6, 7, 8, 9, 10
 #: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
 _NATIVE = {
     _BYTES: ("encode16_bytes", 0),
     _HALF_BYTES: ("encode16_half_bytes", 1),
     _F32_BYTES: ("encode32_bytes", 2),
-    _F32_ROUND: ("round32_bytes", 3),
     _F32_FAKE: ("fake32", 4),
     _F64_BYTES: ("encode64_bytes", 5),
     _FAKE16: ("fake16", 6),

@@ -1,0 +1,193 @@
+"""round_to of float32 and float64 data, nearest-even, as one native kernel that rounds the
+bits in place: no codes and no decode table.
+
+The general kernel (:func:`fp8kit._kernels.codec.encode_kernel` with a ``table_dtype``)
+computes each element's code into a buffer and then looks the code's value up in the decode
+table (or its byte planes); it is Numba-lowered, so its first call in a process pays Numba's
+set-up (0.3 s here) on top of its compile.  Here the bits round to the format's precision
+directly, as FakeConvert's kernel does on float32 bits
+(:func:`fp8kit._kernels.encode16._fake_body`): nearest-even by an integer add on the bits
+(the carry out of the mantissa bumps the exponent), the FPU below the format's smallest
+normal (adding a power of two whose step is the format's subnormal step), then the
+overflow, Inf, NaN and zero rules as the format's decode table gives them.  Those rules are
+read once per format from the scalar oracle (:func:`fp8kit._reference.encode_value`) and
+the decode table, as a value and a sign rule per class (:func:`round_params`); formats
+whose rules do not fit that form (the unsigned ones), or whose subnormals reach the data
+type's, keep the general kernel.  No AVX-512 instruction is required (LLVM splits the
+vectors for the CPU at hand).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+
+from .._reference import encode_value
+from ..formats import FloatFormat
+from .bits import splat, vector_blocks
+from .codec import STREAM_MIN_TRAFFIC
+from .native import NativeKernel, typed_pointer
+from .tables import decode_table
+
+# (mantissa bits, smallest normal exponent) of the data types
+_TYPES = {32: (23, -126), 64: (52, -1022)}
+
+# Layout of round_params' array: the rounding's constants, then each class's result (its
+# magnitude, and which of the input's sign bit is xor-ed into it: 0 or the sign bit).
+(_HALF, _ODD_BIT, _KEEP, _FLIP, _MIN_NORMAL, _MAGIC, _MAX, _ZERO_SIGN, _OVF, _OVF_SIGN, _INF_R,
+ _INF_SIGN, _NAN, _NAN_SIGN, _N) = range(15)  # fmt: skip
+
+#: Elements a vector, by data width: two AVX-512 registers (one measured no faster).
+LANES = {32: 32, 64: 16}
+#: Elements from which the kernel writes with non-temporal stores, by data width.
+STREAM_MIN = {32: STREAM_MIN_TRAFFIC // 8, 64: STREAM_MIN_TRAFFIC // 16}
+
+
+def _bits(value: float, width: int) -> int:
+    return int(np.array(value, f"f{width // 8}").view(f"u{width // 8}"))
+
+
+@functools.cache
+def round_params(fmt: FloatFormat, dtype: np.dtype, saturate) -> np.ndarray | None:
+    """The constants of :func:`round_kernel` for ``fmt``, float32 or float64 data
+    (``dtype``) and ``saturate``, or None where its rules do not fit the kernel's form
+    (unsigned formats, or a class whose negative result is not its positive one with the
+    sign bit kept or flipped) or ``fmt`` reaches beyond ``dtype``."""
+    dtype = np.dtype(dtype)
+    width = dtype.itemsize * 8
+    if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        return None
+    src_m, src_emin = _TYPES[width]
+    sign_bit = 1 << (width - 1)
+    if not fmt.signed or fmt.specials == "unsigned":
+        return None
+    # Every subnormal of the data type must round to zero (a flush-to-zero or
+    # denormals-are-zero mode set by another library then changes no result: the FPU step
+    # sees them), as for the general kernel's FPU path (codec._strategy), and fmt's
+    # values must be the type's
+    if fmt.minexp - fmt.mantissa_bits - 1 < src_emin or fmt.maxexp - 1 > -src_emin + 1:
+        return None
+    m = fmt.mantissa_bits
+    sh = src_m - m
+    table = decode_table(fmt, dtype)
+
+    def result(x: float) -> int:
+        return int(table[encode_value(x, fmt, saturate=saturate)])
+
+    def rule(x: float) -> tuple[int, int] | None:
+        pos, neg = result(x), result(-x)
+        return (pos, pos ^ neg) if pos ^ neg in (0, sign_bit) else None
+
+    # (a finite value of the type beyond fmt's largest: its largest, or 4 x fmt's)
+    big = min(fmt.max * 4.0, float(np.finfo(dtype).max))
+    zero, ovf, inf, nan = (rule(x) for x in (0.0, big, math.inf, math.nan))
+    if None in (zero, ovf, inf, nan) or zero[0] != 0:
+        return None
+    # every other result is the value rounded, with the input's sign
+    for x in (fmt.smallest_subnormal, fmt.smallest_normal, fmt.max):
+        if result(x) != _bits(x, width) or result(-x) != _bits(x, width) | sign_bit:
+            return None
+    words = [0] * _N
+    words[_HALF] = (1 << (sh - 1)) - 1
+    words[_ODD_BIT] = 1 << sh
+    words[_KEEP] = ((1 << width) - 1) ^ ((1 << sh) - 1)
+    # no mantissa bits (P3109's precision 1): the tie goes to the even code, whose parity
+    # is the exponent's in fmt's bias, not the type's (their biases are both odd)
+    words[_FLIP] = (fmt.minexp & 1) << src_m if m == 0 else 0
+    words[_MIN_NORMAL] = _bits(2.0**fmt.minexp, width)
+    words[_MAGIC] = _bits(2.0 ** (fmt.minexp - m + src_m), width)
+    words[_MAX] = _bits(fmt.max, width)
+    words[_ZERO_SIGN] = zero[1]
+    words[_OVF], words[_OVF_SIGN] = ovf
+    words[_INF_R], words[_INF_SIGN] = inf
+    words[_NAN], words[_NAN_SIGN] = nan
+    out = np.array(words, f"u{width // 8}")
+    out.flags.writeable = False
+    return out
+
+
+def _round_emitter(width: int, flip: bool, need_inf: bool, need_zero: bool):
+    """The emitter of the native function (:data:`fp8kit._kernels.native.FUNCTION_TYPE`)
+    rounding the float32 or float64 (``width``) bits ``x[first:stop]`` to ``out`` with
+    :func:`round_params`' constants ``prm`` (``lut`` and ``table`` unused), ``LANES``
+    elements a vector.  The flags drop what most formats do not need (each class costs a
+    compare and two blends of the ~16 vector operations a register): ``flip``, the tie
+    rule of formats without mantissa bits; ``need_inf``, Inf's own result (else the
+    overflow's, which the rounded Inf takes); ``need_zero``, a zero's own sign rule (else
+    the input's sign)."""
+    lanes = LANES[width]
+    src_m = _TYPES[width][0]
+    sign_bit = 1 << (width - 1)
+    inf_bits = ((1 << (width - 1 - src_m)) - 1) << src_m
+
+    def emit(context, builder, args):
+        prm, _, _, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        vt = ir.VectorType(ir.IntType(width), lanes)
+        vf = ir.VectorType(ir.FloatType() if width == 32 else ir.DoubleType(), lanes)
+        words = builder.bitcast(prm, ir.IntType(width).as_pointer())
+        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
+             for k in range(_N)]  # fmt: skip
+        magic = builder.bitcast(w[_MAGIC], vf)
+
+        def k(value):
+            return ir.Constant(vt, [value] * lanes)
+
+        def body(v):
+            a = builder.and_(v, k(sign_bit - 1))
+            # nearest-even: half an ulp less one, plus the kept bits' lowest (a test under
+            # mask and a masked add)
+            odd = builder.xor(a, w[_FLIP]) if flip else a
+            odd = builder.icmp_unsigned("!=", builder.and_(odd, w[_ODD_BIT]), k(0))
+            r = builder.add(a, w[_HALF])
+            r = builder.and_(builder.select(odd, builder.add(r, k(1)), r), w[_KEEP])
+            sub = builder.fsub(builder.fadd(builder.bitcast(a, vf), magic), magic)
+            small = builder.icmp_unsigned("<", a, w[_MIN_NORMAL])
+            r = builder.select(small, builder.bitcast(sub, vt), r)
+            sign = k(sign_bit)
+            if need_zero:
+                sign = builder.select(builder.icmp_unsigned("==", r, k(0)), w[_ZERO_SIGN], sign)
+            over = builder.icmp_unsigned(">", r, w[_MAX])
+            r, sign = builder.select(over, w[_OVF], r), builder.select(over, w[_OVF_SIGN], sign)
+            if need_inf:
+                inf = builder.icmp_unsigned("==", a, k(inf_bits))
+                r = builder.select(inf, w[_INF_R], r)
+                sign = builder.select(inf, w[_INF_SIGN], sign)
+            nan = builder.icmp_unsigned(">", a, k(inf_bits))
+            r, sign = builder.select(nan, w[_NAN], r), builder.select(nan, w[_NAN_SIGN], sign)
+            return builder.xor(r, builder.and_(v, sign))
+
+        stream = builder.icmp_signed(">=", total, ir.Constant(intp, STREAM_MIN[width]))
+        x_at = typed_pointer(builder, x, width, first)
+        out_at = typed_pointer(builder, out, width, first)
+        n = builder.sub(stop, first)
+        vector_blocks(builder, intp, n, x_at, out_at, vt, vt, body, stream=stream)
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit
+
+
+@functools.cache
+def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | None:
+    """Kernel rounding float32 or float64 (``dtype``) bits to the bits of ``fmt``'s
+    nearest-even values in the same type (round-to-format), with
+    :func:`fp8kit._kernels.codec.encode_kernel`'s call with ``table_dtype`` (its ``lut``
+    and ``table`` unused); None where :func:`round_params` is.  One compiled function per
+    type serves every format that needs no optional step (the float8, float6 and float4
+    formats and the IEEE 16-bit ones: each saturation), another the fnuz ones."""
+    params = round_params(fmt, dtype, saturate)
+    if params is None:
+        return None
+    width = params.itemsize * 8
+    flags = (
+        bool(params[_FLIP]),
+        (params[_INF_R], params[_INF_SIGN]) != (params[_OVF], params[_OVF_SIGN]),
+        int(params[_ZERO_SIGN]) != 1 << (width - 1),
+    )
+    kernel = NativeKernel(("round_in_place", width) + flags, _round_emitter(width, *flags), params)
+    kernel.planes = False
+    return kernel

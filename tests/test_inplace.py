@@ -1,0 +1,171 @@
+"""round_to float32 and float64 (nearest-even) by the native kernel that rounds the bits in
+place (fp8kit._kernels.inplace): every signed format and saturation against the codes'
+values (encode is checked against the exact oracle in test_exact_reference and against
+ml_dtypes), against the general kernel it replaces, at every length and alignment,
+streamed, and run by fp8kit.round_to."""
+
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from conftest import USER_FORMATS
+
+import fp8kit
+from fp8kit import get_format
+from fp8kit._kernels import inplace
+from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel
+from fp8kit._kernels.tables import code_values, decode_table
+
+F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
+DTYPES = [F32, F64]
+FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+SATURATE = (True, False, "propagate")
+D32, D8 = dummy(np.uint32), dummy(np.uint8)
+
+# (numpy warns when float32 signalling NaNs are widened: encode's float64 path for the odd
+# precision-1 formats)
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:overflow encountered"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
+]
+
+
+def probes(fmt, dtype=F64):
+    """Every finite value of ``fmt``, the midpoints between neighbours (and beyond the
+    largest), the float64 neighbours of both, halves and quarters (subnormal ties), specials,
+    NaN payloads, random bit patterns and random normals over the format's range; both
+    signs."""
+    vals = np.unique(np.abs(code_values(fmt)))
+    vals = vals[np.isfinite(vals)]
+    top = vals[-1]
+    step = np.ldexp(1.0, int(np.floor(np.log2(top))) - fmt.mantissa_bits)
+    grid = np.concatenate([vals, [top + step, top + 2 * step, top * 2, top * 4]])
+    mids = grid[:-1] / 2 + grid[1:] / 2
+    pts = np.concatenate([grid, mids])
+    pts = np.concatenate([pts, np.nextafter(pts, np.inf), np.nextafter(pts, 0), vals / 2,
+                          vals / 4, vals * 0.75])  # fmt: skip
+    rng = np.random.default_rng(zlib.crc32(fmt.name.encode()))
+    nan_bits = [0x7FF0000000000001, 0x7FF8000000000000, 0x7FFFFFFFFFFFFFFF, 0x7FF4000000000000]
+    rnd = rng.integers(0, 1 << 64, 3000, dtype=np.uint64).view(np.float64)
+    lo, hi = fmt.minexp - fmt.mantissa_bits - 3, min(fmt.maxexp + 2, 1023)
+    normal = rng.standard_normal(3000) * np.exp2(rng.uniform(lo, hi, 3000))
+    special = [np.inf, 0.0, 5e-324, 2.2250738585072014e-308, sys.float_info.max, 1e300]
+    pts = np.concatenate([pts, np.array(nan_bits, np.uint64).view(np.float64), special, rnd,
+                          normal])  # fmt: skip
+    pts = np.abs(pts[~np.isnan(pts)])
+    if pts.size > 40_000:  # 16-bit formats: a deterministic subsample of the sweep
+        pts = pts[np.random.default_rng(0).choice(pts.size, 40_000, replace=False)]
+    pts = np.concatenate([pts, np.array(nan_bits, np.uint64).view(np.float64), [np.nan]])
+    if dtype == F32:  # (and float32's own NaN payloads, nearest neighbours, subnormals)
+        with np.errstate(over="ignore", invalid="ignore"):
+            p32 = pts.astype(np.float32)
+        nan32 = np.array([0x7F800001, 0x7FFFFFFF, 0x7FC00000], np.uint32).view(np.float32)
+        near = [np.nextafter(p32, np.float32(np.inf)), np.nextafter(p32, np.float32(0))]
+        pts = np.concatenate([p32, *near, nan32, np.float32([1e-45, 1.1754942e-38])])
+    return np.concatenate([pts, -pts])
+
+
+def values_of_codes(x, fmt, saturate):
+    """The bits round_to must give: the decode table at x's codes."""
+    return decode_table(fmt, x.dtype)[fp8kit.encode(x, fmt, saturate=saturate)]
+
+
+def kernel_run(kernel, x):
+    u = np.dtype(f"u{x.itemsize}")
+    out = np.empty(x.size, u)
+    kernel.serial(x.view(u), D32, D8, out)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_signed_format_has_the_kernel_and_no_unsigned_one(dtype):
+    """Unsigned formats keep the general kernel; so do the formats whose subnormals reach
+    below the type's smallest normal (a flush-to-zero mode could change their results) or
+    whose range exceeds it."""
+    emin, emax = (-126, 127) if dtype == F32 else (-1022, 1023)
+    for fmt in FORMATS:
+        in_range = fmt.minexp - fmt.mantissa_bits - 1 >= emin and fmt.maxexp - 1 <= emax
+        for sat in SATURATE:
+            has = inplace.round_kernel(fmt, dtype, sat) is not None
+            want = fmt.signed and in_range
+            assert has == want, (fmt.name, sat)
+
+
+CASES = [(f, d) for d in DTYPES for f in FORMATS if inplace.round_params(f, d, True) is not None]
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), CASES, ids=lambda c: str(c))
+def test_round_to_gives_the_codes_values(fmt, dtype):
+    """Against the codes' values and against the general kernel (codes into a buffer, then
+    the table; float32 data widened first where its plan says so), each saturation;
+    fp8kit.round_to gives them."""
+    x = probes(fmt, dtype)
+    u = np.dtype(f"u{dtype.itemsize}")
+    for sat in SATURATE:
+        kernel = inplace.round_kernel(fmt, dtype, sat)
+        want = values_of_codes(x, fmt, sat)
+        got = kernel_run(kernel, x)
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (sat, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:5]])
+        general, pl = encode_kernel(fmt, dtype, sat, table_dtype=u)
+        xg = x.astype(np.float64) if pl.widen_first else x
+        old = np.empty(x.size, u)
+        general.serial(xg.view(f"u{xg.itemsize}"), D32, decode_table(fmt, dtype), old)
+        np.testing.assert_array_equal(got, old, err_msg=str(sat))
+        np.testing.assert_array_equal(fp8kit.round_to(x, fmt, saturate=sat).view(u), want,
+                                      err_msg=str(sat))  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_to_runs_the_kernel_and_formats_share_it(dtype):
+    """fp8kit.round_to's cached call plan binds this kernel's parameters (float32 data: for
+    the formats off the byte lanes); the formats whose rules take no extra step share one
+    compiled function (a further format compiles nothing), as do fnuz formats among
+    themselves."""
+    x = np.linspace(-600, 600, 5001).astype(dtype)
+    codec = sys.modules["fp8kit.codec"]
+    for name in ("float8_e3m4", "float4_e2m1fn", "p3109_k8p6sf"):
+        fmt = get_format(name)
+        fp8kit.round_to(x, name)
+        plan = codec._FAST_ROUND[(name, dtype, True)]
+        assert plan[1] is inplace.round_kernel(fmt, dtype, True).build().args[0]
+    before = compiled_count()
+    names = ["float6_e2m3fn", "float6_e3m2fn", "float16", "p3109_k8p7sf"]
+    if dtype == F64:  # (float32 data to bfloat16: its subnormals would reach float32's)
+        names += ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3", "float8_e5m2fnuz"]
+    for name in names:
+        fp8kit.round_to(x, name)
+    assert compiled_count() == before
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_length_and_alignment_and_nothing_outside(dtype):
+    fmt = get_format("float8_e4m3fnuz")
+    kernel = inplace.round_kernel(fmt, dtype, False)
+    x = probes(fmt, dtype)[:5000].copy()
+    want = values_of_codes(x, fmt, False)
+    u = want.dtype
+    fill = u.type(0xA5A5A5A5A5A5A5A5 & ((1 << (8 * u.itemsize)) - 1))
+    for start in (0, 1, 3, 7):
+        for n in [*range(0, 70, 3), 128, 1029]:
+            buf = np.full(n + 16, fill, u)
+            kernel.serial(x[start : start + n].view(u), D32, D8, buf[start : start + n])
+            np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+            assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_large_arrays_stream_the_same_bits(dtype):
+    """From inplace.STREAM_MIN elements the kernel writes with non-temporal stores (an
+    unaligned head first); on every thread count."""
+    rng = np.random.default_rng(5)
+    n = inplace.STREAM_MIN[dtype.itemsize * 8] + 77
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 20, n))).astype(dtype)
+    x[::1001] = np.nan
+    for name in ("float4_e2m1fn", "bfloat16"):
+        want = values_of_codes(x, get_format(name), True)
+        for threads in (1, 2):
+            with fp8kit.num_threads(threads):
+                got = fp8kit.round_to(x[1:], name).view(want.dtype)
+            np.testing.assert_array_equal(got, want[1:], err_msg=f"{name} {threads}")
