@@ -27,6 +27,7 @@ from ._kernels.codec import (
 from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
 from ._kernels.encode16 import encode16_kernel, round16_kernel
 from ._kernels.inplace import round_kernel
+from ._kernels.lean import lean_kernel
 from ._kernels.native import NativeCall
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -446,7 +447,7 @@ def encode(
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
         # float32 on the byte lanes of bfloat16 (same bits)
-        kernel = encode16_kernel(fmt, x.dtype, sat) or kernel
+        kernel = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat) or kernel
         # float32 -> bfloat16 below the threading threshold: the same rounding, x and out
         # its only arguments (the small-call fast path's kernel).  Larger arrays keep
         # encode_kernel's, which streams its stores: 16M elements, 2 threads, 3.2 -> 2.5 ms.

@@ -5,17 +5,16 @@ ml_dtypes), against the general kernel it replaces, at every length and alignmen
 streamed, and run by fp8kit.round_to."""
 
 import sys
-import zlib
 
 import numpy as np
 import pytest
-from conftest import USER_FORMATS
+from conftest import USER_FORMATS, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
 from fp8kit._kernels import inplace
 from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel
-from fp8kit._kernels.tables import code_values, decode_table
+from fp8kit._kernels.tables import decode_table
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 DTYPES = [F32, F64]
@@ -29,41 +28,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:overflow encountered"),
     pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
 ]
-
-
-def probes(fmt, dtype=F64):
-    """Every finite value of ``fmt``, the midpoints between neighbours (and beyond the
-    largest), the float64 neighbours of both, halves and quarters (subnormal ties), specials,
-    NaN payloads, random bit patterns and random normals over the format's range; both
-    signs."""
-    vals = np.unique(np.abs(code_values(fmt)))
-    vals = vals[np.isfinite(vals)]
-    top = vals[-1]
-    step = np.ldexp(1.0, int(np.floor(np.log2(top))) - fmt.mantissa_bits)
-    grid = np.concatenate([vals, [top + step, top + 2 * step, top * 2, top * 4]])
-    mids = grid[:-1] / 2 + grid[1:] / 2
-    pts = np.concatenate([grid, mids])
-    pts = np.concatenate([pts, np.nextafter(pts, np.inf), np.nextafter(pts, 0), vals / 2,
-                          vals / 4, vals * 0.75])  # fmt: skip
-    rng = np.random.default_rng(zlib.crc32(fmt.name.encode()))
-    nan_bits = [0x7FF0000000000001, 0x7FF8000000000000, 0x7FFFFFFFFFFFFFFF, 0x7FF4000000000000]
-    rnd = rng.integers(0, 1 << 64, 3000, dtype=np.uint64).view(np.float64)
-    lo, hi = fmt.minexp - fmt.mantissa_bits - 3, min(fmt.maxexp + 2, 1023)
-    normal = rng.standard_normal(3000) * np.exp2(rng.uniform(lo, hi, 3000))
-    special = [np.inf, 0.0, 5e-324, 2.2250738585072014e-308, sys.float_info.max, 1e300]
-    pts = np.concatenate([pts, np.array(nan_bits, np.uint64).view(np.float64), special, rnd,
-                          normal])  # fmt: skip
-    pts = np.abs(pts[~np.isnan(pts)])
-    if pts.size > 40_000:  # 16-bit formats: a deterministic subsample of the sweep
-        pts = pts[np.random.default_rng(0).choice(pts.size, 40_000, replace=False)]
-    pts = np.concatenate([pts, np.array(nan_bits, np.uint64).view(np.float64), [np.nan]])
-    if dtype == F32:  # (and float32's own NaN payloads, nearest neighbours, subnormals)
-        with np.errstate(over="ignore", invalid="ignore"):
-            p32 = pts.astype(np.float32)
-        nan32 = np.array([0x7F800001, 0x7FFFFFFF, 0x7FC00000], np.uint32).view(np.float32)
-        near = [np.nextafter(p32, np.float32(np.inf)), np.nextafter(p32, np.float32(0))]
-        pts = np.concatenate([p32, *near, nan32, np.float32([1e-45, 1.1754942e-38])])
-    return np.concatenate([pts, -pts])
 
 
 def values_of_codes(x, fmt, saturate):
@@ -100,7 +64,7 @@ def test_round_to_gives_the_codes_values(fmt, dtype):
     """Against the codes' values and against the general kernel (codes into a buffer, then
     the table; float32 data widened first where its plan says so), each saturation;
     fp8kit.round_to gives them."""
-    x = probes(fmt, dtype)
+    x = boundary_probes(fmt, dtype)
     u = np.dtype(f"u{dtype.itemsize}")
     for sat in SATURATE:
         kernel = inplace.round_kernel(fmt, dtype, sat)
@@ -143,7 +107,7 @@ def test_round_to_runs_the_kernel_and_formats_share_it(dtype):
 def test_every_length_and_alignment_and_nothing_outside(dtype):
     fmt = get_format("float8_e4m3fnuz")
     kernel = inplace.round_kernel(fmt, dtype, False)
-    x = probes(fmt, dtype)[:5000].copy()
+    x = boundary_probes(fmt, dtype)[:5000].copy()
     want = values_of_codes(x, fmt, False)
     u = want.dtype
     fill = u.type(0xA5A5A5A5A5A5A5A5 & ((1 << (8 * u.itemsize)) - 1))

@@ -1,0 +1,140 @@
+"""encode (nearest-even) to the formats off the byte lanes, as a native kernel: the formula
+of :func:`fp8kit._kernels.bits.encode_lean` written out in LLVM vector code.
+
+The byte-lane kernels (:mod:`fp8kit._kernels.encode16`) take the float8 formats and the
+8-bit P3109 formats with 2-4 mantissa bits; the others (float8_e3m4, the float6 and float4
+formats, bfloat16 and float16, most P3109 formats) ran the Numba-lowered kernel of
+:func:`fp8kit._kernels.codec.encode_kernel`, whose first call in a process pays Numba's
+set-up (0.3 s here) on top of its compile.  This kernel computes the same codes from the
+same constants (:func:`fp8kit._kernels.codec._params` and
+:func:`fp8kit._kernels.codec.lean_params`, so only where the general kernel itself rounds
+by ``encode_lean``): float32 and float64 data on their own bits, bfloat16 and float16
+widened to float32 bits exactly in the kernel (as the general kernel's loads do).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+from llvmlite import ir
+from numba import types
+
+from ..formats import FloatFormat
+from .bits import splat, vector_blocks, widen_half
+from .codec import LOAD_DIRECT, STREAM_MIN_TRAFFIC, _params, lean_params, plan
+from .native import NativeKernel, typed_pointer
+
+#: The data kinds: (bits read an element, source layout the rounding works on)
+_KINDS = {
+    np.dtype(np.float32): (32, "float32"),
+    np.dtype(np.float64): (64, "float64"),
+    np.dtype(ml_dtypes.bfloat16): (16, "float32"),
+    np.dtype(np.float16): (16, "float32"),
+}
+
+# Layout of lean_kernel's parameter array (words of the source's width).
+(_ABS, _RB, _ODD_BIT, _SH, _MIN_NORMAL, _MAGIC, _OVF, _NAN_THR, _NAN, _SIGN, _NEG_THR, _ONE,
+ _N) = range(13)  # fmt: skip
+
+#: Elements a vector: one cache line of 8-bit codes (32 of 16-bit ones).
+LANES = {1: 64, 2: 32}
+
+
+@functools.cache
+def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | None:
+    """Kernel rounding ``dtype`` data (float32, float64, bfloat16 or float16 bits) to
+    ``fmt`` codes, nearest-even, with :func:`fp8kit._kernels.codec.encode_kernel`'s call
+    and results; None where that kernel does not round by ``encode_lean`` (or rounds
+    widened float64, or an unsigned format)."""
+    dtype = np.dtype(dtype)
+    if dtype not in _KINDS:
+        return None
+    bits, source = _KINDS[dtype]
+    pl = plan(fmt, dtype)
+    if pl.source != source or pl.strategy != "fast" or pl.widen_first:
+        return None
+    p, _ = _params(fmt, source, saturate)
+    lp = lean_params(fmt, source, p)
+    if lp is None:
+        return None
+    width = 32 if source == "float32" else 64
+    sh = int(p[2])
+    words = [0] * _N
+    words[_ABS], words[_RB], words[_ODD_BIT], words[_SH] = int(p[0]), int(p[3]), 1 << sh, sh
+    words[_MIN_NORMAL] = int(p[4])
+    words[_MAGIC], words[_OVF], words[_NAN] = int(p[6]), int(p[10]), int(p[12])
+    words[_NAN_THR], words[_NEG_THR] = int(lp[0]), int(lp[1])
+    words[_SIGN] = int(p[13]) >> int(p[14])
+    words[_ONE] = 1  # (a run-time 1: LLVM then keeps the masked add of the tie rule)
+    params = np.array(words, f"u{width // 8}")
+    params.flags.writeable = False
+    code_bytes = 1 if fmt.bits <= 8 else 2
+    half = dtype == np.float16
+    flags = (bits, width, code_bytes, half, bool(p[15]), bool(p[7]))
+    kernel = NativeKernel(("encode_lean",) + flags, _lean_emitter(*flags), params)
+    kernel.planes = False
+    assert pl.load == LOAD_DIRECT or bits == 16
+    return kernel
+
+
+def _lean_emitter(
+    bits: int, width: int, code_bytes: int, half: bool, neg_zero: bool, use_magic: bool
+):
+    """The emitter of the native function (:data:`fp8kit._kernels.native.FUNCTION_TYPE`)
+    encoding ``x[first:stop]`` (``bits`` an element; 16: bfloat16, or float16 where
+    ``half``, widened to float32 bits) to ``out`` (codes of ``code_bytes``) with
+    :func:`lean_kernel`'s constants ``prm`` on ``width``-bit lanes; ``neg_zero``: the
+    format has -0 (the sign xor-ed into the code, else or-ed in above ``neg_thr``);
+    ``use_magic``: the FPU rounds below the format's smallest normal (not where it is the
+    source's: bfloat16 from float32)."""
+    lanes = LANES[code_bytes]
+    float_type = ir.FloatType() if width == 32 else ir.DoubleType()
+    stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + code_bytes)
+
+    def emit(context, builder, args):
+        prm, _, _, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        vt = ir.VectorType(ir.IntType(width), lanes)
+        vf = ir.VectorType(float_type, lanes)
+        vin = ir.VectorType(ir.IntType(bits), lanes)
+        vout = ir.VectorType(ir.IntType(8 * code_bytes), lanes)
+        words = builder.bitcast(prm, ir.IntType(width).as_pointer())
+        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
+             for k in range(_N)]  # fmt: skip
+        magic = builder.bitcast(w[_MAGIC], vf)
+        zero = ir.Constant(vt, [0] * lanes)
+
+        def body(v):
+            if bits == 16:  # (bfloat16: the top half of float32's bits; float16: exact)
+                v = widen_half(builder, v) if half else builder.shl(
+                    builder.zext(v, vt), ir.Constant(vt, [16] * lanes)
+                )  # fmt: skip
+            a = builder.and_(v, w[_ABS])
+            r = builder.add(a, w[_RB])
+            # the ties-to-even bit: a test under mask and a masked add
+            odd = builder.icmp_unsigned("!=", builder.and_(a, w[_ODD_BIT]), zero)
+            r = builder.select(odd, builder.add(r, w[_ONE]), r)
+            code = builder.lshr(r, w[_SH])
+            mag = builder.select(builder.icmp_unsigned(">", code, w[_OVF]), w[_OVF], code)
+            mag = builder.select(builder.icmp_unsigned(">", a, w[_NAN_THR]), w[_NAN], mag)
+            if use_magic:  # below the smallest normal the FPU: the sum's low bits the code
+                sub = builder.bitcast(builder.fadd(builder.bitcast(a, vf), magic), vt)
+                mag = builder.select(builder.icmp_unsigned("<", a, w[_MIN_NORMAL]), sub, mag)
+            if neg_zero:
+                negative = builder.icmp_unsigned(">", v, w[_ABS])
+                mag = builder.select(negative, builder.xor(mag, w[_SIGN]), mag)
+            else:
+                signed = builder.icmp_unsigned(">", v, w[_NEG_THR])
+                mag = builder.select(signed, builder.or_(mag, w[_SIGN]), mag)
+            return builder.trunc(mag, vout)
+
+        stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
+        x_at = typed_pointer(builder, x, bits, first)
+        out_at = typed_pointer(builder, out, 8 * code_bytes, first)
+        n = builder.sub(stop, first)
+        vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit

@@ -1,0 +1,127 @@
+"""encode (nearest-even) to the formats off the byte lanes by the native kernel of
+fp8kit._kernels.lean: the general kernel's codes (itself checked against the exact oracle,
+ml_dtypes and the onnx reference elsewhere) for every format and saturation it takes, from
+float32, float64 and (every bit pattern) bfloat16 and float16 data; at every length and
+alignment, streamed, on every thread count; and fp8kit.encode runs it."""
+
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import USER_FORMATS, boundary_probes
+
+import fp8kit
+from fp8kit import get_format
+from fp8kit._kernels import lean
+from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel, f16_lut, plan
+from fp8kit._kernels.encode16 import encode16_kernel
+
+DTYPES = [np.dtype(t) for t in (np.float32, np.float64, ml_dtypes.bfloat16, np.float16)]
+FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+SATURATE = (True, False, "propagate")
+D32, D8 = dummy(np.uint32), dummy(np.uint8)
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:overflow encountered"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
+]
+
+CASES = [(f, d) for d in DTYPES for f in FORMATS if lean.lean_kernel(f, d, True) is not None]
+
+
+def general_codes(fmt, x, sat):
+    """The general (Numba-lowered) kernel's codes of x."""
+    kernel, pl = encode_kernel(fmt, x.dtype, sat)
+    lut = f16_lut() if x.dtype == np.float16 else D32
+    xb = x.view(f"u{x.itemsize}")
+    out = np.empty(x.size, fmt.code_dtype)
+    kernel.serial(xb, lut, D8, out)
+    return out
+
+
+def lean_codes(kernel, x, code_dtype):
+    out = np.empty(x.size, code_dtype)
+    kernel.serial(x.view(f"u{x.itemsize}"), D32, D8, out)
+    return out
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), CASES, ids=str)
+def test_the_general_kernels_codes(fmt, dtype):
+    x = boundary_probes(fmt, dtype)
+    for sat in SATURATE:
+        kernel = lean.lean_kernel(fmt, dtype, sat)
+        if kernel is None:  # (that saturation's rules are not encode_lean's)
+            continue
+        want = general_codes(fmt, x, sat)
+        got = lean_codes(kernel, x, fmt.code_dtype)
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (sat, [(x[i], hex(got[i]), hex(want[i])) for i in bad[:5]])
+        np.testing.assert_array_equal(fp8kit.encode(x, fmt, saturate=sat), want, str(sat))
+
+
+def test_it_takes_the_formats_the_byte_lanes_do_not():
+    """Every format whose general kernel rounds by encode_lean has the native kernel on
+    float32 and float64 data, among them float8_e3m4, the float6 and float4 formats,
+    bfloat16 and float16; bfloat16 and float16 data too where the general kernel rounds
+    them as float32 bits; fp8kit.encode takes it wherever no byte-lane kernel does."""
+    names = ["float8_e3m4", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "bfloat16",
+             "float16", "p3109_k8p6sf", "p3109_k5p2se"]  # fmt: skip
+    codec = sys.modules["fp8kit.codec"]
+    for name in names:
+        fmt = get_format(name)
+        for dtype in DTYPES[:2]:
+            kernel = lean.lean_kernel(fmt, dtype, True)
+            assert kernel is not None, (name, dtype)
+            assert encode16_kernel(fmt, dtype, True) is None
+            x = np.linspace(-3, 3, 5001).astype(dtype)
+            fp8kit.encode(x, name)
+            if not (name == "bfloat16" and dtype == np.float32):  # (small calls: its own)
+                plan_ = codec._FAST_ENCODE[(name, dtype, True)]
+                assert plan_[1] is kernel.build().args[0], (name, dtype)
+    assert lean.lean_kernel(get_format("float8_e8m0fnu"), DTYPES[0], True) is None
+    # (widened to float64 first: the general kernel)
+    odd = get_format("p3109_k8p1se")
+    assert plan(odd, DTYPES[0]).widen_first and lean.lean_kernel(odd, DTYPES[0], True) is None
+
+
+def test_formats_share_one_compiled_function_per_data_kind():
+    x = np.linspace(-3, 3, 5001, dtype=np.float32)
+    fp8kit.encode(x, "float8_e3m4")
+    before = compiled_count()
+    for name in ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "p3109_k8p6se"):
+        fp8kit.encode(x, name, saturate=False)
+    assert compiled_count() == before
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_length_and_alignment_and_nothing_outside(dtype):
+    for name in ("float4_e2m1fn", "float16"):
+        fmt = get_format(name)
+        kernel = lean.lean_kernel(fmt, dtype, False)
+        x = boundary_probes(fmt, dtype)[:5000].copy()
+        want = general_codes(fmt, x, False)
+        fill = want.dtype.type(0xA5)
+        for start in (0, 1, 3, 63):
+            for n in [*range(0, 140, 7), 128, 1029]:
+                buf = np.full(n + 80, fill, want.dtype)
+                xs = x[start : start + n]
+                kernel.serial(xs.view(f"u{x.itemsize}"), D32, D8, buf[start : start + n])
+                np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+                assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES[:3], ids=str)
+def test_large_arrays_stream_the_same_codes(dtype):
+    """From 64 MiB of traffic the kernel writes with non-temporal stores (an unaligned head
+    first); on every thread count."""
+    rng = np.random.default_rng(5)
+    n = (64 << 20) // (dtype.itemsize + 1) + 77
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-12, 12, n))).astype(dtype)
+    x[::1001] = np.nan
+    fmt = get_format("float4_e2m1fn")
+    want = general_codes(fmt, x, True)
+    for threads in (1, 2):
+        with fp8kit.num_threads(threads):
+            got = fp8kit.encode(x[1:], fmt)
+        np.testing.assert_array_equal(got, want[1:], err_msg=str(threads))
