@@ -24,11 +24,18 @@ from ._kernels.codec import (
     f16_lut,
     lookup_kernel,
 )
-from ._kernels.decode import decode_f32_kernel, format_planes, plane_kernel
+from ._kernels.decode import (
+    bf16_widen_kernel,
+    decode_f32_kernel,
+    format_planes,
+    lookup_native_kernel,
+    plane_kernel,
+)
 from ._kernels.encode16 import encode16_kernel, round16_kernel
 from ._kernels.inplace import round_kernel
 from ._kernels.lean import lean_kernel
-from ._kernels.native import NativeCall
+from ._kernels.native import NativeCall, xo_call
+from ._kernels.native import available as native_available
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat, get_format
@@ -230,18 +237,23 @@ def _entry_point(fn, arrays: tuple):
 
 
 def _make_plan(fn, lut, table, x_bits: np.ndarray, out_bits, res_dtype):
-    """The fast path's plan: (entry point, bound array or None, lut, table, result dtype),
-    lut None for a kernel that takes only x and out (:class:`XOKernel`), or None when the
-    compiled kernel has no entry point for these arrays (the full path then runs every
-    time)."""
+    """The fast path's plan: (entry point, bound array or None, lut, table, result dtype,
+    x-and-out call or None), lut None for a kernel that takes only x and out
+    (:class:`XOKernel`: its entry point is also the plan's x-and-out call), or None when
+    the compiled kernel has no entry point for these arrays (the full path then runs every
+    time).  A native kernel that reads no lut or table also gets an x-and-out call
+    (:func:`fp8kit._kernels.native.xo_call`) for small 1-D arrays."""
     x1 = x_bits.reshape(-1)[:1]  # (one element of x's dtype, 1-D: x may be 0-d)
     if isinstance(fn, _XO):
         ep = _entry_point(fn.func, (x1, _empty(1, out_bits)))
         if ep is None or ep[1] is not None:
             return None
-        return (ep[0], None, None, None, np.dtype(res_dtype))
+        return (ep[0], None, None, None, np.dtype(res_dtype), ep[0])
     ep = _entry_point(fn, (x1, lut, table, _empty(1, out_bits)))
-    return None if ep is None else (ep[0], ep[1], lut, table, np.dtype(res_dtype))
+    if ep is None:
+        return None
+    xo = xo_call(fn, x1.itemsize, np.dtype(out_bits).itemsize) if type(fn) is NativeCall else None
+    return (ep[0], ep[1], lut, table, np.dtype(res_dtype), xo)
 
 
 def _run_plan(plan, x: np.ndarray, out):
@@ -272,7 +284,7 @@ def _run_plan(plan, x: np.ndarray, out):
     one_d = x.ndim == 1
     if not one_d and not x.ndim:
         return None
-    ep, prm, lut, table, res_dtype = plan
+    ep, prm, lut, table, res_dtype = plan[:5]
     if n >= _SMALL and lut is None:
         return None  # (an x-and-out kernel serves small arrays only)
     if out is None:
@@ -409,17 +421,17 @@ def encode(
         except (TypeError, AttributeError):  # unhashable fmt, an out that is no array
             plan = False
         if plan:
-            # a kernel of x and out alone (bfloat16 <-> float32; see decode)
-            if plan[2] is None and x.ndim == 1:
+            # a kernel of x and out alone (small 1-D arrays; see decode)
+            if plan[5] is not None and x.ndim == 1:
                 if out is None:
                     res = _empty(x.size, plan[4])
                 elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
                     res = out
                 else:
                     res = None
-                if res is not None and not plan[0](x, res, ~_SMALL):
+                if res is not None and not plan[5](x, res, ~_SMALL):
                     return res
-            else:
+            if plan[2] is not None:
                 res = _run_plan(plan, x, out)
                 if res is not None:
                     return res
@@ -447,11 +459,13 @@ def encode(
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
         # float32 on the byte lanes of bfloat16 (same bits)
-        kernel = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat) or kernel
+        native = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
+        kernel = native or kernel
         # float32 -> bfloat16 below the threading threshold: the same rounding, x and out
-        # its only arguments (the small-call fast path's kernel).  Larger arrays keep
-        # encode_kernel's, which streams its stores: 16M elements, 2 threads, 3.2 -> 2.5 ms.
-        small_kernel = bf16_encode_kernel(fmt, x.dtype, sat)
+        # its only arguments (the small-call fast path's kernel), where no native kernel
+        # takes it.  Larger arrays keep encode_kernel's, which streams its stores: 16M
+        # elements, 2 threads, 3.2 -> 2.5 ms.
+        small_kernel = None if native else bf16_encode_kernel(fmt, x.dtype, sat)
         if small_kernel is not None and x.size < _SMALL:
             kernel = small_kernel
         elif small_kernel is not None:
@@ -576,20 +590,21 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         except (TypeError, AttributeError):  # as in encode
             plan = False
         if plan:
-            # A kernel of x and out alone (bfloat16 -> float32) checks sizes, layout,
-            # alignment and overlap itself (XOKernel) before it writes anything, so Python
-            # checks only what it cannot see.  1,000 elements, out=, thread CPU time: 0.93
-            # us with the checks of _run_plan, 0.77 with these in a function, 0.70 inline.
-            if plan[2] is None and codes.ndim == 1:
+            # A kernel of x and out alone (bfloat16 -> float32, and native kernels that
+            # read no table) checks sizes, layout, alignment and overlap itself (XOKernel,
+            # native.xo_call) before it writes anything, so Python checks only what it
+            # cannot see.  1,000 elements, out=, thread CPU time: 0.93 us with the checks
+            # of _run_plan, 0.77 with these in a function, 0.70 inline.
+            if plan[5] is not None and codes.ndim == 1:
                 if out is None:
                     res = _empty(codes.size, plan[4])
                 elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
                     res = out
                 else:
                     res = None
-                if res is not None and not plan[0](codes, res, ~_SMALL):
+                if res is not None and not plan[5](codes, res, ~_SMALL):
                     return res
-            else:
+            if plan[2] is not None:
                 res = _run_plan(plan, codes, out)
                 if res is not None:
                     return res
@@ -617,7 +632,12 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
         kernel = decode_f32_kernel(fmt, arr.dtype)
     status = None
     if kernel is None:
-        kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
+        if native_available():  # (compiled without Numba's set-up)
+            kernel = bf16_widen_kernel() if bf16_shift else lookup_native_kernel(
+                arr.dtype, table.dtype
+            )  # fmt: skip
+        else:
+            kernel = lookup_kernel(arr.dtype, table.dtype, bf16_shift)
         if unchecked:  # (the table kernel reads table[code]: check first)
             _check_codes(arr, fmt)
     elif unchecked:
@@ -708,6 +728,15 @@ def round_to(
         except (TypeError, AttributeError):
             plan = False
         if plan:
+            if plan[5] is not None and x.ndim == 1:  # (x and out alone: see decode)
+                if out is None:
+                    res = _empty(x.size, plan[4])
+                elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
+                    res = out
+                else:
+                    res = None
+                if res is not None and not plan[5](x, res, ~_SMALL):
+                    return res
             res = _run_plan(plan, x, out)
             if res is not None:
                 return res

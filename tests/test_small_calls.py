@@ -457,7 +457,8 @@ def test_large_arrays_take_the_plan_threaded(threads, monkeypatch):
     """From the threading threshold up the plan runs too, threaded (after a call that
     streamed more than the caches hold, the full path's Python costs ~0.1 ms, from memory):
     the full path's bits for encode, decode, round_to, astype and cast, 1-D and 2-D, with
-    and without out; a kernel of x and out alone (float32 -> bfloat16) is not used there."""
+    and without out (float32 -> bfloat16 too: its native kernel's plan, not the small
+    calls' call of x and out alone)."""
     from fp8kit._parallel import PARALLEL_THRESHOLD
 
     n = 2 * PARALLEL_THRESHOLD + 7
@@ -482,14 +483,73 @@ def test_large_arrays_take_the_plan_threaded(threads, monkeypatch):
         same(*both(lambda: fp8kit.astype(x, fmt)))
 
     with fp8kit.num_threads(threads):
-        for fmt in ("float8_e4m3fn", "float16", "float4_e2m1fn"):
+        for fmt in ("float8_e4m3fn", "float16", "float4_e2m1fn", "bfloat16"):
             check(fmt)
-        calls.clear()
-        same(*both(lambda: fp8kit.encode(x, "bfloat16")))
-        assert calls == []
         same(*both(lambda: fp8kit.cast(x, "float8_e5m2")))
         # overlapping out: the full path (it copies first)
         buf = data((n + 1,))
         xs = buf[1:]
         want = fp8kit.round_to(xs.copy(), "float8_e4m3fn")
         same(want, fp8kit.round_to(xs, "float8_e4m3fn", out=buf[:n]).copy())
+
+
+def test_native_call_of_x_and_out_alone_refuses_what_it_cannot_check():
+    """Native kernels that read no table take small 1-D calls with x and out alone
+    (fp8kit._kernels.native.xo_call: the checks of layout, size and overlap in the entry):
+    it runs them and returns 0, or returns 1 having written nothing for anything else
+    (another type, 2-D, sizes that differ or reach the limit, not contiguous, unaligned,
+    read-only or overlapping out, a spec that is no int); the calls that take it give the
+    full path's bits."""
+    from fp8kit._kernels.native import xo_entry
+
+    if xo_entry() is None:
+        pytest.skip("this interpreter's array layout is not the native entries'")
+    x = data((100,))
+    for name in ("float8_e4m3fn", "bfloat16", "float4_e2m1fn"):
+        fp8kit.encode(x, name)
+        fp8kit.round_to(x, name)
+    xo = codec._FAST_ENCODE[("float4_e2m1fn", x.dtype, True)][5]
+    assert xo is not None and codec._FAST_ROUND[("float4_e2m1fn", x.dtype, True)][5] is not None
+    with full_path():
+        want = fp8kit.encode(x, "float4_e2m1fn")
+    out = np.full(100, 0xEE, np.uint8)
+    assert xo(x, out, ~1000) == 0
+    same(want, out)
+    for n in (0, 1, 2):
+        o = np.full(n, 0xEE, np.uint8)
+        assert xo(x[:n].copy(), o, ~1000) == 0
+        same(want[:n], o)
+
+    class Sub(np.ndarray):
+        pass
+
+    ro = np.empty(100, np.uint8)
+    ro.flags.writeable = False
+    buf = np.zeros(401, np.uint8)
+    unaligned = buf[1:].view(np.float32)
+    unaligned[:] = x
+    shared = x.copy()
+    refused = [
+        (x.view(Sub), np.empty(100, np.uint8), ~1000),
+        (x, np.empty(100, np.uint8).view(Sub), ~1000),
+        (x.reshape(10, 10), np.empty((10, 10), np.uint8), ~1000),
+        (x, np.empty(99, np.uint8), ~1000),
+        (x, np.empty(100, np.uint8), ~100),  # (the limit: 100 elements or more refused)
+        (x[::2], np.empty(50, np.uint8), ~1000),
+        (x, np.empty(200, np.uint8)[::2], ~1000),
+        (unaligned, np.empty(100, np.uint8), ~1000),
+        (x, ro, ~1000),
+        (shared, shared.view(np.uint8)[:100], ~1000),
+        (shared[1:], shared.view(np.uint8)[:99], ~1000),
+        (x, np.empty(100, np.uint8), "no int"),
+    ]
+    for xs, o, spec in refused:
+        before = o.copy()
+        assert xo(xs, o, spec) == 1
+        np.testing.assert_array_equal(o, before)
+    # and the calls that meet them take the full path, with its bits
+    same(want[::2], fp8kit.encode(x[::2], "float4_e2m1fn"))
+    same(want, fp8kit.encode(unaligned, "float4_e2m1fn"))
+    y = shared.copy()
+    r = fp8kit.round_to(y, "float4_e2m1fn")
+    same(r, fp8kit.round_to(y, "float4_e2m1fn", out=y).copy())

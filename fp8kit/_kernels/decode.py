@@ -26,47 +26,23 @@ import functools
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.extending import intrinsic
+from numba.core import cgutils
 
 from ..formats import FloatFormat
 from .bits import (
-    as_bits,
-    as_float,
-    cast_like,
-    chunk_range,
-    chunks,
     cpu_has,
     emit_plane_lookup,
-    prefer_512,
-    shl,
+    splat,
     table_planes,
+    vector_blocks,
 )
-from .codec import Kernel, _array, dummy, source_version
+from .codec import dummy
 from .native import NativeKernel, typed_pointer
 
 _INF32 = np.uint32(0x7F800000)
 _QNAN32 = np.uint32(0x7FC00000)
 _NEVER = 0xFFFFFFFF  # a code no format has: disables a special-code rule
 _NPARAMS = 11
-
-
-@intrinsic
-def _u32_to_f32(typingctx, value):
-    """An unsigned integer's low 32 bits -> float32 (exact below 2**24): one conversion
-    instruction on 32-bit lanes, and cheaper to compile cold than ``np.float32(value)``."""
-    if not isinstance(value, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32 = ir.IntType(32)
-        x = args[0]
-        if x.type.width > 32:
-            x = builder.trunc(x, i32)
-        elif x.type.width < 32:
-            x = builder.zext(x, i32)
-        return builder.uitofp(x, ir.FloatType())
-
-    return types.float32(value), codegen
 
 
 def _params(fmt: FloatFormat) -> list[int] | None:
@@ -125,7 +101,7 @@ def decode_params(fmt: FloatFormat) -> np.ndarray | None:
 
 
 @functools.cache
-def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
+def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> NativeKernel | None:
     """Kernel decoding ``code_dtype`` codes of ``fmt`` to float32 bits by the formula (same
     call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read;
     it returns the or of the codes it read, for the caller's range check: codes above the
@@ -139,17 +115,9 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
     prm = decode_params(fmt)
     if prm is None or code_dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
         return None
-    # (returns the or of the codes: see _make)
-    sig = types.uint32(
-        _array(np.uint32, readonly=True),
-        _array(code_dtype, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(np.uint32, readonly=True),
-        _array(np.uint32),
-        types.intp,
-    )
-    version = source_version()
-    kernel = Kernel(_make, sig, ("decode_f32", code_dtype.str, version), prm)
+    code_bits = code_dtype.itemsize * 8
+    kernel = NativeKernel(("decode_formula", code_bits), _formula_native(code_bits), prm)
+    kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     n = min(1 << fmt.bits, np.iinfo(code_dtype).max + 1)
     got = np.empty(n, np.uint32)
     kernel.serial(np.arange(n, dtype=code_dtype), dummy(np.uint32), dummy(np.uint32), got)
@@ -158,42 +126,109 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> Kernel | None:
     return kernel
 
 
-def _make(parallel):
-    version = source_version()
-    one = np.uint32(1)
-    zero = np.uint32(0)
-    qnan = _QNAN32
+def _formula_native(code_bits: int):
+    """The emitter of :func:`decode_f32_kernel`'s native kernel (see
+    :func:`fp8kit._kernels.native.native_address`): ``code_bits`` codes to float32 bits by
+    the fields' formula with :func:`decode_params`' constants ``prm``, 16 lanes a vector;
+    it returns the or of the codes it read (i32)."""
+    lanes = 16
 
-    def kernel(prm, x, lut, table, out, nchunks):
-        if version == 0 or parallel is None:  # never true; see source_version
-            return zero
-        nchunks, c_first, c_stop = chunk_range(nchunks)
-        mag_mask, sign_bit, sign_shift, sh, adj = prm[0], prm[1], prm[2], prm[3], prm[4]
-        min_norm, scale, sp_code, sp_bits = prm[5], as_float(prm[6]), prm[7], prm[8]
-        nan_lo, nz_code = prm[9], prm[10]
-        step = (x.size + nchunks - 1) // nchunks
-        # The or of every code read: a code above the format's range sets a bit above its
-        # width, which the caller tests after the call.  One vector `or` per 16 codes,
-        # where numpy's `max` over the codes before the call was a second pass over them.
-        seen = zero
-        for c in range(c_first, c_stop):
-            prefer_512()
-            xc, oc = chunks(x, out, c, step)
-            for j in range(xc.size):
-                v = cast_like(xc[j], one)
-                seen = cast_like(seen | v, one)  # (uint32: Numba widens an or to 64 bits)
-                a = v & mag_mask
-                norm = cast_like(shl(a, sh, one) + adj, one)
-                sub = as_bits(_u32_to_f32(a) * scale)
-                r = sub if a < min_norm else norm
-                r = sp_bits if a == sp_code else r
-                r = qnan if a >= nan_lo else r
-                r = qnan if v == nz_code else r
-                # (shift, then mask: one and-or instruction with the or below)
-                oc[j] = r | (shl(v, sign_shift, one) & sign_bit)
-        return seen
+    def emit(context, builder, args):
+        prm, _, _, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        i32 = ir.IntType(32)
+        vt = ir.VectorType(i32, lanes)
+        vf = ir.VectorType(ir.FloatType(), lanes)
+        words = builder.bitcast(prm, i32.as_pointer())
+        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
+             for k in range(_NPARAMS)]  # fmt: skip
+        mag_mask, sign_bit, sign_shift, sh, adj, min_norm, scale, sp_code, sp_bits = w[:9]
+        nan_lo, nz_code = w[9], w[10]
+        qnan = ir.Constant(vt, [int(_QNAN32)] * lanes)
+        seen = cgutils.alloca_once_value(builder, ir.Constant(vt, [0] * lanes))
 
+        def body(codes):
+            v = builder.zext(codes, vt)
+            builder.store(builder.or_(builder.load(seen), v), seen)
+            a = builder.and_(v, mag_mask)
+            norm = builder.add(builder.shl(a, sh), adj)
+            # (subnormal codes: exact, and the product a float32 normal)
+            sub = builder.fmul(builder.uitofp(a, vf), builder.bitcast(scale, vf))
+            r = builder.select(builder.icmp_unsigned("<", a, min_norm), builder.bitcast(sub, vt),
+                               norm)  # fmt: skip
+            r = builder.select(builder.icmp_unsigned("==", a, sp_code), sp_bits, r)
+            r = builder.select(builder.icmp_unsigned(">=", a, nan_lo), qnan, r)
+            r = builder.select(builder.icmp_unsigned("==", v, nz_code), qnan, r)
+            return builder.or_(r, builder.and_(builder.shl(v, sign_shift), sign_bit))
+
+        x_at = typed_pointer(builder, x, code_bits, first)
+        out_at = typed_pointer(builder, out, 32, first)
+        vin = ir.VectorType(ir.IntType(code_bits), lanes)
+        vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vt, body)
+        reduce_or = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(i32, [vt]), "llvm.vector.reduce.or.v16i32"
+        )
+        return builder.call(reduce_or, [builder.load(seen)])
+
+    return emit
+
+
+@functools.cache
+def bf16_widen_kernel() -> NativeKernel:
+    """Kernel decoding bfloat16 codes to float32 bits: the bits shifted up 16, a NaN the
+    canonical quiet NaN of its sign (the decode table's bits); it reads no lut or table
+    (small calls pass x and out alone).  It replaced a Numba kernel (0.19 s to compile on
+    a first call, and Numba's set-up)."""
+    kernel = NativeKernel(("decode_bf16_widen",), _bf16_widen_native, dummy(np.uint8))
+    kernel.xo = True
     return kernel
+
+
+def _bf16_widen_native(context, builder, args):
+    _, _, _, x, out, first, stop, total = args
+    intp = context.get_value_type(types.intp)
+    lanes = 32
+    vt = ir.VectorType(ir.IntType(32), lanes)
+
+    def k(value):
+        return ir.Constant(vt, [value] * lanes)
+
+    def body(h):
+        v = builder.zext(h, vt)
+        nan = builder.icmp_unsigned(">", builder.and_(v, k(0x7FFF)), k(0x7F80))
+        quiet = builder.or_(builder.shl(builder.and_(v, k(0x8000)), k(16)), k(int(_QNAN32)))
+        return builder.select(nan, quiet, builder.shl(v, k(16)))
+
+    x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 32, first)
+    vin = ir.VectorType(ir.IntType(16), lanes)
+    vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vt, body)
+    return ir.Constant(ir.IntType(32), 0)
+
+
+@functools.cache
+def lookup_native_kernel(code_dtype: np.dtype, table_dtype: np.dtype) -> NativeKernel:
+    """Kernel writing ``table[x[i]]`` (the decode table of any format and output dtype;
+    uint8 or uint16 codes), as :func:`fp8kit._kernels.codec.lookup_kernel`'s Numba kernel:
+    the same scalar loop, which LLVM vectorizes where it finds that worth it."""
+    code_bits = np.dtype(code_dtype).itemsize * 8
+    out_bits = np.dtype(table_dtype).itemsize * 8
+    emit = _lookup_native(code_bits, out_bits)
+    return NativeKernel(("decode_lookup", code_bits, out_bits), emit, dummy(np.uint8))
+
+
+def _lookup_native(code_bits: int, out_bits: int):
+    def emit(context, builder, args):
+        _, _, table, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        x_at = typed_pointer(builder, x, code_bits)
+        out_at = typed_pointer(builder, out, out_bits)
+        entries = typed_pointer(builder, table, out_bits)
+        with cgutils.for_range_slice(builder, first, stop, ir.Constant(intp, 1), intp) as (j, _):
+            code = builder.zext(builder.load(builder.gep(x_at, [j])), intp)
+            builder.store(builder.load(builder.gep(entries, [code])), builder.gep(out_at, [j]))
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit
 
 
 # ---------------------------------------------------------------- byte-plane table kernel
@@ -214,7 +249,7 @@ def format_planes(fmt: FloatFormat, dtype: np.dtype) -> np.ndarray | None:
 
 
 @functools.cache
-def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> Kernel | None:
+def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> NativeKernel | None:
     """Kernel decoding uint8 codes of ``fmt`` to ``dtype`` (float16, bfloat16, float32,
     float64) bits by byte permutes: the table's two byte planes (:func:`format_planes`) sit
     in eight vector registers and AVX512-VBMI's vpermi2b looks up 64 codes in 128 of their

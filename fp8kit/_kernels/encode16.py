@@ -1209,7 +1209,9 @@ def byte_kernel(which: int, params: np.ndarray, stream_min: int = STREAM_MIN) ->
     any dtype: a further input dtype compiles only its native function."""
     name, source = _NATIVE[which]
     key = (name,) if stream_min == STREAM_MIN else (name, "stream_min", stream_min)
-    return NativeKernel(key, _byte_native(source, stream_min), params)
+    kernel = NativeKernel(key, _byte_native(source, stream_min), params)
+    kernel.xo = source in (0, 1, 2, 5)  # (the encodes read no lut or table)
+    return kernel
 
 
 def _chunked(which: int, pmadd: int = 0):

@@ -189,5 +189,5 @@ def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | 
         int(params[_ZERO_SIGN]) != 1 << (width - 1),
     )
     kernel = NativeKernel(("round_in_place", width) + flags, _round_emitter(width, *flags), params)
-    kernel.planes = False
+    kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     return kernel

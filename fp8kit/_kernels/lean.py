@@ -74,7 +74,7 @@ def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | N
     half = dtype == np.float16
     flags = (bits, width, code_bytes, half, bool(p[15]), bool(p[7]))
     kernel = NativeKernel(("encode_lean",) + flags, _lean_emitter(*flags), params)
-    kernel.planes = False
+    kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     assert pl.load == LOAD_DIRECT or bits == 16
     return kernel
 
