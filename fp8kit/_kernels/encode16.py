@@ -58,11 +58,9 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
 
 from ..formats import FloatFormat, get_format
 from .bits import (
-    array_args,
     block_load,
     block_mask,
     block_store,
@@ -197,9 +195,11 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
         if byte_prm is not None:
             half = in_dtype == np.float16
             return byte_kernel(_HALF_BYTES if half else _BYTES, byte_prm)
-    pmadd = int(cpu_has("avx512bw"))
-    sig = _chunked_sig(np.uint16, np.uint8, np.uint16)
-    return Kernel(_chunked(_WORDS, pmadd), sig, ("encode16", source_version(), pmadd), prm)
+    half = in_dtype == np.float16
+    flags = (cpu_has("avx512bw"), half, bool(prm[_NEG_ZERO]), bool(prm[_NEED_INF]))
+    kernel = NativeKernel(("encode16_words",) + flags, _words_native(*flags), prm)
+    kernel.xo = True  # (no lut or table: small calls pass x and out alone)
+    return kernel
 
 
 @functools.cache
@@ -442,7 +442,7 @@ _NO_PARAMS = np.zeros(0, np.uint8)
 # Layout of _prm's array (the vector code reads it by index).
 (_ABS, _SH, _RB, _MIN_NORMAL, _WSH, _MAGIC, _NAN_THR, _SRC_INF, _OVF, _INF_RES, _NAN_MAG,
  _SIGN_BIT, _SIGN_SHIFT, _NEG_ZERO, _NEED_INF, _S, _KEEP) = range(17)  # fmt: skip
-#: Elements per vector block of :func:`_encode_blocks`.
+#: Elements per vector block of :func:`_words_native`.
 BLOCK = 32
 
 
@@ -508,28 +508,24 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
     return builder.trunc(res, ir.VectorType(ir.IntType(8), BLOCK))
 
 
-@intrinsic
-def _encode_blocks(typingctx, prm, x, out, n, pmadd):
-    """Encode ``x[:n]`` into ``out[:n]`` with _prm's constants ``prm``, one vector of BLOCK
-    elements at a time: LLVM vector code written here, since the loop vectorizer cannot
+def _words_native(use_pmadd: bool, half: bool, neg_zero: bool, need_inf: bool):
+    """The emitter of the native kernel encoding bfloat16 or (``half``) float16 bits with
+    _prm's constants ``prm`` on 16-bit lanes, one vector of BLOCK elements at a time
+    (:func:`_vector_body`): LLVM vector code written here, since the loop vectorizer cannot
     see the two halves of a 32-bit lane as two elements.  Portable LLVM IR (other targets
-    split the vectors; ``pmadd``, a literal, allows AVX512-BW's vpmaddwd); the variant
-    (float16 or bfloat16 bits, -0 or not, Inf apart or not) is chosen once per call,
-    outside the loop."""
-    if not (isinstance(prm, types.Array) and isinstance(pmadd, types.IntegerLiteral)):
-        return None
-    use_pmadd = bool(pmadd.literal_value)
+    split the vectors; ``use_pmadd`` allows AVX512-BW's vpmaddwd); the variant (float16 or
+    bfloat16 bits, -0 or not, Inf apart or not) is compiled in: one loop a kernel (eight
+    in one Numba kernel took 0.26 s to compile)."""
 
-    def codegen(context, builder, signature, args):
-        pa, xa, oa = array_args(context, builder, signature, args, 3)
-        n = args[3]
+    def emit(context, builder, args):
+        prm, _, _, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
         i16 = ir.IntType(16)
         v16 = ir.VectorType(i16, BLOCK)
         v8 = ir.VectorType(ir.IntType(8), BLOCK)
-        scalars = [
-            builder.load(builder.gep(pa.data, [ir.Constant(intp, k)])) for k in range(_KEEP + 1)
-        ]
+        words = builder.bitcast(prm, i16.as_pointer())
+        scalars = [builder.load(builder.gep(words, [ir.Constant(intp, k)]))
+                   for k in range(_KEEP + 1)]  # fmt: skip
         splats = {}
 
         def c(k, scalar=False):
@@ -539,30 +535,16 @@ def _encode_blocks(typingctx, prm, x, out, n, pmadd):
                 splats[k] = splat(builder, scalars[k], v16)
             return splats[k]
 
-        for k in range(_KEEP + 1):  # (in the entry: LLVM hoists nothing out of the branches)
+        for k in range(_KEEP + 1):  # (in the entry: the loop and the tail block use them)
             c(k)
-        zero16 = ir.Constant(i16, 0)
-        f16 = builder.icmp_unsigned("!=", scalars[_WSH], ir.Constant(i16, 16))
-        neg_zero = builder.icmp_unsigned("!=", scalars[_NEG_ZERO], zero16)
-        need_inf = builder.icmp_unsigned("!=", scalars[_NEED_INF], zero16)
+        x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 8, first)
+        vector_blocks(
+            builder, intp, builder.sub(stop, first), x_at, out_at, v16, v8,
+            lambda v: _vector_body(builder, v, c, use_pmadd, half, neg_zero, need_inf),
+        )  # fmt: skip
+        return ir.Constant(ir.IntType(32), 0)
 
-        def loop(flags):
-            vector_blocks(
-                builder, intp, n, xa.data, oa.data, v16, v8,
-                lambda v: _vector_body(builder, v, c, use_pmadd, *flags),
-            )  # fmt: skip
-
-        def branch(cond, flags, then):
-            with builder.if_else(cond) as (yes, no):
-                with yes:
-                    then(flags + (True,))
-                with no:
-                    then(flags + (False,))
-
-        branch(f16, (), lambda fl: branch(neg_zero, fl, lambda fl2: branch(need_inf, fl2, loop)))
-        return context.get_dummy_value()
-
-    return types.void(prm, x, out, n, pmadd), codegen
+    return emit
 
 
 @functools.cache
@@ -584,7 +566,9 @@ def f16_to_bf16_kernel(saturate) -> Kernel:
         types.intp,
     )
     if _bf16_convert():
-        return Kernel(_chunked(_F16_BF16), sig, ("f16_to_bf16_vec", source_version()), prm)
+        kernel = NativeKernel(("f16_to_bf16",), _f16_to_bf16_native, prm)
+        kernel.xo = True  # (no lut or table: small calls pass x and out alone)
+        return kernel
     return Kernel(_make_f16_bf16, sig, ("f16_to_bf16", source_version()), prm)
 
 
@@ -615,52 +599,48 @@ def _bfloat_type():
         return None
 
 
-@intrinsic
-def _f16_to_bf16_blocks(typingctx, prm, x, out, n):
-    """``out[:n]`` = bfloat16 bits of the float16 bits ``x[:n]``, nearest-even: the hardware
+def _f16_to_bf16_native(context, builder, args):
+    """The native kernel of :func:`f16_to_bf16_kernel` (where the CPU converts to bfloat16):
+    the bfloat16 bits of the float16 bits ``x[first:stop]``, nearest-even: the hardware
     conversions to float32 (exact) and on to bfloat16 (nearest-even: every float16 is a
     float32 and a bfloat16 normal, so no flush-to-zero mode applies), then Inf and NaN by
     ``prm``'s codes (inf_res, nan_mag) with the sign.  (Plain stores: non-temporal ones
     measured no faster, 2M-16M elements.)"""
-    if not (isinstance(prm, types.Array) and isinstance(x, types.Array)):
-        return None
+    prm, _, _, x, out, first, stop, total = args
+    intp = context.get_value_type(types.intp)
+    i16, i32 = ir.IntType(16), ir.IntType(32)
+    v16 = ir.VectorType(i16, BLOCK)
 
-    def codegen(context, builder, signature, args):
-        pa, xa, oa = array_args(context, builder, signature, args, 3)
-        intp = context.get_value_type(types.intp)
-        i16, i32 = ir.IntType(16), ir.IntType(32)
-        v16 = ir.VectorType(i16, BLOCK)
+    def k16(value):
+        return ir.Constant(v16, [value] * BLOCK)
 
-        def k16(value):
-            return ir.Constant(v16, [value] * BLOCK)
+    words = builder.bitcast(prm, i16.as_pointer())
+    inf_res = splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, 0)])), v16)
+    nan_mag = splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, 1)])), v16)
+    half = ir.VectorType(ir.HalfType(), BLOCK)
+    f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
+    bf = ir.VectorType(_bfloat_type(), BLOCK // 2)
 
-        inf_res = splat(builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, 0)])), v16)
-        nan_mag = splat(builder, builder.load(builder.gep(pa.data, [ir.Constant(intp, 1)])), v16)
-        half = ir.VectorType(ir.HalfType(), BLOCK)
-        f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
-        bf = ir.VectorType(_bfloat_type(), BLOCK // 2)
+    def part(h, lo):
+        mask = ir.Constant(ir.VectorType(i32, BLOCK // 2), list(range(lo, lo + BLOCK // 2)))
+        return builder.fptrunc(builder.fpext(builder.shuffle_vector(h, h, mask), f32), bf)
 
-        def part(h, lo):
-            mask = ir.Constant(ir.VectorType(i32, BLOCK // 2), list(range(lo, lo + BLOCK // 2)))
-            return builder.fptrunc(builder.fpext(builder.shuffle_vector(h, h, mask), f32), bf)
+    def body(v):
+        h = builder.bitcast(v, half)
+        both = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
+        r = builder.bitcast(builder.shuffle_vector(part(h, 0), part(h, BLOCK // 2), both), v16)
+        a = builder.and_(v, k16(0x7FFF))
+        sign = builder.and_(v, k16(0x8000))
+        r = builder.select(
+            builder.icmp_unsigned("==", a, k16(0x7C00)), builder.or_(inf_res, sign), r
+        )
+        return builder.select(
+            builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
+        )
 
-        def body(v):
-            h = builder.bitcast(v, half)
-            both = ir.Constant(ir.VectorType(i32, BLOCK), list(range(BLOCK)))
-            r = builder.bitcast(builder.shuffle_vector(part(h, 0), part(h, BLOCK // 2), both), v16)
-            a = builder.and_(v, k16(0x7FFF))
-            sign = builder.and_(v, k16(0x8000))
-            r = builder.select(
-                builder.icmp_unsigned("==", a, k16(0x7C00)), builder.or_(inf_res, sign), r
-            )
-            return builder.select(
-                builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
-            )
-
-        vector_blocks(builder, intp, args[3], xa.data, oa.data, v16, v16, body)
-        return context.get_dummy_value()
-
-    return types.void(prm, x, out, n), codegen
+    x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 16, first)
+    vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, v16, v16, body)
+    return ir.Constant(i32, 0)
 
 
 def _make_f16_bf16(parallel):
@@ -708,16 +688,6 @@ BYTE_BLOCK = 64
 #: non-temporal stores, ms, one thread: 4M 0.32 / 0.35, 8M 0.75 / 0.64, 16M 1.54 / 1.23;
 #: two threads, 16M: 1.36 / 0.98 (float16: 1.46 / 1.26 and 1.35 / 1.26).
 STREAM_MIN = 1 << 23
-
-
-def _chunked_sig(x_bits, out_bits, prm_bits=np.uint8):
-    """The signature of a :func:`_chunked` kernel: (constants, x, lut uint32, table uint8,
-    out, nchunks)."""
-    return types.void(
-        _array(prm_bits, readonly=True), _array(x_bits, readonly=True),
-        _array(np.uint32, readonly=True), _array(np.uint8, readonly=True), _array(out_bits),
-        types.intp,
-    )  # fmt: skip
 
 
 # Layout of _byte_params' array: three 128-byte tables, then scalars (_B_NEG_ZERO: the sign
@@ -1185,9 +1155,9 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     return emit
 
 
-# The vector loop a chunked kernel runs: a closure constant, so that the other branches are
-# pruned before typing (their arrays' types differ) and Numba's disk cache keys it.
-_WORDS, _F16_BF16, _BYTES, _HALF_BYTES, _F32_BYTES = range(5)
+# The byte-lane loops (numbers 0 and 1 were the Numba-called loops, now native kernels of
+# their own: _words_native, _f16_to_bf16_native)
+_BYTES, _HALF_BYTES, _F32_BYTES = 2, 3, 4
 _F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND = 6, 7, 8, 9, 10
 #: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
 _NATIVE = {
@@ -1212,29 +1182,3 @@ def byte_kernel(which: int, params: np.ndarray, stream_min: int = STREAM_MIN) ->
     kernel = NativeKernel(key, _byte_native(source, stream_min), params)
     kernel.xo = source in (0, 1, 2, 5)  # (the encodes read no lut or table)
     return kernel
-
-
-def _chunked(which: int, pmadd: int = 0):
-    """The factory of a kernel running one of this module's Numba-called vector loops
-    (:data:`_WORDS`, :data:`_F16_BF16`; the byte-lane loops are native kernels, see
-    :func:`byte_kernel`) on each of its chunks; ``pmadd``: the 16-bit-lane loop may use
-    AVX512-BW's vpmaddwd (a closure constant: part of the disk cache's key)."""
-
-    def make(parallel):
-        version = source_version()
-
-        def kernel(prm, x, lut, table, out, nchunks):
-            if version == 0 or parallel is None:  # never true; see codec.source_version
-                return
-            nchunks, c_first, c_stop = chunk_range(nchunks)
-            step = (x.size + nchunks - 1) // nchunks
-            for c in range(c_first, c_stop):
-                xc, oc = chunks(x, out, c, step)
-                if which == _F16_BF16:
-                    _f16_to_bf16_blocks(prm, xc, oc, xc.size)
-                else:
-                    _encode_blocks(prm, xc, oc, xc.size, pmadd)
-
-        return kernel
-
-    return make
