@@ -764,12 +764,14 @@ def round_to(
     planes = format_planes(fmt, dt)  # (None without VBMI or where the table does not fit)
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, dt, sat, table_dtype=table.dtype, planes=planes is not None)
-        if dt in (np.float32, np.float64):  # (the bits rounded in place: no codes, no table)
+        # bfloat16 and float16 on the byte lanes, in one pass; else the bits rounded in
+        # place (no codes, no table; 16-bit data as float32)
+        native = round16_kernel(fmt, dt, sat) if planes is not None and dt.itemsize == 2 else None
+        if native is None:
             native = round_kernel(fmt, dt, sat)
             if native is not None:  # (the data's own bits, never widened first)
-                kernel, pl = native, Plan(dt.name, LOAD_DIRECT, False, "fast")
-        elif planes is not None:  # (bfloat16 and float16 on the byte lanes, in one pass)
-            kernel = round16_kernel(fmt, dt, sat) or kernel
+                pl = Plan(dt.name, LOAD_DIRECT, False, "fast")
+        kernel = native or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(

@@ -190,7 +190,7 @@ def test_native_kernels_stay_small():
         assert native.instruction_count(decode._plane_native(width)) <= 2 * 86, width
     # round_to's in-place kernels with every optional step (inplace._round_emitter)
     for width in (32, 64):
-        emit = inplace._round_emitter(width, True, True, True)
+        emit = inplace._round_emitter(width, True, True, True, True)
         assert native.instruction_count(emit) <= 2 * 205, width
 
 

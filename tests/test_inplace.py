@@ -6,6 +6,7 @@ streamed, and run by fp8kit.round_to."""
 
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from conftest import USER_FORMATS, boundary_probes
@@ -13,11 +14,12 @@ from conftest import USER_FORMATS, boundary_probes
 import fp8kit
 from fp8kit import get_format
 from fp8kit._kernels import inplace
-from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel
-from fp8kit._kernels.tables import decode_table
+from fp8kit._kernels.codec import LOAD_LUT, compiled_count, dummy, encode_kernel, f16_lut
+from fp8kit._kernels.tables import code_values, decode_table
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
-DTYPES = [F32, F64]
+BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
+DTYPES = [F32, F64, BF16, F16]
 FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
 SATURATE = (True, False, "propagate")
 D32, D8 = dummy(np.uint32), dummy(np.uint8)
@@ -45,11 +47,18 @@ def kernel_run(kernel, x):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_signed_format_has_the_kernel_and_no_unsigned_one(dtype):
     """Unsigned formats keep the general kernel; so do the formats whose subnormals reach
-    below the type's smallest normal (a flush-to-zero mode could change their results) or
-    whose range exceeds it."""
-    emin, emax = (-126, 127) if dtype == F32 else (-1022, 1023)
+    below the type's smallest normal (a flush-to-zero mode could change their results)
+    unless their smallest normal is the type's, or whose range exceeds it; bfloat16 data
+    (rounded as float32) also the formats whose values bfloat16 does not hold."""
+    emin, emax = (-1022, 1023) if dtype == F64 else (-126, 127)
     for fmt in FORMATS:
-        in_range = fmt.minexp - fmt.mantissa_bits - 1 >= emin and fmt.maxexp - 1 <= emax
+        low = fmt.minexp - fmt.mantissa_bits - 1 >= emin or fmt.minexp == emin
+        in_range = low and fmt.maxexp - 1 <= emax
+        if dtype == BF16:  # (narrowed by truncation: formats whose values it holds)
+            vals = code_values(fmt)
+            vals = vals[np.isfinite(vals)]
+            with np.errstate(over="ignore"):
+                in_range = in_range and (vals.astype(dtype).astype(np.float64) == vals).all()
         for sat in SATURATE:
             has = inplace.round_kernel(fmt, dtype, sat) is not None
             want = fmt.signed and in_range
@@ -75,7 +84,8 @@ def test_round_to_gives_the_codes_values(fmt, dtype):
         general, pl = encode_kernel(fmt, dtype, sat, table_dtype=u)
         xg = x.astype(np.float64) if pl.widen_first else x
         old = np.empty(x.size, u)
-        general.serial(xg.view(f"u{xg.itemsize}"), D32, decode_table(fmt, dtype), old)
+        lut = f16_lut() if pl.load == LOAD_LUT else D32
+        general.serial(xg.view(f"u{xg.itemsize}"), lut, decode_table(fmt, dtype), old)
         np.testing.assert_array_equal(got, old, err_msg=str(sat))
         np.testing.assert_array_equal(fp8kit.round_to(x, fmt, saturate=sat).view(u), want,
                                       err_msg=str(sat))  # fmt: skip
@@ -95,7 +105,9 @@ def test_round_to_runs_the_kernel_and_formats_share_it(dtype):
         plan = codec._FAST_ROUND[(name, dtype, True)]
         assert plan[1] is inplace.round_kernel(fmt, dtype, True).build().args[0]
     before = compiled_count()
-    names = ["float6_e2m3fn", "float6_e3m2fn", "float16", "p3109_k8p7sf"]
+    names = ["float6_e2m3fn", "float6_e3m2fn", "p3109_k8p7sf"]
+    if dtype != BF16:  # (float16's values: not all bfloat16 values)
+        names.append("float16")
     if dtype == F64:  # (float32 data to bfloat16: its subnormals would reach float32's)
         names += ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3", "float8_e5m2fnuz"]
     for name in names:

@@ -22,13 +22,14 @@ from __future__ import annotations
 import functools
 import math
 
+import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from numba import types
 
 from .._reference import encode_value
 from ..formats import FloatFormat
-from .bits import splat, vector_blocks
+from .bits import splat, vector_blocks, widen_half
 from .codec import STREAM_MIN_TRAFFIC
 from .native import NativeKernel, typed_pointer
 from .tables import decode_table
@@ -39,37 +40,55 @@ _TYPES = {32: (23, -126), 64: (52, -1022)}
 # Layout of round_params' array: the rounding's constants, then each class's result (its
 # magnitude, and which of the input's sign bit is xor-ed into it: 0 or the sign bit).
 (_HALF, _ODD_BIT, _KEEP, _FLIP, _MIN_NORMAL, _MAGIC, _MAX, _ZERO_SIGN, _OVF, _OVF_SIGN, _INF_R,
- _INF_SIGN, _NAN, _NAN_SIGN, _N) = range(15)  # fmt: skip
+ _INF_SIGN, _NAN, _NAN_SIGN, _ONE, _N) = range(16)  # fmt: skip
 
 #: Elements a vector, by data width: two AVX-512 registers (one measured no faster).
 LANES = {32: 32, 64: 16}
-#: Elements from which the kernel writes with non-temporal stores, by data width.
-STREAM_MIN = {32: STREAM_MIN_TRAFFIC // 8, 64: STREAM_MIN_TRAFFIC // 16}
+#: Elements from which the kernel writes with non-temporal stores, by the data's width.
+STREAM_MIN = {
+    16: STREAM_MIN_TRAFFIC // 4,
+    32: STREAM_MIN_TRAFFIC // 8,
+    64: STREAM_MIN_TRAFFIC // 16,
+}
 
 
 def _bits(value: float, width: int) -> int:
     return int(np.array(value, f"f{width // 8}").view(f"u{width // 8}"))
 
 
+#: The 16-bit data types, rounded as float32 (widened exactly, narrowed exactly: only
+#: formats whose values the type holds).
+_NARROW = {np.dtype(ml_dtypes.bfloat16): "bfloat16", np.dtype(np.float16): "float16"}
+
+
 @functools.cache
 def round_params(fmt: FloatFormat, dtype: np.dtype, saturate) -> np.ndarray | None:
-    """The constants of :func:`round_kernel` for ``fmt``, float32 or float64 data
-    (``dtype``) and ``saturate``, or None where its rules do not fit the kernel's form
-    (unsigned formats, or a class whose negative result is not its positive one with the
-    sign bit kept or flipped) or ``fmt`` reaches beyond ``dtype``."""
+    """The constants of :func:`round_kernel` for ``fmt``, float32, float64, bfloat16 or
+    float16 data (``dtype``) and ``saturate``, or None where its rules do not fit the
+    kernel's form (unsigned formats, or a class whose negative result is not its positive
+    one with the sign bit kept or flipped) or ``fmt`` reaches beyond ``dtype``.  16-bit data
+    round as float32 (their values widened exactly), for formats whose every value the
+    16-bit type holds."""
     dtype = np.dtype(dtype)
-    width = dtype.itemsize * 8
+    if dtype in _NARROW:
+        wide = round_params(fmt, np.dtype(np.float32), saturate)
+        return wide if wide is not None and _narrows(fmt, dtype) else None
     if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
         return None
+    width = dtype.itemsize * 8
     src_m, src_emin = _TYPES[width]
     sign_bit = 1 << (width - 1)
     if not fmt.signed or fmt.specials == "unsigned":
         return None
     # Every subnormal of the data type must round to zero (a flush-to-zero or
     # denormals-are-zero mode set by another library then changes no result: the FPU step
-    # sees them), as for the general kernel's FPU path (codec._strategy), and fmt's
-    # values must be the type's
-    if fmt.minexp - fmt.mantissa_bits - 1 < src_emin or fmt.maxexp - 1 > -src_emin + 1:
+    # sees them), as for the general kernel's FPU path (codec._strategy), unless fmt's
+    # smallest normal is the type's (then its subnormals are the type's, fewer bits of
+    # them: the integer rounding alone, no FPU step); and fmt's values must be the type's
+    shared = fmt.minexp == src_emin
+    if (fmt.minexp - fmt.mantissa_bits - 1 < src_emin and not shared) or (
+        fmt.maxexp - 1 > -src_emin + 1
+    ):
         return None
     m = fmt.mantissa_bits
     sh = src_m - m
@@ -98,37 +117,62 @@ def round_params(fmt: FloatFormat, dtype: np.dtype, saturate) -> np.ndarray | No
     # no mantissa bits (P3109's precision 1): the tie goes to the even code, whose parity
     # is the exponent's in fmt's bias, not the type's (their biases are both odd)
     words[_FLIP] = (fmt.minexp & 1) << src_m if m == 0 else 0
-    words[_MIN_NORMAL] = _bits(2.0**fmt.minexp, width)
+    words[_MIN_NORMAL] = 0 if shared else _bits(2.0**fmt.minexp, width)  # (0: no FPU step)
     words[_MAGIC] = _bits(2.0 ** (fmt.minexp - m + src_m), width)
     words[_MAX] = _bits(fmt.max, width)
     words[_ZERO_SIGN] = zero[1]
     words[_OVF], words[_OVF_SIGN] = ovf
     words[_INF_R], words[_INF_SIGN] = inf
     words[_NAN], words[_NAN_SIGN] = nan
+    words[_ONE] = 1
     out = np.array(words, f"u{width // 8}")
     out.flags.writeable = False
     return out
 
 
-def _round_emitter(width: int, flip: bool, need_inf: bool, need_zero: bool):
+def _narrows(fmt: FloatFormat, dtype: np.dtype) -> bool:
+    """Whether the float32 kernel's results narrow to the 16-bit ``dtype`` as its decode
+    table has them: every result is a code's value in float32 (its decode table), so each
+    entry narrowed as the kernel narrows it (bfloat16: the top 16 bits, exact only where
+    the low ones are zero; float16: the hardware conversion, nearest-even) must be the
+    16-bit table's entry."""
+    n = 1 << fmt.bits
+    t32 = decode_table(fmt, np.dtype(np.float32))[:n]
+    t16 = decode_table(fmt, dtype)[:n]
+    if dtype == np.dtype(ml_dtypes.bfloat16):
+        return not np.any(t32 & 0xFFFF) and np.array_equal((t32 >> 16).astype(np.uint16), t16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrowed = t32.view(np.float32).astype(np.float16).view(np.uint16)
+    return np.array_equal(narrowed, t16)
+
+
+def _round_emitter(
+    width: int, flip: bool, need_inf: bool, need_zero: bool, signs: bool, data: str = ""
+):
     """The emitter of the native function (:data:`fp8kit._kernels.native.FUNCTION_TYPE`)
     rounding the float32 or float64 (``width``) bits ``x[first:stop]`` to ``out`` with
     :func:`round_params`' constants ``prm`` (``lut`` and ``table`` unused), ``LANES``
-    elements a vector.  The flags drop what most formats do not need (each class costs a
+    elements a vector; ``data`` "bfloat16" or "float16": the data are that type's bits,
+    widened to float32 (exact) and the results narrowed back (exact: see
+    :func:`_narrows`).  The flags drop what most formats do not need (each class costs a
     compare and two blends of the ~16 vector operations a register): ``flip``, the tie
     rule of formats without mantissa bits; ``need_inf``, Inf's own result (else the
     overflow's, which the rounded Inf takes); ``need_zero``, a zero's own sign rule (else
-    the input's sign)."""
+    the input's sign); ``signs``, a sign rule of overflow, Inf or NaN other than the
+    input's sign (fnuz: an unsigned NaN)."""
     lanes = LANES[width]
     src_m = _TYPES[width][0]
     sign_bit = 1 << (width - 1)
     inf_bits = ((1 << (width - 1 - src_m)) - 1) << src_m
+    data_bits = 16 if data else width
+    stream_min = STREAM_MIN[data_bits]
 
     def emit(context, builder, args):
         prm, _, _, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
         vt = ir.VectorType(ir.IntType(width), lanes)
         vf = ir.VectorType(ir.FloatType() if width == 32 else ir.DoubleType(), lanes)
+        vd = ir.VectorType(ir.IntType(data_bits), lanes)
         words = builder.bitcast(prm, ir.IntType(width).as_pointer())
         w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
              for k in range(_N)]  # fmt: skip
@@ -138,13 +182,18 @@ def _round_emitter(width: int, flip: bool, need_inf: bool, need_zero: bool):
             return ir.Constant(vt, [value] * lanes)
 
         def body(v):
+            if data == "bfloat16":
+                v = builder.shl(builder.zext(v, vt), k(16))
+            elif data == "float16":
+                v = widen_half(builder, v)
             a = builder.and_(v, k(sign_bit - 1))
             # nearest-even: half an ulp less one, plus the kept bits' lowest (a test under
             # mask and a masked add)
             odd = builder.xor(a, w[_FLIP]) if flip else a
             odd = builder.icmp_unsigned("!=", builder.and_(odd, w[_ODD_BIT]), k(0))
             r = builder.add(a, w[_HALF])
-            r = builder.and_(builder.select(odd, builder.add(r, k(1)), r), w[_KEEP])
+            # (a run-time 1: LLVM then keeps the masked add)
+            r = builder.and_(builder.select(odd, builder.add(r, w[_ONE]), r), w[_KEEP])
             sub = builder.fsub(builder.fadd(builder.bitcast(a, vf), magic), magic)
             small = builder.icmp_unsigned("<", a, w[_MIN_NORMAL])
             r = builder.select(small, builder.bitcast(sub, vt), r)
@@ -152,20 +201,28 @@ def _round_emitter(width: int, flip: bool, need_inf: bool, need_zero: bool):
             if need_zero:
                 sign = builder.select(builder.icmp_unsigned("==", r, k(0)), w[_ZERO_SIGN], sign)
             over = builder.icmp_unsigned(">", r, w[_MAX])
-            r, sign = builder.select(over, w[_OVF], r), builder.select(over, w[_OVF_SIGN], sign)
+            r = builder.select(over, w[_OVF], r)
+            sign = builder.select(over, w[_OVF_SIGN], sign) if signs else sign
             if need_inf:
                 inf = builder.icmp_unsigned("==", a, k(inf_bits))
                 r = builder.select(inf, w[_INF_R], r)
-                sign = builder.select(inf, w[_INF_SIGN], sign)
+                sign = builder.select(inf, w[_INF_SIGN], sign) if signs else sign
             nan = builder.icmp_unsigned(">", a, k(inf_bits))
-            r, sign = builder.select(nan, w[_NAN], r), builder.select(nan, w[_NAN_SIGN], sign)
-            return builder.xor(r, builder.and_(v, sign))
+            r = builder.select(nan, w[_NAN], r)
+            sign = builder.select(nan, w[_NAN_SIGN], sign) if signs else sign
+            r = builder.xor(r, builder.and_(v, sign))
+            if data == "bfloat16":
+                return builder.trunc(builder.lshr(r, k(16)), vd)
+            if data == "float16":
+                half = ir.VectorType(ir.HalfType(), lanes)
+                return builder.bitcast(builder.fptrunc(builder.bitcast(r, vf), half), vd)
+            return r
 
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, STREAM_MIN[width]))
-        x_at = typed_pointer(builder, x, width, first)
-        out_at = typed_pointer(builder, out, width, first)
+        stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
+        x_at = typed_pointer(builder, x, data_bits, first)
+        out_at = typed_pointer(builder, out, data_bits, first)
         n = builder.sub(stop, first)
-        vector_blocks(builder, intp, n, x_at, out_at, vt, vt, body, stream=stream)
+        vector_blocks(builder, intp, n, x_at, out_at, vd, vd, body, stream=stream)
         return ir.Constant(ir.IntType(32), 0)
 
     return emit
@@ -173,8 +230,8 @@ def _round_emitter(width: int, flip: bool, need_inf: bool, need_zero: bool):
 
 @functools.cache
 def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | None:
-    """Kernel rounding float32 or float64 (``dtype``) bits to the bits of ``fmt``'s
-    nearest-even values in the same type (round-to-format), with
+    """Kernel rounding float32, float64, bfloat16 or float16 (``dtype``) bits to the bits of
+    ``fmt``'s nearest-even values in the same type (round-to-format), with
     :func:`fp8kit._kernels.codec.encode_kernel`'s call with ``table_dtype`` (its ``lut``
     and ``table`` unused); None where :func:`round_params` is.  One compiled function per
     type serves every format that needs no optional step (the float8, float6 and float4
@@ -183,10 +240,13 @@ def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | 
     if params is None:
         return None
     width = params.itemsize * 8
+    sign_bit = 1 << (width - 1)
     flags = (
         bool(params[_FLIP]),
         (params[_INF_R], params[_INF_SIGN]) != (params[_OVF], params[_OVF_SIGN]),
-        int(params[_ZERO_SIGN]) != 1 << (width - 1),
+        int(params[_ZERO_SIGN]) != sign_bit,
+        any(int(params[k]) != sign_bit for k in (_OVF_SIGN, _INF_SIGN, _NAN_SIGN)),
+        _NARROW.get(np.dtype(dtype), ""),
     )
     kernel = NativeKernel(("round_in_place", width) + flags, _round_emitter(width, *flags), params)
     kernel.xo = True  # (no lut or table: small calls pass x and out alone)
