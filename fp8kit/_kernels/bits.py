@@ -776,6 +776,12 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
     head = zero
     if stream is not None:
         assert out_ty.count * out_ty.element.width % (STREAM_BYTES * 8) == 0
+        # (a cache line boundary falls on an element only where dst is aligned to its
+        # elements: numpy allows other arrays, and a non-temporal store there faults)
+        size = out_ty.element.width // 8
+        if size > 1:
+            off = builder.and_(builder.ptrtoint(dst, intp), ir.Constant(intp, size - 1))
+            stream = builder.and_(stream, builder.icmp_unsigned("==", off, zero))
         # (one loop for both kinds of store, a branch per block, and one head block: each
         # further copy of the body cost ~0.03 s of LLVM's time on a cold first call)
         out_bytes = ir.Constant(intp, out_ty.element.width // 8)
