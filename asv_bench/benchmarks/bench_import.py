@@ -101,6 +101,16 @@ _PUBLIC_COLD = {
     "'channel')",
     "study_mx_scales": "fp8kit.study.mx_scales(big.reshape(1024, 1024), 'float8_e4m3fn')",
     "study_error_metrics": "fp8kit.study.error_metrics(big, big, fmt='float8_e4m3fn')",
+    "round_to_float64": "fp8kit.round_to(big.astype(np.float64), 'float8_e4m3fn')",
+    "round_to_float4": "fp8kit.round_to(big, 'float4_e2m1fn')",
+    "encode_float4": "fp8kit.encode(big, 'float4_e2m1fn')",
+    "encode_to_bfloat16": "fp8kit.encode(big, 'bfloat16')",
+    "decode_float16": "fp8kit.decode(big.astype(np.float16).view(np.uint16), 'float16')",
+    "study_quantize_float64": "fp8kit.study.quantize(big.reshape(1024, 1024).astype(np.float64), "
+    "'float8_e4m3fn', 'block')",
+    "encode_toward_zero": "fp8kit.encode(big, 'float8_e4m3fn', rounding='toward_zero')",
+    "fake_convert_openvino": "fp8kit.fake_convert(big, 2.0, destination_type='f8e4m3', "
+    "mode='openvino')",
     "study_sweep": "fp8kit.study.sweep({'w': big.reshape(1024, 1024)}, "
     "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])",
 }

@@ -1,5 +1,6 @@
-"""round_to of float32 and float64 data, nearest-even, as one native kernel that rounds the
-bits in place: no codes and no decode table.
+"""round_to, nearest-even, as one native kernel that rounds the bits in place: no codes and
+no decode table.  float32 and float64 data on their own bits; bfloat16 and float16 data
+widened to float32 (exact) and narrowed back (exact: see :func:`_narrows`).
 
 The general kernel (:func:`fp8kit._kernels.codec.encode_kernel` with a ``table_dtype``)
 computes each element's code into a buffer and then looks the code's value up in the decode
@@ -8,13 +9,16 @@ set-up (0.3 s here) on top of its compile.  Here the bits round to the format's 
 directly, as FakeConvert's kernel does on float32 bits
 (:func:`fp8kit._kernels.encode16._fake_body`): nearest-even by an integer add on the bits
 (the carry out of the mantissa bumps the exponent), the FPU below the format's smallest
-normal (adding a power of two whose step is the format's subnormal step), then the
-overflow, Inf, NaN and zero rules as the format's decode table gives them.  Those rules are
-read once per format from the scalar oracle (:func:`fp8kit._reference.encode_value`) and
-the decode table, as a value and a sign rule per class (:func:`round_params`); formats
-whose rules do not fit that form (the unsigned ones), or whose subnormals reach the data
-type's, keep the general kernel.  No AVX-512 instruction is required (LLVM splits the
-vectors for the CPU at hand).
+normal (adding a power of two whose step is the format's subnormal step; not where that
+normal is the type's own, whose subnormals the integer add rounds), then the overflow, Inf,
+NaN and zero rules as the format's decode table gives them.  Those rules are read once per
+format from the scalar oracle (:func:`fp8kit._reference.encode_value`) and the decode
+table, as a value and a sign rule per class (:func:`round_params`); formats whose rules do
+not fit that form (the unsigned ones), or whose subnormals reach the data type's, keep the
+general kernel.  No AVX-512 instruction is required (LLVM splits the vectors for the CPU at
+hand).  In cache, float32 -> float8_e4m3fn, one thread: 0.14 ns an element, where the
+byte-lane codes then planes it replaced took 0.195; float64 0.28 against 0.43 (the Numba
+kernel).
 """
 
 from __future__ import annotations
