@@ -34,6 +34,7 @@ from ._kernels.decode import (
 from ._kernels.encode16 import encode16_kernel, round16_kernel
 from ._kernels.inplace import round_kernel
 from ._kernels.lean import lean_kernel
+from ._kernels.modes import mode_kernel
 from ._kernels.native import NativeCall, xo_call
 from ._kernels.native import available as native_available
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
@@ -475,6 +476,9 @@ def encode(
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
+        native = mode_kernel(fmt, x.dtype, sat, mode, ftz)  # (deterministic modes)
+        if native is not None:
+            kernel, extra = native, ()
     if pl.widen_first:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))

@@ -188,6 +188,12 @@ def test_native_kernels_stay_small():
         assert size <= 2 * _NATIVE_SIZES[name], (name, size)
     for width in (16, 32, 64):
         assert native.instruction_count(decode._plane_native(width)) <= 2 * 86, width
+    # encode's deterministic-mode kernel, its largest variant (modes._mode_emitter)
+    from fp8kit._kernels import modes
+    from fp8kit._kernels.rounding import MODES
+
+    emit = modes._mode_emitter(16, 32, 8, True, MODES["to_odd"], False, True)
+    assert native.instruction_count(emit) <= 2 * 270
     # round_to's in-place kernels with every optional step (inplace._round_emitter)
     for width in (32, 64):
         emit = inplace._round_emitter(width, True, True, True, True)

@@ -376,3 +376,61 @@ def test_native_kernels_and_their_fallback_give_the_same_bits(tmp_path):
 
     if cpu_has("avx512vbmi"):  # (every call above on native kernels: no Numba compile)
         assert native["generic"] and native["numba"] == 0
+
+
+_MODE_KERNELS = """
+    import json, sys, time
+    import numpy as np
+    from numba.core import caching
+    from fp8kit import get_format
+    if sys.argv[1] != "check":  # (widen the window between reading and writing the index)
+        save_index = caching.IndexDataCacheFile._save_index
+        caching.IndexDataCacheFile._save_index = lambda self, o: (time.sleep(0.3),
+                                                                  save_index(self, o))
+    from fp8kit._kernels.codec import dummy, encode_mode_kernel
+    from fp8kit._kernels.rounding import MODES
+    names = ["toward_zero", "toward_positive", "toward_negative", "nearest_away", "to_odd",
+             "nearest_zero"]
+    if sys.argv[1] != "check":  # (each filling process its own kernels, at the same time)
+        names = names[int(sys.argv[1]) :: 4]
+    x = np.float32([1423.5, 0.004963875, -1423.5, -0.004963875, 3.3e-5, -7.1e-8])
+    fmt = get_format("float16")
+    from numba.core import event
+    codes = {}
+    with event.install_recorder("numba:compile") as rec:
+        for name in names:  # (the Numba kernels: the native ones take these modes now)
+            kernel, _ = encode_mode_kernel(fmt, x.dtype, True, MODES[name], 32)
+            out = np.empty(x.size, np.uint16)
+            kernel.build()(x.view(np.uint32), dummy(np.uint32), dummy(np.uint8), out,
+                           np.zeros(2, np.uint32), 0, 1)
+            codes[name] = out.tolist()
+    print(json.dumps({"codes": codes, "compiled": len(rec.buffer)}))
+"""
+
+
+def test_processes_filling_one_cache_at_once_never_swap_kernels(tmp_path):
+    """Numba writes a function's cache index back without a lock: processes that save
+    different specializations of one kernel function at once could map one mode's key to
+    another's machine code (codec._cache_lock serializes them).  Four processes fill one
+    cache at once, each with kernels of its own, each pausing between reading and writing
+    the index (so that without the lock their saves interleave); a fifth loads every kernel
+    from it and must give the bits of a process that compiled them into a cache of its own,
+    compiling none."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "shared")}
+    code = textwrap.dedent(_MODE_KERNELS)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, order], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for order in ("0", "1", "2", "3")
+    ]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+    loaded = run_python(_MODE_KERNELS.replace("sys.argv[1]", "'check'"),
+                        {"NUMBA_CACHE_DIR": str(tmp_path / "shared")})  # fmt: skip
+    fresh = run_python(_MODE_KERNELS.replace("sys.argv[1]", "'check'"),
+                       {"NUMBA_CACHE_DIR": str(tmp_path / "own")})  # fmt: skip
+    assert loaded["codes"] == fresh["codes"]
+    assert fresh["codes"]["toward_positive"] != fresh["codes"]["toward_zero"]
+    # and no entry was lost (a lost one is compiled again: the same race, harmless)
+    assert loaded["compiled"] == 0 and fresh["compiled"] > 0

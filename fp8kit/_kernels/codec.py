@@ -14,7 +14,9 @@ vectorizing (measured 3x slower).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import types as pytypes
 from dataclasses import dataclass
 
@@ -341,6 +343,34 @@ class _Bound(functools.partial):
         return self.func.stats
 
 
+@contextlib.contextmanager
+def _cache_lock(disp):
+    """An exclusive lock, across processes, on the Numba cache directory of ``disp``, held
+    while its kernel is loaded or compiled and saved.  Numba reads a function's cache index,
+    adds an entry and writes it back without a lock: two processes saving different
+    specializations of one kernel function at once (the kernels of two rounding modes, say,
+    as pytest-xdist's workers or Dask's do) can both take the same data file name, and the
+    index then maps one key to the other's machine code; a later process loads the wrong
+    kernel (found: toward_zero's codes for toward_positive, from a cache two test workers
+    had filled).  Where no lock can be taken (no ``fcntl``, a read-only cache), none is."""
+    fd = None
+    try:
+        import fcntl
+
+        path = os.path.join(disp._cache._cache_path, "fp8kit-index.lock")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except (ImportError, AttributeError, OSError):
+        if fd is not None:
+            os.close(fd)
+        fd = None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # (closing releases the lock)
+
+
 class Kernel:
     """One kernel function, compiled (serially: see :func:`fp8kit._parallel.launch` for
     threads) for exactly one signature on first use and cached on disk.
@@ -374,9 +404,10 @@ class Kernel:
             if "cannot cache" not in str(exc):
                 raise
             disp = njit(**{**opts, "cache": False})(func)
-        if _FLATTEN:
-            _compile_flattened(disp, func)
-        disp.compile(self._sig)
+        with _cache_lock(disp):
+            if _FLATTEN:
+                _compile_flattened(disp, func)
+            disp.compile(self._sig)
         disp.disable_compile()
         return disp
 

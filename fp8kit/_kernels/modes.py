@@ -1,0 +1,201 @@
+"""encode in the deterministic rounding modes (and nearest-even with ``flush_subnormals``)
+as a native kernel: :func:`fp8kit._kernels.rounding.encode_mode_kind`'s integer-only path
+(its deterministic branch), :func:`fp8kit._kernels.bits._finish_with` and
+:func:`fp8kit._kernels.rounding.flush_code`, written out in LLVM vector code.
+
+The Numba kernel of :func:`fp8kit._kernels.codec.encode_mode_kernel` pays Numba's set-up
+(0.3 s here) on a first call; this one computes the same codes from the same parameter
+array (:func:`fp8kit._kernels.codec.pack_params`), the mode compiled in (its masks fold
+away), for every format but the unsigned power-of-two ones (float8_e8m0fnu: a path of its
+own).  Subnormal results come from the integer path, never the FPU: no flush-to-zero mode
+can change them.  round_to in these modes keeps the Numba kernel (codes, then values).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+from llvmlite import ir
+from numba import types
+
+from ..formats import FloatFormat
+from .bits import splat, vector_blocks, widen_half
+from .codec import (
+    _O,
+    _P,
+    _Q,
+    LOAD_BF16,
+    LOAD_DIRECT,
+    LOAD_LUT,
+    _params,
+    mode_overflow,
+    pack_params,
+    plan,
+)
+from .native import NativeKernel, typed_pointer
+from .rounding import (
+    KIND_DET,
+    NEAREST_AWAY,
+    NEAREST_EVEN,
+    NEAREST_ZERO,
+    TO_ODD,
+    TOWARD_NEGATIVE,
+    TOWARD_POSITIVE,
+    mode_kind,
+)
+
+_DATA = {
+    np.dtype(np.float32): 32,
+    np.dtype(np.float64): 64,
+    np.dtype(ml_dtypes.bfloat16): 16,
+    np.dtype(np.float16): 16,
+}
+#: Elements a vector (one cache line of 8-bit codes).
+LANES = 64
+
+
+@functools.cache
+def mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, flush: bool):
+    """Kernel rounding ``dtype`` data to ``fmt`` codes in the deterministic ``mode`` (with
+    ``flush``, subnormal results become zeros of their sign), with
+    :func:`fp8kit._kernels.codec.encode_mode_kernel`'s call (its ``key`` and ``offset``
+    arguments are not read: the caller passes only x, lut, table, out) and codes; None
+    for float8_e8m0fnu (unsigned), the stochastic modes, or data the API widens to float64
+    first (then called with float64 data: ``mode_kernel(fmt, float64, ...)``)."""
+    dtype = np.dtype(dtype)
+    if dtype not in _DATA or mode_kind(mode) != KIND_DET:
+        return None
+    pl = plan(fmt, dtype)
+    if pl.strategy == "unsigned" or pl.widen_first:
+        return None
+    p, q = _params(fmt, pl.source, saturate, mode)
+    o = mode_overflow(p, mode)
+    params = pack_params(p, q, o, None, mode)
+    width = 32 if pl.source == "float32" else 64
+    data_bits = _DATA[dtype] if pl.load != LOAD_DIRECT else width
+    half = pl.load == LOAD_LUT
+    assert pl.load in (LOAD_DIRECT, LOAD_BF16, LOAD_LUT)
+    code_bits = 8 if fmt.bits <= 8 else 16
+    flags = (data_bits, width, code_bits, half, int(mode), bool(p[15]), bool(flush))
+    kernel = NativeKernel(("encode_mode",) + flags, _mode_emitter(*flags), params)
+    kernel.xo = True  # (no lut or table: small calls pass x and out alone)
+    return kernel
+
+
+def _masks(mode: int) -> tuple[bool, ...]:
+    """:func:`fp8kit._kernels.rounding.mode_masks` of a mode known when compiling: (half,
+    kept bit, one, positive side, negative side, odd)."""
+    nearest = mode in (NEAREST_EVEN, NEAREST_AWAY, NEAREST_ZERO)
+    return (nearest, mode == NEAREST_EVEN, mode == NEAREST_AWAY, mode == TOWARD_POSITIVE,
+            mode == TOWARD_NEGATIVE, mode == TO_ODD)  # fmt: skip
+
+
+def _mode_emitter(data_bits, width, code_bits, half, mode, neg_zero, flush):
+    half_m, lsb_m, one_m, pos_m, neg_m, odd_m = _masks(mode)
+
+    def emit(context, builder, args):
+        prm, _, _, x, out, first, stop, total = args
+        intp = context.get_value_type(types.intp)
+        iw = ir.IntType(width)
+        vt = ir.VectorType(iw, LANES)
+        words = builder.bitcast(prm, iw.as_pointer())
+
+        def word(k):
+            return splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
+
+        (abs_mask, _, _, _, _, _, _, _, src_inf, max_mag, nominal_ovf, inf_res, nan_mag,
+         sign_bit, sign_shift, _, _) = (word(_P + k) for k in range(17))  # fmt: skip
+        src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = (
+            word(_Q + k) for k in range(7)
+        )
+        o_pos, o_neg = word(_O), word(_O + 1)
+        zero = ir.Constant(vt, [0] * LANES)
+        one = ir.Constant(vt, [1] * LANES)
+        s = builder.lshr(sign_bit, sign_shift)  # (the code's sign, or-ed in)
+        # (loop-invariant: no -0, the rule of bits._finish_with)
+        keep = builder.select(builder.icmp_unsigned("!=", s, zero), abs_mask, zero)
+        no_s = builder.icmp_unsigned("==", s, zero)
+        neg_inf_nan = builder.and_(no_s, builder.icmp_unsigned("!=", nominal_ovf, max_mag))
+
+        def umax(u, v):
+            return builder.select(builder.icmp_unsigned(">", u, v), u, v)
+
+        def umin(u, v):
+            return builder.select(builder.icmp_unsigned("<", u, v), u, v)
+
+        def body(v):
+            if data_bits == 16:  # (bfloat16: float32's top half; float16: exact widening)
+                v = widen_half(builder, v) if half else builder.shl(
+                    builder.zext(v, vt), ir.Constant(vt, [16] * LANES)
+                )  # fmt: skip
+            a = builder.and_(v, abs_mask)
+            negative = builder.icmp_unsigned(">", v, abs_mask)
+            e = builder.lshr(a, src_m)
+            normal = builder.icmp_unsigned("!=", e, zero)
+            m = builder.or_(builder.and_(a, mant_mask), builder.select(normal, hidden, zero))
+            ee = umax(e, one)
+            extra = builder.select(builder.icmp_unsigned("<", ee, emin_field),
+                                   builder.sub(emin_field, ee), zero)  # fmt: skip
+            sh_full = builder.add(base_sh, extra)
+            sh = umin(sh_full, cap)
+            k = builder.select(builder.icmp_unsigned(">", ee, emin_field),
+                               builder.sub(ee, emin_field), zero)  # fmt: skip
+            kshift = builder.shl(k, m_bits)
+            parity = builder.and_(builder.add(kshift, builder.lshr(m, sh)), one)
+            # _det_round: what is added below the kept bits
+            ones = builder.sub(builder.shl(one, sh), one)
+            inc = zero
+            if half_m:
+                inc = builder.add(inc, builder.lshr(ones, one))
+            if lsb_m:
+                inc = builder.add(inc, parity)
+            if one_m:
+                inc = builder.add(inc, one)
+            side = zero
+            if pos_m:
+                side = builder.select(negative, zero, ones)
+            if neg_m:
+                side = builder.select(negative, ones, zero)
+            if odd_m:
+                even = builder.icmp_unsigned("==", parity, zero)
+                side = builder.or_(side, builder.select(even, ones, zero))
+            inc = builder.add(inc, side)
+            r = builder.lshr(builder.add(m, inc), sh)
+            code = builder.add(kshift, r)
+            # _finish_with
+            ovf = builder.select(negative, o_neg, o_pos)
+            mag = umin(code, ovf)
+            mag = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, mag)
+            nan = builder.icmp_unsigned(">", a, src_inf)
+            if neg_zero:
+                mag = builder.select(nan, nan_mag, mag)
+                out_code = builder.xor(mag, builder.lshr(builder.and_(v, sign_bit), sign_shift))
+            else:
+                signed = builder.and_(negative, builder.icmp_unsigned("!=", mag, zero))
+                mag = builder.select(signed, builder.or_(builder.and_(mag, keep), s), mag)
+                neg_inf = builder.and_(
+                    builder.and_(neg_inf_nan, builder.icmp_unsigned("==", a, src_inf)), negative
+                )
+                out_code = builder.select(builder.or_(nan, neg_inf), nan_mag, mag)
+            if flush:  # rounding.flush_code
+                single = builder.icmp_unsigned("==", builder.and_(s, builder.sub(s, one)), zero)
+                cmag = builder.select(single, builder.and_(out_code, builder.sub(s, one)),
+                                      out_code)  # fmt: skip
+                signed_zero = builder.and_(out_code, s) if neg_zero else zero
+                sub = builder.and_(
+                    builder.icmp_unsigned("!=", cmag, zero),
+                    builder.icmp_unsigned("<", cmag, builder.shl(one, m_bits)),
+                )
+                out_code = builder.select(sub, signed_zero, out_code)
+            return builder.trunc(out_code, ir.VectorType(ir.IntType(code_bits), LANES))
+
+        x_at = typed_pointer(builder, x, data_bits, first)
+        out_at = typed_pointer(builder, out, code_bits, first)
+        vin = ir.VectorType(ir.IntType(data_bits), LANES)
+        vout = ir.VectorType(ir.IntType(code_bits), LANES)
+        vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vout, body)
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit

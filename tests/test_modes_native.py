@@ -1,0 +1,111 @@
+"""encode in the deterministic rounding modes (and nearest-even with flush_subnormals) by
+the native kernel of fp8kit._kernels.modes: the Numba mode kernel's codes (itself checked
+against the exact oracle in test_rounding_modes and test_p3109_modes) for every format but
+float8_e8m0fnu, every mode, saturation and input dtype it takes (every bit pattern of the
+16-bit types); at every length and alignment; and fp8kit.encode runs it."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import USER_FORMATS, boundary_probes
+
+import fp8kit
+from fp8kit import get_format
+from fp8kit._kernels import modes
+from fp8kit._kernels.codec import LOAD_LUT, compiled_count, dummy, encode_mode_kernel, f16_lut
+from fp8kit._kernels.rounding import MODES, NEAREST_EVEN, mode_kind
+
+DTYPES = [np.dtype(t) for t in (np.float32, np.float64, ml_dtypes.bfloat16, np.float16)]
+FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+DET = [name for name, m in MODES.items() if mode_kind(m) == 0]
+D8 = dummy(np.uint8)
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:overflow encountered"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
+]
+CASES = [(f, d) for d in DTYPES for f in FORMATS
+         if modes.mode_kernel(f, d, True, MODES["toward_zero"], False) is not None]  # fmt: skip
+
+
+def numba_codes(fmt, x, sat, mode, flush):
+    kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, 32, flush=flush)
+    lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+    out = np.empty(x.size, fmt.code_dtype)
+    key = np.zeros(2, np.uint32)
+    kernel.build()(x.view(f"u{x.itemsize}"), lut, D8, out, key, 0, 1)
+    return out
+
+
+def native_codes(kernel, x, code_dtype):
+    out = np.empty(x.size, code_dtype)
+    kernel.serial(x.view(f"u{x.itemsize}"), dummy(np.uint32), D8, out)
+    return out
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), CASES, ids=str)
+def test_the_numba_kernels_codes(fmt, dtype):
+    x = boundary_probes(fmt, dtype)
+    sats = [True, False] + (["propagate"] if fmt.has_inf else [])
+    cases = [(name, sat, False) for name in DET for sat in sats]
+    cases += [("nearest_even", sat, True) for sat in sats]
+    for name, sat, flush in cases:
+        mode = MODES[name]
+        kernel = modes.mode_kernel(fmt, dtype, sat, mode, flush)
+        assert kernel is not None, (name, sat)
+        want = numba_codes(fmt, x, sat, mode, flush)
+        got = native_codes(kernel, x, fmt.code_dtype)
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (name, sat, flush, [(x[i], got[i], want[i]) for i in bad[:4]])
+    got = fp8kit.encode(x, fmt, rounding="toward_positive", saturate=False)
+    want = numba_codes(fmt, x, False, MODES["toward_positive"], False)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_it_takes_every_format_but_float8_e8m0fnu():
+    for fmt in FORMATS:
+        for dtype in DTYPES[:2]:
+            kernel = modes.mode_kernel(fmt, dtype, True, MODES["toward_zero"], False)
+            widened = fp8kit._kernels.codec.plan(fmt, dtype).widen_first
+            # (the unsigned P3109 formats take the signed path and its rule for negative
+            # values; float8_e8m0fnu a path of its own)
+            assert (kernel is not None) == (fmt.specials != "unsigned" and not widened), (
+                fmt.name,
+                dtype,
+            )
+    assert modes.mode_kernel(FORMATS[0], DTYPES[0], True, MODES["stochastic"], False) is None
+
+
+def test_modes_share_nothing_but_formats_share_the_kernel():
+    x = np.linspace(-300, 300, 5001, dtype=np.float32)
+    fp8kit.encode(x, "float8_e4m3fn", rounding="toward_zero")
+    before = compiled_count()
+    for name in ("float8_e5m2", "float8_e3m4", "float4_e2m1fn", "float6_e3m2fn"):
+        fp8kit.encode(x, name, rounding="toward_zero")
+    assert compiled_count() == before
+
+
+def test_every_length_and_alignment_and_nothing_outside():
+    fmt = get_format("float8_e4m3fnuz")
+    kernel = modes.mode_kernel(fmt, DTYPES[0], False, MODES["nearest_away"], True)
+    x = boundary_probes(fmt, DTYPES[0])[:5000].copy()
+    want = numba_codes(fmt, x, False, MODES["nearest_away"], True)
+    for start in (0, 1, 3, 63):
+        for n in [*range(0, 140, 7), 128, 1029]:
+            buf = np.full(n + 80, 0xA5, np.uint8)
+            kernel.serial(x[start : start + n].view(np.uint32), dummy(np.uint32), D8,
+                          buf[start : start + n])  # fmt: skip
+            np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+            assert (buf[:start] == 0xA5).all() and (buf[start + n :] == 0xA5).all()
+
+
+def test_encode_runs_it_threaded_with_the_same_codes():
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(300_001) * np.exp2(rng.integers(-20, 20, 300_001))).astype(np.float32)
+    fmt = get_format("float8_e5m2")
+    want = numba_codes(fmt, x, True, MODES["toward_negative"], False)
+    for threads in (1, 2):
+        with fp8kit.num_threads(threads):
+            got = fp8kit.encode(x, fmt, rounding="toward_negative")
+        np.testing.assert_array_equal(got, want)
+    assert NEAREST_EVEN == 0
