@@ -46,6 +46,19 @@ USER_FORMATS = [
 ]
 
 
+#: Every registered format and the user formats above (the native kernels' tests).
+ALL_FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+#: The four input dtypes in the order the native kernels' tests name them.
+FLOAT_DTYPES = [np.dtype(t) for t in (np.float32, np.float64, ml_dtypes.bfloat16, np.float16)]
+#: Warnings of numpy's own casts in those tests: boundary values overflow float32, and
+#: float32 signalling NaNs widened to float64 (encode's float64 path for the odd P3109
+#: precision-1 formats) warn "invalid value".
+CAST_WARNINGS = [
+    pytest.mark.filterwarnings("ignore:overflow encountered"),
+    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
+]
+
+
 def ml_dtype(name):
     return np.dtype(getattr(ml_dtypes, name)) if name != "float16" else np.dtype(np.float16)
 

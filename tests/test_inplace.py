@@ -9,7 +9,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import USER_FORMATS, boundary_probes
+from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
@@ -19,17 +19,11 @@ from fp8kit._kernels.tables import code_values, decode_table
 
 F64, F32 = np.dtype(np.float64), np.dtype(np.float32)
 BF16, F16 = np.dtype(ml_dtypes.bfloat16), np.dtype(np.float16)
-DTYPES = [F32, F64, BF16, F16]
-FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+DTYPES = FLOAT_DTYPES
+FORMATS = ALL_FORMATS
 SATURATE = (True, False, "propagate")
 D32, D8 = dummy(np.uint32), dummy(np.uint8)
-
-# (numpy warns when float32 signalling NaNs are widened: encode's float64 path for the odd
-# precision-1 formats)
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:overflow encountered"),
-    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
-]
+pytestmark = CAST_WARNINGS
 
 
 def values_of_codes(x, fmt, saturate):

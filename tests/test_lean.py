@@ -6,10 +6,9 @@ alignment, streamed, on every thread count; and fp8kit.encode runs it."""
 
 import sys
 
-import ml_dtypes
 import numpy as np
 import pytest
-from conftest import USER_FORMATS, boundary_probes
+from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
@@ -17,15 +16,11 @@ from fp8kit._kernels import lean
 from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel, f16_lut, plan
 from fp8kit._kernels.encode16 import encode16_kernel
 
-DTYPES = [np.dtype(t) for t in (np.float32, np.float64, ml_dtypes.bfloat16, np.float16)]
-FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+DTYPES = FLOAT_DTYPES
+FORMATS = ALL_FORMATS
 SATURATE = (True, False, "propagate")
 D32, D8 = dummy(np.uint32), dummy(np.uint8)
-
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:overflow encountered"),
-    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
-]
+pytestmark = CAST_WARNINGS
 
 CASES = [(f, d) for d in DTYPES for f in FORMATS if lean.lean_kernel(f, d, True) is not None]
 

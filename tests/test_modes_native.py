@@ -4,10 +4,9 @@ against the exact oracle in test_rounding_modes and test_p3109_modes) for every 
 float8_e8m0fnu, every mode, saturation and input dtype it takes (every bit pattern of the
 16-bit types); at every length and alignment; and fp8kit.encode runs it."""
 
-import ml_dtypes
 import numpy as np
 import pytest
-from conftest import USER_FORMATS, boundary_probes
+from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
@@ -15,15 +14,11 @@ from fp8kit._kernels import modes
 from fp8kit._kernels.codec import LOAD_LUT, compiled_count, dummy, encode_mode_kernel, f16_lut
 from fp8kit._kernels.rounding import MODES, NEAREST_EVEN, mode_kind
 
-DTYPES = [np.dtype(t) for t in (np.float32, np.float64, ml_dtypes.bfloat16, np.float16)]
-FORMATS = [get_format(n) for n in fp8kit.formats.registered_formats()] + USER_FORMATS
+DTYPES = FLOAT_DTYPES
+FORMATS = ALL_FORMATS
 DET = [name for name, m in MODES.items() if mode_kind(m) == 0]
 D8 = dummy(np.uint8)
-
-pytestmark = [
-    pytest.mark.filterwarnings("ignore:overflow encountered"),
-    pytest.mark.filterwarnings("ignore:invalid value encountered in cast"),
-]
+pytestmark = CAST_WARNINGS
 CASES = [(f, d) for d in DTYPES for f in FORMATS
          if modes.mode_kernel(f, d, True, MODES["toward_zero"], False) is not None]  # fmt: skip
 

@@ -63,7 +63,7 @@ def mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, flush: b
     :func:`fp8kit._kernels.codec.encode_mode_kernel`'s call (its ``key`` and ``offset``
     arguments are not read: the caller passes only x, lut, table, out) and codes; None
     for float8_e8m0fnu (unsigned), the stochastic modes, or data the API widens to float64
-    first (then called with float64 data: ``mode_kernel(fmt, float64, ...)``)."""
+    first (P3109's precision-1 formats of odd bias: the Numba kernel)."""
     dtype = np.dtype(dtype)
     if dtype not in _DATA or mode_kind(mode) != KIND_DET:
         return None
