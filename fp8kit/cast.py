@@ -306,7 +306,7 @@ def _record_plan(key: tuple, x: np.ndarray, dst: CastType, sat: bool, how: _Rule
     # the plan that _float_to_float's encode call just recorded, its result typed
     plan = _FAST_ENCODE.get((dst.name, x.dtype, sat))
     if plan is not None:
-        _FAST_CAST[key] = plan[:4] + (dst.dtype,)
+        _FAST_CAST[key] = plan[:4] + (dst.dtype, None)
 
 
 def _format_of(t: CastType):

@@ -285,7 +285,7 @@ def _run_plan(plan, x: np.ndarray, out):
     one_d = x.ndim == 1
     if not one_d and not x.ndim:
         return None
-    ep, prm, lut, table, res_dtype = plan[:5]
+    ep, prm, lut, table, res_dtype, _ = plan
     if n >= _SMALL and lut is None:
         return None  # (an x-and-out kernel serves small arrays only)
     if out is None:
@@ -882,5 +882,5 @@ def astype(
         # into an array of the format's dtype)
         plan = _FAST_ENCODE.get((fmt, x.dtype, saturate))
         if plan is not None:
-            _FAST_ASTYPE[fmt_arg, x.dtype, saturate] = plan[:4] + (fmt.dtype,)
+            _FAST_ASTYPE[fmt_arg, x.dtype, saturate] = plan[:4] + (fmt.dtype, None)
     return res[()] if res.ndim == 0 and np.ndim(x) == 0 else res
