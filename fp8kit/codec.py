@@ -16,7 +16,6 @@ from ._kernels.codec import (
     LOAD_DIRECT,
     LOAD_LUT,
     Plan,
-    bf16_encode_kernel,
     bits_dtype,
     dummy,
     encode_kernel,
@@ -460,17 +459,9 @@ def encode(
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
         # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
         # float32 on the byte lanes of bfloat16 (same bits)
-        native = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
-        kernel = native or kernel
-        # float32 -> bfloat16 below the threading threshold: the same rounding, x and out
-        # its only arguments (the small-call fast path's kernel), where no native kernel
-        # takes it.  Larger arrays keep encode_kernel's, which streams its stores: 16M
-        # elements, 2 threads, 3.2 -> 2.5 ms.
-        small_kernel = None if native else bf16_encode_kernel(fmt, x.dtype, sat)
-        if small_kernel is not None and x.size < _SMALL:
-            kernel = small_kernel
-        elif small_kernel is not None:
-            fast = False  # (no plan: small calls take small_kernel, compiled on their first)
+        # (and the formats off those lanes, float32 -> bfloat16 among them, by encode_lean's
+        # formula written out: native kernels, whose small calls pass x and out alone)
+        kernel = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat) or kernel
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)

@@ -1,7 +1,8 @@
-"""float32 <-> bfloat16 by kernels of x and out alone (fp8kit._kernels.codec.XOKernel): the
-same bits as the kernels they replace, and the small-call fast path, whose size, layout,
-alignment and overlap checks these kernels do themselves, gives the full path's results
-and errors in every case that fails a check."""
+"""float32 <-> bfloat16 by kernels called with x and out alone on small arrays (the native
+kernels' x-and-out entry, fp8kit._kernels.native.xo_call; the Numba XOKernel where the
+native entries cannot read arrays): the same bits as the general kernels, and the
+small-call fast path, whose size, layout, alignment and overlap checks these calls do
+themselves, gives the full path's results and errors in every case that fails a check."""
 
 import ml_dtypes
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import fp8kit
 from fp8kit import codec
 from fp8kit._kernels import codec as kc
-from fp8kit._kernels import native
+from fp8kit._kernels import lean, native
 
 BF16 = fp8kit.get_format("bfloat16")
 F32 = np.dtype(np.float32)
@@ -18,9 +19,12 @@ SATURATE = [True, False, "propagate"]
 
 
 def _both_kernels(x_bits, saturate):
+    """The native kernel encode runs (encode_lean's formula) against the general one; with
+    saturate="propagate" encode runs the general kernel itself (no lean rule)."""
     lut, table = kc.dummy(np.uint32), kc.dummy(np.uint8)
     got, want = np.empty(x_bits.size, np.uint16), np.empty(x_bits.size, np.uint16)
-    kc.bf16_encode_kernel(BF16, F32, saturate).serial(x_bits, lut, table, got)
+    fast = lean.lean_kernel(BF16, F32, saturate) or kc.encode_kernel(BF16, F32, saturate)[0]
+    fast.serial(x_bits, lut, table, got)
     kernel, _ = kc.encode_kernel(BF16, F32, saturate)
     kernel.serial(x_bits, lut, table, want)
     return got, want
@@ -230,12 +234,3 @@ def test_astype_and_cast_to_bfloat16(saturate):
     want = _full(lambda: fp8kit.cast(x, "BFLOAT16", saturate=saturate))
     for _ in range(3):
         _same(want, fp8kit.cast(x, "BFLOAT16", saturate=saturate))
-
-
-def test_only_bfloat16_from_float32_gets_the_encode_kernel():
-    from fp8kit.formats import FloatFormat
-
-    assert kc.bf16_encode_kernel(BF16, np.dtype(np.float64), True) is None
-    assert kc.bf16_encode_kernel(fp8kit.get_format("float16"), F32, True) is None
-    other = FloatFormat(name="bfloat16", exponent_bits=8, mantissa_bits=6, bias=127)
-    assert kc.bf16_encode_kernel(other, F32, True) is None

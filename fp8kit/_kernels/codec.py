@@ -884,43 +884,6 @@ def _make_bf16_to_f32(parallel):
     return kernel
 
 
-@functools.cache
-def bf16_encode_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> XOKernel | None:
-    """Kernel rounding float32 bits to bfloat16 codes, nearest-even, taking only x and out
-    (see :class:`XOKernel`): the same rounding as :func:`encode_kernel`'s (the same
-    :func:`fp8kit._kernels.bits.encode_fast`, its constants compiled in instead of read
-    from a parameter array); None for any other format or input dtype."""
-    from ..formats import get_format
-
-    if fmt != get_format("bfloat16") or np.dtype(in_dtype) != np.float32:
-        return None
-    if plan(fmt, np.dtype(in_dtype)) != Plan("float32", LOAD_DIRECT, False, "fast"):
-        return None  # pragma: no cover - bfloat16 from float32 is always this plan
-    p, _ = _params(fmt, "float32", saturate)
-    if p[7]:  # (use_magic: never for bfloat16, which shares float32's smallest normal)
-        return None  # pragma: no cover
-    version = source_version()
-    sig = types.intp(_array(np.uint32, readonly=True), _array(np.uint16), types.intp)
-
-    def make(parallel):
-        def kernel(x, out, nchunks):
-            if version == 0 or parallel is None:  # see source_version
-                return 1
-            c_first, c_stop, step = xo_chunks(x, out, nchunks)
-            if c_stop < 0:
-                return 1
-            for c in range(c_first, c_stop):
-                prefer_512()
-                xc, oc = chunks(x, out, c, step)
-                for j in range(xc.size):
-                    oc[j] = encode_fast(xc[j], p)
-            return 0
-
-        return kernel
-
-    return XOKernel(make, sig, ("bf16_encode", saturate, version))
-
-
 def check_unsigned_mode(fmt: FloatFormat, mode: int) -> None:
     """The unsigned, power-of-two formats (float8_e8m0fnu) take the modes of issue 8 only:
     a ValueError naming ``rounding`` for the others."""
