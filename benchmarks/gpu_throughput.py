@@ -12,8 +12,9 @@ that rate as a share of the device-to-device copy bandwidth measured in the same
 the host time per call on a small array (fp8kit's dispatch and numba-cuda's launch, which
 bound calls of up to some 100M elements: docs/cuda.md).
 Before timing, each result is checked bit for bit against fp8kit's CPU kernels on the
-first million elements.  It ran on an H100 on 2026-11-26 (figures in docs/cuda.md); under
-the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1 ... --n 4096 --repeat 1``) times mean nothing.
+first million elements.  It ran on H100s on 2026-11-26 and 2026-11-27 (figures in
+docs/cuda.md); under the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1 ... --n 4096 --repeat 1``)
+times mean nothing.
 """
 
 from __future__ import annotations
