@@ -32,8 +32,8 @@ from ._kernels.decode import (
 )
 from ._kernels.encode16 import encode16_kernel, round16_kernel
 from ._kernels.inplace import round_kernel
-from ._kernels.lean import lean_kernel
-from ._kernels.modes import mode_kernel
+from ._kernels.lean import lean_kernel, unsigned_kernel
+from ._kernels.modes import mode_kernel, round_mode_kernel
 from ._kernels.native import NativeCall, xo_call
 from ._kernels.native import available as native_available
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
@@ -461,7 +461,10 @@ def encode(
         # float32 on the byte lanes of bfloat16 (same bits)
         # (and the formats off those lanes, float32 -> bfloat16 among them, by encode_lean's
         # formula written out: native kernels, whose small calls pass x and out alone)
-        kernel = encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat) or kernel
+        kernel = (
+            encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
+            or unsigned_kernel(fmt, x.dtype, sat) or kernel
+        )  # fmt: skip
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
@@ -766,6 +769,8 @@ def round_to(
             native = round_kernel(fmt, dt, sat)
             if native is not None:  # (the data's own bits, never widened first)
                 pl = Plan(dt.name, LOAD_DIRECT, False, "fast")
+        if native is None and planes is not None:  # (float8_e8m0fnu: codes, then planes)
+            native = unsigned_kernel(fmt, dt, sat, round_to=True)
         kernel = native or kernel
         extra = ()
     else:
@@ -774,6 +779,10 @@ def round_to(
             planes=planes is not None,
         )  # fmt: skip
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
+        # (deterministic modes: the codes looked up in the table's planes, natively)
+        native = round_mode_kernel(fmt, dt, sat, mode, ftz) if planes is not None else None
+        if native is not None:
+            kernel, extra = native, ()
     if kernel.planes:
         table_arg = planes
     if pl.widen_first:

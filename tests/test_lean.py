@@ -14,7 +14,9 @@ import fp8kit
 from fp8kit import get_format
 from fp8kit._kernels import lean
 from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel, f16_lut, plan
+from fp8kit._kernels.decode import format_planes
 from fp8kit._kernels.encode16 import encode16_kernel
+from fp8kit._kernels.tables import decode_table
 
 DTYPES = FLOAT_DTYPES
 FORMATS = ALL_FORMATS
@@ -120,3 +122,66 @@ def test_large_arrays_stream_the_same_codes(dtype):
         with fp8kit.num_threads(threads):
             got = fp8kit.encode(x[1:], fmt)
         np.testing.assert_array_equal(got, want[1:], err_msg=str(threads))
+
+
+# -------------------------------------------- float8_e8m0fnu (unsigned powers of two)
+E8M0 = get_format("float8_e8m0fnu")
+
+
+def unsigned_probes(dtype):
+    """Every bit pattern of the 16-bit types; for float32 and float64 the boundary probes,
+    every power of two, the midpoints between them (ties go up) and their neighbours,
+    negatives, zeros, Inf and NaN."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize == 2:
+        return np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    e = np.arange(-160, 140, dtype=np.float64)
+    mids = np.concatenate([np.exp2(e), 1.5 * np.exp2(e)]).astype(dtype)
+    u = f"u{dtype.itemsize}"
+    bits = mids.view(u)
+    near = np.concatenate([bits - 1, bits, bits + 1]).view(dtype)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, 3e38], dtype)
+    return np.concatenate([near, -near, special, boundary_probes(E8M0, dtype)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_float8_e8m0fnu_codes_and_values_of_the_general_kernel(dtype):
+    x = unsigned_probes(dtype)
+    table = decode_table(E8M0, x.dtype)
+    planes = format_planes(E8M0, x.dtype)
+    for sat in (True, False):
+        kernel = lean.unsigned_kernel(E8M0, dtype, sat)
+        want = general_codes(E8M0, x, sat)
+        np.testing.assert_array_equal(lean_codes(kernel, x, np.uint8), want)
+        np.testing.assert_array_equal(fp8kit.encode(x, E8M0, saturate=sat), want)
+        rounded = fp8kit.round_to(x, E8M0, saturate=sat)
+        np.testing.assert_array_equal(rounded.view(table.dtype), table[want])
+        if planes is not None:
+            kernel = lean.unsigned_kernel(E8M0, dtype, sat, round_to=True)
+            got = np.empty(x.size, table.dtype)
+            kernel.serial(x.view(table.dtype), D32, planes, got)
+            np.testing.assert_array_equal(got, table[want])
+
+
+def test_float8_e8m0fnu_runs_natively_and_shares_one_function_per_data_kind():
+    x = np.geomspace(1e-30, 1e30, 3001, dtype=np.float32)
+    for dtype in DTYPES:
+        assert lean.unsigned_kernel(E8M0, dtype, True) is not None
+        assert lean.unsigned_kernel(get_format("float8_e4m3fn"), dtype, True) is None
+        fp8kit.encode(x.astype(dtype), E8M0)
+    before = compiled_count()
+    for dtype in DTYPES:
+        fp8kit.encode(x.astype(dtype), E8M0, saturate=False)  # (other constants only)
+    assert compiled_count() == before
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 64, 65, 1029, 300_001])
+def test_float8_e8m0fnu_every_length_threaded(n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 130, n))).astype(np.float32)
+    want = general_codes(E8M0, x, True)
+    for threads in (1, 2):
+        with fp8kit.num_threads(threads):
+            np.testing.assert_array_equal(fp8kit.encode(x, E8M0), want)
+            got = fp8kit.round_to(x, E8M0)
+        np.testing.assert_array_equal(got, decode_table(E8M0, x.dtype)[want].view(np.float32))

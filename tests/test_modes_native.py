@@ -12,7 +12,9 @@ import fp8kit
 from fp8kit import get_format
 from fp8kit._kernels import modes
 from fp8kit._kernels.codec import LOAD_LUT, compiled_count, dummy, encode_mode_kernel, f16_lut
+from fp8kit._kernels.decode import format_planes
 from fp8kit._kernels.rounding import MODES, NEAREST_EVEN, mode_kind
+from fp8kit._kernels.tables import decode_table
 
 DTYPES = FLOAT_DTYPES
 FORMATS = ALL_FORMATS
@@ -104,3 +106,94 @@ def test_encode_runs_it_threaded_with_the_same_codes():
             got = fp8kit.encode(x, fmt, rounding="toward_negative")
         np.testing.assert_array_equal(got, want)
     assert NEAREST_EVEN == 0
+
+
+# ------------------------------------------------------------------ round_to in the modes
+ROUND_CASES = [
+    (f, d) for f, d in CASES if modes.round_mode_kernel(f, d, True, MODES["toward_zero"], False)
+]
+
+
+def numba_rounded(fmt, x, sat, mode, flush):
+    """round_to by the Numba mode kernel (codes, then their values from the table)."""
+    table = decode_table(fmt, x.dtype)
+    kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, 32, table_dtype=table.dtype,
+                                    flush=flush)  # fmt: skip
+    lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+    out = np.empty(x.size, table.dtype)
+    kernel.build()(x.view(table.dtype), lut, table, out, np.zeros(2, np.uint32), 0, 1)
+    return out
+
+
+def native_rounded(kernel, fmt, x):
+    out = np.empty(x.size, f"u{x.itemsize}")
+    kernel.serial(x.view(out.dtype), dummy(np.uint32), format_planes(fmt, x.dtype), out)
+    return out
+
+
+def test_round_to_in_the_modes_is_native_wherever_there_are_planes():
+    # every 8-bit format the mode kernel takes, every dtype, where the CPU has VBMI and the
+    # values fit the planes (not float64 values of P3109 formats with 5-7 mantissa bits)
+    for fmt, dtype in CASES:
+        planes = format_planes(fmt, dtype)
+        kernel = modes.round_mode_kernel(fmt, dtype, True, MODES["to_odd"], False)
+        assert (kernel is not None) == (fmt.bits <= 8 and planes is not None), (fmt, dtype)
+    if fp8kit._kernels.bits.cpu_has("avx512vbmi"):
+        assert len(ROUND_CASES) >= 3 * len(ALL_FORMATS)
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), ROUND_CASES, ids=str)
+def test_round_to_in_the_modes_matches_the_numba_kernel(fmt, dtype):
+    x = boundary_probes(fmt, dtype)
+    sats = [True, False] + (["propagate"] if fmt.has_inf else [])
+    cases = [(name, sat, False) for name in DET for sat in sats]
+    cases += [("nearest_even", sat, True) for sat in sats]
+    for name, sat, flush in cases:
+        mode = MODES[name]
+        kernel = modes.round_mode_kernel(fmt, dtype, sat, mode, flush)
+        want = numba_rounded(fmt, x, sat, mode, flush)
+        got = native_rounded(kernel, fmt, x)
+        bad = np.flatnonzero(got != want)
+        assert not bad.size, (name, sat, flush, [(x[i], got[i], want[i]) for i in bad[:4]])
+    # and round_to runs it, threaded
+    with fp8kit.num_threads(2):
+        got = fp8kit.round_to(x, fmt, rounding="toward_negative", saturate=False)
+    want = numba_rounded(fmt, x, False, MODES["toward_negative"], False)
+    np.testing.assert_array_equal(got.view(want.dtype), want)
+
+
+def test_round_to_in_the_modes_every_length_and_alignment():
+    fmt = get_format("float8_e5m2")
+    if format_planes(fmt, np.float32) is None:
+        pytest.skip("no AVX512-VBMI: round_to in the modes runs the Numba kernel")
+    kernel = modes.round_mode_kernel(fmt, DTYPES[0], True, MODES["nearest_away"], True)
+    x = boundary_probes(fmt, DTYPES[0])[:5000].copy()
+    want = numba_rounded(fmt, x, True, MODES["nearest_away"], True)
+    planes = format_planes(fmt, np.float32)
+    for start in (0, 1, 3, 63):
+        for n in [*range(0, 140, 7), 128, 1029]:
+            buf = np.full(n + 80, 0xA5A5A5A5, np.uint32)
+            kernel.serial(x[start : start + n].view(np.uint32), dummy(np.uint32), planes,
+                          buf[start : start + n])  # fmt: skip
+            np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+            assert (buf[:start] == 0xA5A5A5A5).all() and (buf[start + n :] == 0xA5A5A5A5).all()
+
+
+def test_round_to_in_the_modes_formats_share_the_kernels():
+    x = np.linspace(-300, 300, 5001, dtype=np.float32)
+    if format_planes(get_format("float8_e4m3fn"), np.float32) is None:
+        pytest.skip("no AVX512-VBMI: round_to in the modes runs the Numba kernel")
+
+    def every_mode(name):
+        for mode in DET:
+            for data in (x, x.astype(np.float64)):
+                assert modes.round_mode_kernel(get_format(name), data.dtype, True,
+                                               MODES[mode], False)  # fmt: skip
+                fp8kit.round_to(data, name, rounding=mode)
+        fp8kit.round_to(x, name, flush_subnormals=True)
+
+    every_mode("float8_e4m3fn")
+    before = compiled_count()
+    for name in ("float8_e5m2", "float8_e3m4", "float4_e2m1fn", "float6_e3m2fn"):
+        every_mode(name)
+    assert compiled_count() == before
