@@ -200,7 +200,7 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
     through the kernel walking the rows."""
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
+    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a[0]) or real(*a))
     shape, sshape = shapes
     x = X.reshape(shape)
     rng = np.random.default_rng(7)
@@ -216,10 +216,16 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
 def test_what_takes_the_walk_kernel(monkeypatch):
     """Scales in any layout (rows of any length, along the last axis) and 16-bit data (the
     other build), not a NaN among the scales or shifts (x86's NaN rule: the general
-    kernel), other modes, stochastic rounding or flushing."""
+    kernel), other rounding modes, stochastic rounding or flushing; mode="openvino" takes
+    a build of its own (tests/test_fake_openvino_native.py)."""
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
+
+    def record(w, ov=None):
+        calls.append(w if ov is None else (w, ov))
+        return real(w, ov)
+
+    monkeypatch.setattr(module(), "fake_walk_kernel", record)
     x = X[: 64 * 40].reshape(64, 40)
     rows = np.full((64, 1), 2.0, np.float32)
     fp8kit.fake_convert(x, rows)
@@ -233,11 +239,12 @@ def test_what_takes_the_walk_kernel(monkeypatch):
         ((x, nan_rows), {}),
         ((x, rows, nan_rows), {}),
         ((x, rows), dict(rounding="stochastic", seed=1)),
-        ((x, rows), dict(mode="openvino-fp16")),
         ((x, rows), dict(flush_subnormals=True)),
     ):
         fp8kit.fake_convert(*args, **kwargs)
     assert len(calls) == 4
+    fp8kit.fake_convert(x, rows, mode="openvino-fp16")
+    assert calls[4:] == [(32, (0, 0, 1))]
     got = fp8kit.fake_convert(x, nan_rows)
     assert np.isnan(got[5]).all() and not np.isnan(got[4]).any()
     assert fp8kit.fake_convert(
@@ -282,7 +289,7 @@ def test_every_scale_layout_gives_the_general_kernels_bits(fmt, shapes, dt, monk
     code (16-bit data), through the kernel walking the rows (fake_walk_kernel)."""
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda w: calls.append(w) or real(w))
+    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a[0]) or real(*a))
     shape, sshape = shapes
     if dt == np.float32:
         x = X[: np.prod(shape)].reshape(shape)

@@ -321,7 +321,9 @@ def fake16_kernel() -> Kernel:
     return byte_kernel(_FAKE16, dummy(np.uint8))  # (bfloat16/float16 bits in and out)
 
 
-def _emit_fake_walk(context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1):
+def _emit_fake_walk(
+    context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, ov=None
+):
     """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
     ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
     :func:`fake_scalars`' 1 for float16) into ``out``, seen as ``shape`` (4 dims; a row:
@@ -329,7 +331,8 @@ def _emit_fake_walk(context, builder, half_data, consts, x, scale, shift, shape,
     element ``(a, b, d, t)`` at ``a * sstr[0] + b * sstr[1] + d * sstr[2] + t * sstr[3]``
     with ``sstr[3]`` 0 (one per row) or 1 (one per element along rows), 16 lanes a
     block, a row's last masked: every broadcast layout of scales in one kernel of LLVM
-    vector code (0.15 s to compile, where the general kernel took 0.36-0.39)."""
+    vector code (0.15 s to compile, where the general kernel took 0.36-0.39).  ``ov``:
+    ``(kind, node, variant)`` of the OpenVINO arithmetic (:func:`_ov_body`) instead."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
@@ -379,7 +382,13 @@ def _emit_fake_walk(context, builder, half_data, consts, x, scale, shift, shape,
             src = builder.gep(x, [builder.add(start, t)])
             dst = builder.gep(out, [builder.add(start, t)])
             v = block_load(builder, src, vx, full, lambda: mask)
-            if half_data:
+            if ov is not None:
+                wide = v
+                if half_data:
+                    wide = _ov_from16(builder, builder.zext(v, v32), ov[0])
+                res = _ov_body(builder, wide, w, scale_v, shift_v, has_shift, *ov)
+                res = builder.trunc(res, vx) if half_data else res
+            elif half_data:
                 res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half)
             else:
                 res = _fake_body(builder, v, w, scale_v, shift_v, has_shift)
@@ -387,7 +396,7 @@ def _emit_fake_walk(context, builder, half_data, consts, x, scale, shift, shape,
         next_row(builder, var, a, b, builder.add(d, one), n1, n2)
 
 
-def _fake_walk_native(width: int):
+def _fake_walk_native(width: int, ov=None):
     """The emitter of :func:`fake_walk_kernel`'s native kernel
     (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
     shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
@@ -410,7 +419,7 @@ def _fake_walk_native(width: int):
         r0, r1 = chunk_bounds(builder, spec, rows)
 
         def body(inner, a):
-            _emit_fake_walk(context, inner, width == 16, *a)
+            _emit_fake_walk(context, inner, width == 16, *a, ov=ov)
 
         walk = body_function(builder, "walk", types_, body, prefer_512=True)
         with builder.if_then(builder.icmp_signed("<", r0, r1)):
@@ -421,7 +430,7 @@ def _fake_walk_native(width: int):
 
 
 @functools.cache
-def fake_walk_kernel(width: int) -> GenericNativeKernel | None:
+def fake_walk_kernel(width: int, ov=None) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16: ``consts`` :func:`fake_scalars` and a word, 1 for float16) data and scales (and
     shifts) broadcast to them in any layout (:func:`_emit_fake_walk`): ``(consts, x, scale,
@@ -430,10 +439,14 @@ def fake_walk_kernel(width: int) -> GenericNativeKernel | None:
     there is none; the chunks split the rows.  A native kernel (no Numba compile); None
     where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).  The
     caller checks what :func:`fake_kernel`'s docstring says (nearest-even, spec, no NaN
-    scale)."""
+    scale).  ``ov``: ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
+    data of type ``kind`` on nodes of type ``node`` (F32, F16, BF16 of
+    :mod:`fp8kit._kernels.fake`) in ``variant`` (OV_FP16 or OV_F32) instead of the
+    formula's (:func:`_ov_body`; the Numba kernel took 0.7-0.9 s on a first call)."""
     if not native_available():
         return None
-    return GenericNativeKernel(("fake_walk", width), _fake_walk_native(width), _NO_PARAMS)
+    key = ("fake_walk", width) + (() if ov is None else ("openvino",) + tuple(ov))
+    return GenericNativeKernel(key, _fake_walk_native(width, ov), _NO_PARAMS)
 
 
 _NO_PARAMS = np.zeros(0, np.uint8)
@@ -931,14 +944,23 @@ def _fake_body(builder, v, w, scale, shift, has_shift):
     the smallest normal, saturation, NaN)."""
     vin = v.type
     vf = ir.VectorType(ir.FloatType(), vin.count)
+    y = builder.fmul(builder.bitcast(v, vf), scale)
+    y = builder.select(has_shift, builder.fsub(y, shift), y)
+    fq = builder.bitcast(_round_bits(builder, builder.bitcast(y, vin), w), vf)
+    fq = builder.select(has_shift, builder.fadd(fq, shift), fq)
+    return builder.bitcast(builder.fdiv(fq, scale), vin)
+
+
+def _round_bits(builder, b, w):
+    """:func:`fp8kit._kernels.bits.round_in_place` of the float32 bits ``b`` (``<N x
+    i32>``) with :func:`fake_scalars`' constants ``w`` (splat over ``b``'s type)."""
+    vin = b.type
+    vf = ir.VectorType(ir.FloatType(), vin.count)
 
     def k32(value):
         return ir.Constant(vin, [value] * vin.count)
 
     magic = builder.bitcast(w[_FK_MAGIC], vf)
-    y = builder.fmul(builder.bitcast(v, vf), scale)
-    y = builder.select(has_shift, builder.fsub(y, shift), y)
-    b = builder.bitcast(y, vin)
     a = builder.and_(b, k32(0x7FFFFFFF))
     odd = builder.and_(builder.lshr(a, w[_FK_KEEP_SH]), k32(1))
     r = builder.and_(builder.add(a, builder.add(w[_FK_HALF], odd)), w[_FK_KEEP])
@@ -950,10 +972,7 @@ def _fake_body(builder, v, w, scale, shift, has_shift):
     r = builder.select(builder.icmp_unsigned(">", a, k32(0x7F800000)), k32(0x7FC00000), r)
     sign_bit = builder.select(builder.icmp_unsigned("==", r, k32(0)), w[_FK_ZSIGN],
                               k32(0x80000000))  # fmt: skip
-    r = builder.or_(r, builder.and_(b, sign_bit))
-    fq = builder.bitcast(r, vf)
-    fq = builder.select(has_shift, builder.fadd(fq, shift), fq)
-    return builder.bitcast(builder.fdiv(fq, scale), vin)
+    return builder.or_(r, builder.and_(b, sign_bit))
 
 
 def _fake16_body(builder, h, w, scale, shift, has_shift, half):
@@ -992,6 +1011,128 @@ def _fake16_body(builder, h, w, scale, shift, has_shift, half):
     hf = builder.select(builder.icmp_unsigned("<", a, k(0x38800000)), small, n)
     hf = builder.or_(builder.select(nan, k(0x7E00), hf), sign)
     return builder.trunc(builder.select(half, hf, bf), h.type)
+
+
+# The data types of the OpenVINO arithmetic (fp8kit._kernels.fake's F32, F16, BF16) and its
+# variants (SPEC is not one: spec mode is _fake_body's).
+_OV_F32_NODE, _OV_F16_NODE, _OV_BF16_NODE = 0, 1, 2
+_OV_FP16, _OV_F32 = 1, 2
+
+
+@functools.cache
+def _half_words() -> tuple[int, ...]:
+    """:func:`fake_scalars`' words for float16 precision (the CPU plugin's float16 step)."""
+    from .fake import round_params
+
+    return tuple(int(v) for v in fake_scalars(round_params(get_format("float16")), 1.0, None))
+
+
+def _ov_half_bits(builder, r):
+    """float32 bits ``r`` (``<N x i32>``) -> float16 bits (in i32 lanes) as the CPU plugin
+    stores them (:func:`fp8kit._kernels.fake._to16`): nearest-even, overflow to Inf, a NaN
+    quiet with its sign and top payload bits."""
+    vt = r.type
+    vf = ir.VectorType(ir.FloatType(), vt.count)
+
+    def k(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    a = builder.and_(r, k(0x7FFFFFFF))
+    sign = builder.and_(builder.lshr(r, k(16)), k(0x8000))
+    t = builder.sub(a, k(112 << 23))
+    odd = builder.and_(builder.lshr(t, k(13)), k(1))
+    n = builder.lshr(builder.add(t, builder.add(k(0xFFF), odd)), k(13))
+    n = builder.select(builder.icmp_unsigned(">", n, k(0x7C00)), k(0x7C00), n)
+    small = builder.fadd(builder.bitcast(a, vf), ir.Constant(vf, [0.5] * vt.count))
+    small = builder.sub(builder.bitcast(small, vt), k(0x3F000000))
+    hf = builder.select(builder.icmp_unsigned("<", a, k(0x38800000)), small, n)
+    nan = builder.or_(k(0x7E00), builder.and_(builder.lshr(r, k(13)), k(0x3FF)))
+    hf = builder.select(builder.icmp_unsigned(">", a, k(0x7F800000)), nan, hf)
+    return builder.or_(hf, sign)
+
+
+def _ov_bf16_bits(builder, r):
+    """float32 bits -> bfloat16 bits (in i32 lanes) as the CPU plugin's vcvtneps2bf16 stores
+    them (:func:`fp8kit._kernels.fake._to16`): nearest-even; float32 subnormals become
+    zeros of their sign; a NaN keeps its top bits, made quiet."""
+    vt = r.type
+
+    def k(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    high = builder.lshr(r, k(16))
+    rne = builder.lshr(builder.add(r, builder.add(k(0x7FFF), builder.and_(high, k(1)))), k(16))
+    flushed = builder.and_(high, k(0x8000))
+    res = builder.select(
+        builder.icmp_unsigned("==", builder.and_(r, k(0x7F800000)), k(0)), flushed, rne
+    )
+    nan = builder.icmp_unsigned(">", builder.and_(r, k(0x7FFFFFFF)), k(0x7F800000))
+    return builder.select(nan, builder.or_(high, k(0x40)), res)
+
+
+def _ov_from16(builder, h, kind):
+    """float16 (``kind`` F16) or bfloat16 bits in i32 lanes -> float32 bits, exact."""
+    vt = h.type
+    if kind == _OV_F16_NODE:
+        return widen_half(builder, builder.trunc(h, ir.VectorType(ir.IntType(16), vt.count)))
+    return builder.shl(h, ir.Constant(vt, [16] * vt.count))
+
+
+def _ov_store(builder, f, node):
+    """The float32 value ``f`` stored in a node of type ``node`` and read back (float32
+    bits): a CPU-plugin node's output rounding (:func:`fp8kit._kernels.fake._store`)."""
+    vt = ir.VectorType(ir.IntType(32), f.type.count)
+    b = builder.bitcast(f, vt)
+    if node == _OV_F32_NODE:
+        return f
+    h = _ov_half_bits(builder, b) if node == _OV_F16_NODE else _ov_bf16_bits(builder, b)
+    return builder.bitcast(_ov_from16(builder, h, node), f.type)
+
+
+def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant):
+    """FakeConvert in the OpenVINO CPU plugin's arithmetic (the ``openvino`` branch of
+    :func:`fp8kit._kernels.fake.fake_convert_kernel`, for scales and shifts that are not
+    NaN): ``x * scale - shift`` clamped to the format's range (NaN -> -max), stored in the
+    nodes' type ``node``, rounded to float16 (``variant`` OV_F32: with the software
+    conversion's slip), then to the format; times ``1 / scale`` (and, with a shift, minus
+    ``-shift``, each stored in the nodes' type); the result in the data's type ``kind``
+    (float32 bits, or float16/bfloat16 bits in i32 lanes)."""
+    vt = v.type
+    vf = ir.VectorType(ir.FloatType(), vt.count)
+
+    def k(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    mx = builder.bitcast(w[_FK_MAX], vf)
+    neg_mx = builder.fsub(ir.Constant(vf, [0.0] * vt.count), mx)
+    y = builder.fmul(builder.bitcast(v, vf), scale)
+    y = builder.select(has_shift, builder.fsub(y, shift), y)
+    nan = builder.fcmp_unordered("uno", y, y)
+    y = builder.select(builder.fcmp_ordered(">", y, mx), mx, y)
+    y = builder.select(builder.fcmp_ordered("<", y, neg_mx), neg_mx, y)
+    y = builder.select(nan, neg_mx, y)
+    b = builder.bitcast(_ov_store(builder, y, node), vt)
+    w16 = [k(word) for word in _half_words()]
+    r = _round_bits(builder, b, w16)
+    if variant == _OV_F32:  # the software float32 -> float16 conversion's slip (fake.py)
+        e = builder.and_(builder.lshr(b, k(23)), k(0xFF))
+        slips = builder.and_(
+            builder.icmp_unsigned("<=", builder.sub(e, k(109)), k(2)),
+            builder.icmp_unsigned("==", builder.and_(b, k(0x7FF000)), k(0x7FF000)),
+        )
+        slipped = builder.or_(
+            builder.and_(b, k(0x80000000)), builder.shl(builder.add(e, k(2)), k(23))
+        )
+        r = builder.select(slips, slipped, r)
+    qv = builder.bitcast(_round_bits(builder, r, w), vf)
+    rr = builder.fdiv(ir.Constant(vf, [1.0] * vt.count), scale)
+    plain = builder.fmul(qv, rr)
+    neg = _ov_store(builder, builder.fsub(ir.Constant(vf, [0.0] * vt.count), shift), node)
+    shifted = builder.fmul(builder.fsub(qv, neg), _ov_store(builder, rr, node))
+    res = builder.bitcast(builder.select(has_shift, shifted, plain), vt)
+    if kind == _OV_F32_NODE:
+        return res
+    return _ov_half_bits(builder, res) if kind == _OV_F16_NODE else _ov_bf16_bits(builder, res)
 
 
 #: Elements per block of :func:`_emit_fake_walk` on float32 data: 16 lanes (block-scaling rows
