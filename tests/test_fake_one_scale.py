@@ -216,14 +216,14 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
 def test_what_takes_the_walk_kernel(monkeypatch):
     """Scales in any layout (rows of any length, along the last axis) and 16-bit data (the
     other build), not a NaN among the scales or shifts (x86's NaN rule: the general
-    kernel), other rounding modes, stochastic rounding or flushing; mode="openvino" takes
-    a build of its own (tests/test_fake_openvino_native.py)."""
+    kernel); mode="openvino", the other rounding modes and flushing take builds of their
+    own (tests/test_fake_openvino_native.py, tests/test_fake_modes_native.py)."""
     calls = []
     real = module().fake_walk_kernel
 
-    def record(w, ov=None):
-        calls.append(w if ov is None else (w, ov))
-        return real(w, ov)
+    def record(w, ov=None, stage=None):
+        calls.append(w if ov is None and stage is None else (w, ov, stage))
+        return real(w, ov, stage)
 
     monkeypatch.setattr(module(), "fake_walk_kernel", record)
     x = X[: 64 * 40].reshape(64, 40)
@@ -238,13 +238,18 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     for args, kwargs in (
         ((x, nan_rows), {}),
         ((x, rows, nan_rows), {}),
-        ((x, rows), dict(rounding="stochastic", seed=1)),
+        ((x, rows), dict(rounding="toward_zero")),
         ((x, rows), dict(flush_subnormals=True)),
     ):
         fp8kit.fake_convert(*args, **kwargs)
-    assert len(calls) == 4
+    vbmi = fp8kit._kernels.bits.cpu_has("avx512vbmi")
+    # (the deterministic modes and flushing: builds of their own, with the table's planes)
+    assert [c[2][0] for c in calls[4:]] == ["mode", "mode"] * vbmi
+    del calls[4:]
     fp8kit.fake_convert(x, rows, mode="openvino-fp16")
-    assert calls[4:] == [(32, (0, 0, 1))]
+    assert calls[4:] == [(32, (0, 0, 1), None)]
+    fp8kit.fake_convert(x, rows, rounding="stochastic", seed=1)  # (its native passes)
+    assert calls[5:] == [(32, None, "pre"), (32, None, "post")] * vbmi
     got = fp8kit.fake_convert(x, nan_rows)
     assert np.isnan(got[5]).all() and not np.isnan(got[4]).any()
     assert fp8kit.fake_convert(

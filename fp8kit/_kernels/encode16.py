@@ -60,7 +60,10 @@ from numba import types
 from numba.core import cgutils
 
 from ..formats import FloatFormat, get_format
+from . import modes
 from .bits import (
+    _X86,
+    STREAM_BYTES,
     block_load,
     block_mask,
     block_store,
@@ -81,7 +84,7 @@ from .bits import (
     walk_rows,
     widen_half,
 )
-from .codec import Kernel, _array, _params, dummy, plan, source_version
+from .codec import STREAM_MIN_TRAFFIC, Kernel, _array, _params, dummy, plan, source_version
 from .native import GenericNativeKernel, NativeKernel, body_function, chunk_bounds, typed_pointer
 from .native import available as native_available
 
@@ -322,8 +325,9 @@ def fake16_kernel() -> Kernel:
 
 
 def _emit_fake_walk(
-    context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, ov=None
-):
+    context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, ov=None,
+    stage=None, extra=(),
+):  # fmt: skip
     """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
     ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
     :func:`fake_scalars`' 1 for float16) into ``out``, seen as ``shape`` (4 dims; a row:
@@ -332,13 +336,25 @@ def _emit_fake_walk(
     with ``sstr[3]`` 0 (one per row) or 1 (one per element along rows), 16 lanes a
     block, a row's last masked: every broadcast layout of scales in one kernel of LLVM
     vector code (0.15 s to compile, where the general kernel took 0.36-0.39).  ``ov``:
-    ``(kind, node, variant)`` of the OpenVINO arithmetic (:func:`_ov_body`) instead."""
+    ``(kind, node, variant)`` of the OpenVINO arithmetic (:func:`_ov_body`) instead;
+    ``stage``: ``"pre"`` (:func:`_pre_body`, float32 bits out) or ``"post"``
+    (:func:`_post_body`, float32 bits in) of FakeConvert in the other rounding modes, or
+    ``("mode", mode, neg_zero, flush)``: the three steps fused, the rounding a
+    deterministic mode's codes (:func:`fp8kit._kernels.modes._code_body` from the
+    parameters at ``extra[0]``) looked up in the decode table's byte planes
+    (``extra[1]``), 64 lanes a block."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+    fused = isinstance(stage, tuple)
     lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
+    if fused:  # (the lanes of the mode codes and the plane lookup)
+        lanes = modes.LANES
+        mode_prm, planes = extra
+        code = modes._code_body(builder, intp, mode_prm, 32, 32, False, *stage[1:])
+        planes = load_planes(builder, planes, intp)
     v32 = ir.VectorType(i32, lanes)
     vf = ir.VectorType(ir.FloatType(), lanes)
-    vx = ir.VectorType(ir.IntType(16 if half_data else 32), lanes)
+    vx = ir.VectorType(ir.IntType(16 if half_data and stage != "post" else 32), lanes)
     w, has_shift = _fake_constants(builder, consts, intp, v32)
     if half_data:
         half = builder.load(builder.gep(consts, [ir.Constant(intp, _FK_N)]))
@@ -349,6 +365,31 @@ def _emit_fake_walk(
 
     one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
     n1, n2, n3 = (at(shape, k) for k in (1, 2, 3))
+    # Large outputs are written with non-temporal stores (a plain store first reads the
+    # line it writes: a third of the traffic), only where every whole block covers whole
+    # cache lines: out aligned to them and rows a multiple of them (else plain stores would
+    # share lines with streamed ones, which measured very slow).
+    out_bytes = (16 if half_data and stage != "pre" else 32) // 8
+    total = builder.mul(builder.mul(at(shape, 0), builder.mul(n1, n2)), n3)
+    traffic = builder.mul(total, ir.Constant(i64, out_bytes + vx.element.width // 8))
+    line = ir.Constant(i64, STREAM_BYTES - 1)
+    stream = builder.and_(
+        builder.and_(
+            builder.icmp_signed(">=", traffic, ir.Constant(i64, STREAM_MIN_TRAFFIC)),
+            builder.icmp_unsigned("==", builder.and_(builder.ptrtoint(out, i64), line), zero),
+        ),
+        builder.and_(
+            builder.icmp_unsigned(
+                "==", builder.and_(builder.mul(n3, ir.Constant(i64, out_bytes)), line), zero
+            ),
+            # (not the "pre" stage's buffer, which round_to reads next: from the caches;
+            # nor in place, where each line was just read into them)
+            builder.and_(
+                ir.Constant(i1, _X86 and stage != "pre"),
+                builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), builder.ptrtoint(out, i64)),
+            ),
+        ),
+    )
     st0, st1, st2, st3 = (at(sstr, k) for k in (0, 1, 2, 3))
     per_element = builder.icmp_signed("!=", st3, zero)
     var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
@@ -382,7 +423,20 @@ def _emit_fake_walk(
             src = builder.gep(x, [builder.add(start, t)])
             dst = builder.gep(out, [builder.add(start, t)])
             v = block_load(builder, src, vx, full, lambda: mask)
-            if ov is not None:
+            if fused:
+                wide = _widen16(builder, v, half) if half_data else v
+                y = _pre_body(builder, wide, w, scale_v, shift_v, has_shift)
+                codes = builder.trunc(code(y), ir.VectorType(ir.IntType(8), lanes))
+                q = plane_values(builder, planes, codes, 32)
+                res = _post_body(builder, q, scale_v, shift_v, has_shift)
+                res = _narrow16(builder, res, half) if half_data else res
+            elif stage == "pre":
+                wide = _widen16(builder, v, half) if half_data else v
+                res = _pre_body(builder, wide, w, scale_v, shift_v, has_shift)
+            elif stage == "post":
+                res = _post_body(builder, v, scale_v, shift_v, has_shift)
+                res = _narrow16(builder, res, half) if half_data else res
+            elif ov is not None:
                 wide = v
                 if half_data:
                     wide = _ov_from16(builder, builder.zext(v, v32), ov[0])
@@ -392,19 +446,36 @@ def _emit_fake_walk(
                 res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half)
             else:
                 res = _fake_body(builder, v, w, scale_v, shift_v, has_shift)
-            block_store(builder, res, dst, full, lambda: mask)
+            with builder.if_else(builder.and_(full, stream), likely=True) as (nt, plain):
+                with nt:  # (whole cache lines of out: see below)
+                    ptr = builder.bitcast(dst, res.type.as_pointer())
+                    store = builder.store(res, ptr, align=STREAM_BYTES)
+                    store.set_metadata(
+                        "nontemporal", builder.module.add_metadata([ir.Constant(i32, 1)])
+                    )
+                with plain:
+                    block_store(builder, res, dst, full, lambda: mask)
         next_row(builder, var, a, b, builder.add(d, one), n1, n2)
+    if _X86:
+        with builder.if_then(stream):
+            fence = builder.module.declare_intrinsic(
+                "llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), [])
+            )
+            builder.call(fence, [])
 
 
-def _fake_walk_native(width: int, ov=None):
+def _fake_walk_native(width: int, ov=None, stage=None):
     """The emitter of :func:`fake_walk_kernel`'s native kernel
     (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
     shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
     union (:func:`_emit_fake_walk` in a function of its own, 512-bit vectors preferred)."""
-    bits = ir.IntType(width).as_pointer()
+    x_bits = ir.IntType(16 if width == 16 and stage != "post" else 32).as_pointer()
+    out_bits = ir.IntType(16 if width == 16 and stage != "pre" else 32).as_pointer()
     f32, i64 = ir.FloatType().as_pointer(), ir.IntType(64)
-    types_ = [ir.IntType(32).as_pointer(), bits, f32, f32, i64.as_pointer(), i64.as_pointer(),
-              bits, i64, i64]  # fmt: skip
+    i8p = ir.IntType(8).as_pointer()
+    fused = isinstance(stage, tuple)  # (two more arguments: the mode's parameters, planes)
+    types_ = [ir.IntType(32).as_pointer(), x_bits, f32, f32, i64.as_pointer(),
+              i64.as_pointer(), out_bits, i64, i64] + [i8p, i8p] * fused  # fmt: skip
 
     def emit(context, builder, args):
         ptrs, ints, _ = args
@@ -412,25 +483,29 @@ def _fake_walk_native(width: int, ov=None):
         consts, x, scale, shift, shape, sstr, out = (
             builder.bitcast(p, t) for p, t in zip(loaded, types_[:7], strict=True)
         )
+        extra = [builder.load(builder.gep(ptrs, [ir.Constant(i64, k)])) for k in (8, 9)][
+            : 2 * fused
+        ]
         rows = builder.load(shape)
         for k in (1, 2):
             rows = builder.mul(rows, builder.load(builder.gep(shape, [ir.Constant(i64, k)])))
-        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 8)]))
+        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 10 if fused else 8)]))
         r0, r1 = chunk_bounds(builder, spec, rows)
 
         def body(inner, a):
-            _emit_fake_walk(context, inner, width == 16, *a, ov=ov)
+            _emit_fake_walk(context, inner, width == 16, *a[:9], ov=ov, stage=stage,
+                            extra=a[9:])  # fmt: skip
 
         walk = body_function(builder, "walk", types_, body, prefer_512=True)
         with builder.if_then(builder.icmp_signed("<", r0, r1)):
-            builder.call(walk, [consts, x, scale, shift, shape, sstr, out, r0, r1])
+            builder.call(walk, [consts, x, scale, shift, shape, sstr, out, r0, r1, *extra])
         return ir.Constant(ir.IntType(32), 0)
 
     return emit
 
 
 @functools.cache
-def fake_walk_kernel(width: int, ov=None) -> GenericNativeKernel | None:
+def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16: ``consts`` :func:`fake_scalars` and a word, 1 for float16) data and scales (and
     shifts) broadcast to them in any layout (:func:`_emit_fake_walk`): ``(consts, x, scale,
@@ -442,11 +517,19 @@ def fake_walk_kernel(width: int, ov=None) -> GenericNativeKernel | None:
     scale).  ``ov``: ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
     data of type ``kind`` on nodes of type ``node`` (F32, F16, BF16 of
     :mod:`fp8kit._kernels.fake`) in ``variant`` (OV_FP16 or OV_F32) instead of the
-    formula's (:func:`_ov_body`; the Numba kernel took 0.7-0.9 s on a first call)."""
+    formula's (:func:`_ov_body`; the Numba kernel took 0.7-0.9 s on a first call).
+    ``stage``: ``"pre"`` or ``"post"``, the steps of FakeConvert in the other rounding
+    modes before and after :func:`fp8kit.round_to` (:func:`_pre_body`, from the data to
+    float32 bits, and :func:`_post_body`, from float32 bits to the data's type), or
+    ``("mode", mode, neg_zero, flush)``: the three fused for a deterministic mode, called
+    with two more arrays before ``nchunks``, the parameters of
+    :func:`fp8kit._kernels.modes.mode_kernel` for float32 and the byte planes of the
+    format's float32 decode table (:func:`fp8kit._kernels.decode.format_planes`)."""
     if not native_available():
         return None
     key = ("fake_walk", width) + (() if ov is None else ("openvino",) + tuple(ov))
-    return GenericNativeKernel(key, _fake_walk_native(width, ov), _NO_PARAMS)
+    key += () if stage is None else (stage,)
+    return GenericNativeKernel(key, _fake_walk_native(width, ov, stage), _NO_PARAMS)
 
 
 _NO_PARAMS = np.zeros(0, np.uint8)
@@ -978,19 +1061,31 @@ def _round_bits(builder, b, w):
 def _fake16_body(builder, h, w, scale, shift, has_shift, half):
     """:func:`_fake_body` of bfloat16 or (``half``, an i1) float16 bits ``h``
     (``<N x i16>``), widened to float32 exactly, the result rounded once to the data's type
-    (nearest-even, overflow to Inf, a NaN the type's NaN of its sign: the general kernel's
-    :func:`fp8kit._kernels.bits.encode_fast` store): computing both types' steps and
-    selecting one costs a few instructions per element in a kernel bound by memory, and
-    one compiled kernel serves both types."""
+    (:func:`_narrow16`): computing both types' steps and selecting one costs a few
+    instructions per element in a kernel bound by memory, and one compiled kernel serves
+    both types."""
+    r = _fake_body(builder, _widen16(builder, h, half), w, scale, shift, has_shift)
+    return _narrow16(builder, r, half)
+
+
+def _widen16(builder, h, half):
+    """bfloat16 or (``half``, an i1) float16 bits ``h`` (``<N x i16>``) -> float32 bits,
+    exact."""
     vt = ir.VectorType(ir.IntType(32), h.type.count)
-    vf = ir.VectorType(ir.FloatType(), h.type.count)
+    bf = builder.shl(builder.zext(h, vt), ir.Constant(vt, [16] * vt.count))
+    return builder.select(half, widen_half(builder, h), bf)
+
+
+def _narrow16(builder, r, half):
+    """float32 bits ``r`` (``<N x i32>``) rounded once to bfloat16 or (``half``, an i1)
+    float16 bits (``<N x i16>``): nearest-even, overflow to Inf, a NaN the type's NaN of
+    its sign (the general kernel's :func:`fp8kit._kernels.bits.encode_fast` store)."""
+    vt = r.type
+    vf = ir.VectorType(ir.FloatType(), vt.count)
 
     def k(value):
         return ir.Constant(vt, [value] * vt.count)
 
-    wide = builder.zext(h, vt)
-    x = builder.select(half, widen_half(builder, h), builder.shl(wide, k(16)))
-    r = _fake_body(builder, x, w, scale, shift, has_shift)
     a = builder.and_(r, k(0x7FFFFFFF))
     nan = builder.icmp_unsigned(">", a, k(0x7F800000))
     sign = builder.and_(builder.lshr(r, k(16)), k(0x8000))
@@ -1010,7 +1105,28 @@ def _fake16_body(builder, h, w, scale, shift, has_shift, half):
     small = builder.sub(builder.bitcast(small, vt), k(0x3F000000))
     hf = builder.select(builder.icmp_unsigned("<", a, k(0x38800000)), small, n)
     hf = builder.or_(builder.select(nan, k(0x7E00), hf), sign)
-    return builder.trunc(builder.select(half, hf, bf), h.type)
+    return builder.trunc(builder.select(half, hf, bf), ir.VectorType(ir.IntType(16), vt.count))
+
+
+def _pre_body(builder, v, w, scale, shift, has_shift):
+    """The first step of FakeConvert in the other rounding modes: ``x * scale - shift``
+    clamped to the format's range (a NaN stays NaN), float32 bits of float32 bits ``v``."""
+    vf = ir.VectorType(ir.FloatType(), v.type.count)
+    mx = builder.bitcast(w[_FK_MAX], vf)
+    neg_mx = builder.fsub(ir.Constant(vf, [0.0] * v.type.count), mx)
+    y = builder.fmul(builder.bitcast(v, vf), scale)
+    y = builder.select(has_shift, builder.fsub(y, shift), y)
+    y = builder.select(builder.fcmp_ordered(">", y, mx), mx, y)
+    y = builder.select(builder.fcmp_ordered("<", y, neg_mx), neg_mx, y)
+    return builder.bitcast(y, v.type)
+
+
+def _post_body(builder, q, scale, shift, has_shift):
+    """The last step: ``(q + shift) / scale`` of the rounded values' float32 bits ``q``."""
+    vf = ir.VectorType(ir.FloatType(), q.type.count)
+    fq = builder.bitcast(q, vf)
+    fq = builder.select(has_shift, builder.fadd(fq, shift), fq)
+    return builder.bitcast(builder.fdiv(fq, scale), q.type)
 
 
 # The data types of the OpenVINO arithmetic (fp8kit._kernels.fake's F32, F16, BF16) and its

@@ -1,0 +1,216 @@
+"""FakeConvert in the other rounding modes by native kernels: stochastic rounding in three
+passes (``x * scale - shift`` clamped, by the row-walking kernel; round_to's stochastic
+kernel in place; ``(q + shift) / scale``), wherever no scale or shift is NaN and round_to
+rounds the format natively.  They must give the general (Numba) kernel's bits: the same
+float32 operations and the same random word per element (its flat index, plus a Dask
+block's offset).  Both run here on every float32 boundary pattern and every 16-bit
+pattern, the scales of test_fake_one_scale, with and without shifts, in each layout."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+from test_fake_one_scale import SCALES, X, general_kernel, module
+
+import fp8kit
+from fp8kit import _args
+
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
+IDS = ["float32", "float16", "bfloat16"]
+ALL16 = np.arange(1 << 16, dtype=np.uint16)
+FORMATS = ["f8e4m3", "f8e5m2", "float8_e4m3fnuz", "float8_e3m4", "p3109_k8p3se"]
+STOCHASTIC = [dict(rounding="stochastic", seed=5), dict(rounding="stochastic", seed=7,
+              random_bits=8)]  # fmt: skip
+
+
+def data(dt):
+    return X if dt == np.float32 else ALL16.view(dt)
+
+
+def both(x, scale, shift, fmt, **kw):
+    """(native passes' bits, general kernel's bits)."""
+    u = f"u{x.dtype.itemsize}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = fp8kit.fake_convert(x, scale, shift, destination_type=fmt, **kw)
+        with general_kernel():
+            want = fp8kit.fake_convert(x, scale, shift, destination_type=fmt, **kw)
+    return got.view(u), want.view(u)
+
+
+def native_rounding(fmt, kw):
+    rmode, _, rbits = _args.rounding(kw["rounding"], kw.get("seed"), kw.get("random_bits", 16), "t")
+    return module()._rounds_natively(fp8kit.get_format(_args.destination(fmt).name), rmode,
+                                     rbits, False)  # fmt: skip
+
+
+def test_stochastic_rounding_of_the_formats_is_native_where_the_cpu_has_vbmi():
+    if not fp8kit._kernels.bits.cpu_has("avx512vbmi"):
+        pytest.skip("no AVX512-VBMI: round_to's stochastic kernel does not look values up")
+    assert all(native_rounding(fmt, kw) for fmt in FORMATS for kw in STOCHASTIC)
+    # (the other stochastic variants keep the general kernel)
+    assert not native_rounding("f8e4m3", dict(rounding="stochastic_c", seed=1))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_stochastic_one_scale_gives_the_general_kernels_bits(fmt, dt):
+    x = data(dt)
+    for kw in STOCHASTIC:
+        for scale, shift in SCALES:
+            with np.errstate(over="ignore"):
+                s = np.array(scale, dt)
+                h = None if shift is None else np.array(shift, dt)
+            got, want = both(x, s, h, fmt, **kw)
+            bad = np.flatnonzero(got != want)
+            assert not bad.size, (kw, scale, shift, [(x[i], got[i], want[i]) for i in bad[:4]])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_stochastic_every_scale_layout_gives_the_general_kernels_bits(dt):
+    x = data(dt)
+    rng = np.random.default_rng(5)
+    for shape, sshape in [
+        ((x.size // 32, 32), (x.size // 32, 1)),  # blocks of 32
+        ((x.size // 48, 48), (1, 48)),  # per column
+        ((x.size // 40, 40), (x.size // 40, 40)),  # per element
+        ((x.size // 96, 3, 32), (1, 3, 32)),
+    ]:
+        xs = x[: np.prod(shape)].reshape(shape)
+        lim = 12 if dt == np.float16 else 20
+        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
+        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
+        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
+            got, want = both(xs, scale, shift, "f8e4m3", rounding="stochastic", seed=9)
+            np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stochastic_threads_offsets_and_out(threads):
+    """Split between threads (rows, and single rows cut into rows), into a
+    non-contiguous out, and a Dask block's offset keying the random stream."""
+    x = np.tile(X, 2)[: 3001 * 97].reshape(3001, 97)
+    scale = np.linspace(0.25, 4, 3001, dtype=np.float32)[:, None]
+    kw = dict(rounding="stochastic", seed=11)
+    with general_kernel():
+        want = fp8kit.fake_convert(x, scale, -scale, **kw).view(np.uint32)
+        flat_want = fp8kit.fake_convert(x.reshape(-1), 3.0, **kw).view(np.uint32)
+    out = np.empty((3001, 194), np.float32)[:, ::2]
+    with fp8kit.num_threads(threads):
+        got = fp8kit.fake_convert(x, scale, -scale, out=out, **kw)
+        np.testing.assert_array_equal(got.view(np.uint32), want)
+        np.testing.assert_array_equal(
+            fp8kit.fake_convert(x.reshape(-1), 3.0, **kw).view(np.uint32), flat_want
+        )
+        # the second half as a block of a larger array: the whole array's random words
+        half = x.size // 2 + 13
+        with _args.index_offset(half):
+            got = fp8kit.fake_convert(x.reshape(-1)[half:], 3.0, **kw)
+        np.testing.assert_array_equal(got.view(np.uint32), flat_want[half:])
+
+
+def test_nan_scales_and_other_variants_keep_the_general_kernel(monkeypatch):
+    calls = []
+    monkeypatch.setattr(module(), "_in_steps", lambda *a: calls.append(a))
+    x = X[:4096].reshape(64, 64)
+    rows = np.full((64, 1), 2.0, np.float32)
+    rows[3] = np.nan
+    got = fp8kit.fake_convert(x, rows, rounding="stochastic", seed=1)
+    assert np.isnan(got[3]).all() and not np.isnan(got[4]).any()
+    fp8kit.fake_convert(x, 2.0, rounding="stochastic_c", seed=1)
+    fp8kit.fake_convert(x, 2.0, rounding="toward_zero")
+    assert not calls
+    fp8kit.fake_convert(x, 2.0, rounding="stochastic", seed=1)
+    assert len(calls) == 1 or not fp8kit._kernels.bits.cpu_has("avx512vbmi")
+
+
+# ------------------------------------------------- deterministic modes: one fused pass
+DETERMINISTIC = [dict(rounding="toward_zero"), dict(rounding="nearest_away"),
+                 dict(rounding="to_odd", flush_subnormals=True),
+                 dict(rounding="toward_negative"), dict(flush_subnormals=True)]  # fmt: skip
+
+
+def fused_calls(monkeypatch):
+    calls = []
+    real = module().fake_walk_kernel
+
+    def record(w, ov=None, stage=None):
+        calls.append(stage)
+        return real(w, ov, stage)
+
+    monkeypatch.setattr(module(), "fake_walk_kernel", record)
+    return calls
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_deterministic_modes_one_scale_give_the_general_kernels_bits(fmt, dt, monkeypatch):
+    calls = fused_calls(monkeypatch)
+    x = data(dt)
+    for kw in DETERMINISTIC:
+        for scale, shift in SCALES:
+            with np.errstate(over="ignore"):
+                s = np.array(scale, dt)
+                h = None if shift is None else np.array(shift, dt)
+            got, want = both(x, s, h, fmt, **kw)
+            bad = np.flatnonzero(got != want)
+            assert not bad.size, (kw, scale, shift, [(x[i], got[i], want[i]) for i in bad[:4]])
+    if fp8kit._kernels.bits.cpu_has("avx512vbmi"):  # (the planes: else the general kernel)
+        assert len(calls) == len(DETERMINISTIC) * len(SCALES)
+        assert all(stage[0] == "mode" for stage in calls)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_deterministic_modes_every_scale_layout_and_threads(dt):
+    x = data(dt)
+    rng = np.random.default_rng(8)
+    for shape, sshape in [
+        ((x.size // 32, 32), (x.size // 32, 1)),
+        ((x.size // 48, 48), (1, 48)),
+        ((x.size // 40, 40), (x.size // 40, 40)),
+        ((x.size // 96, 3, 32), (1, 3, 32)),
+        ((x.size // 33, 33), (1, 33)),  # rows of a block of 64 lanes minus many, masked
+    ]:
+        xs = x[: np.prod(shape)].reshape(shape)
+        lim = 12 if dt == np.float16 else 20
+        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
+        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
+        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
+            for threads in (1, 2):
+                with fp8kit.num_threads(threads):
+                    got, want = both(xs, scale, shift, "f8e5m2", rounding="nearest_away")
+                np.testing.assert_array_equal(got, want)
+
+
+def test_deterministic_modes_formats_share_the_kernel(monkeypatch):
+    x = X[:4096].reshape(64, 64)
+    fp8kit.fake_convert(x, 2.0, destination_type="f8e4m3", rounding="toward_zero")
+    before = fp8kit._kernels.codec.compiled_count()
+    for fmt in ("f8e5m2", "float8_e3m4"):  # (formats with -0, as f8e4m3: one kernel)
+        fp8kit.fake_convert(x, 2.0, destination_type=fmt, rounding="toward_zero")
+    if fp8kit._kernels.bits.cpu_has("avx512vbmi"):
+        assert fp8kit._kernels.codec.compiled_count() == before
+
+
+LARGE = [{}, dict(rounding="toward_zero"), dict(rounding="stochastic", seed=2)]
+
+
+@pytest.mark.parametrize("kw", LARGE, ids=["nearest_even", "toward_zero", "stochastic"])
+def test_large_outputs_streamed_keep_the_bits(kw):
+    """Outputs of 64 MiB of traffic and more are written with non-temporal stores where
+    whole blocks cover whole cache lines: rows of 64 float32 and one long row, into a new
+    (line-aligned) array, into an out that is not line-aligned, and in place."""
+    x = np.tile(X, 22)[: 1 << 23]
+    rows = np.linspace(0.5, 3, 1 << 17, dtype=np.float32)[:, None]
+    for data, scale in ((x.reshape(1 << 17, 64), rows), (x, np.float32(1.5))):
+        with general_kernel():
+            want = fp8kit.fake_convert(data, scale, **kw).view(np.uint32)
+        np.testing.assert_array_equal(fp8kit.fake_convert(data, scale, **kw).view(np.uint32),
+                                      want)  # fmt: skip
+        raw = np.empty(data.size + 8, np.float32)
+        skip = 1 if (raw.ctypes.data + 4) % 64 else 2  # (4 or 8 bytes past a line)
+        out = raw[skip : skip + data.size].reshape(data.shape)
+        fp8kit.fake_convert(data, scale, out=out, **kw)
+        np.testing.assert_array_equal(out.view(np.uint32), want)
+        fp8kit.fake_convert(out, scale, out=out, **kw)  # (in place: its own bits again)
+        with general_kernel():
+            twice = fp8kit.fake_convert(want.view(np.float32), scale, **kw)
+        np.testing.assert_array_equal(out.view(np.uint32), twice.view(np.uint32))
