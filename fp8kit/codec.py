@@ -463,7 +463,12 @@ def encode(
         # formula written out: native kernels, whose small calls pass x and out alone)
         kernel = (
             encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
-            or unsigned_kernel(fmt, x.dtype, sat) or kernel
+            or unsigned_kernel(fmt, x.dtype, sat)
+            # (the rest, P3109's precision-1 formats and the unsigned ones saturating among
+            # them: the integer path of the rounding modes, on the data the plan reads)
+            or mode_kernel(fmt, np.dtype(np.float64) if pl.widen_first else x.dtype, sat,
+                           NEAREST_EVEN, False)
+            or kernel
         )  # fmt: skip
         extra = ()
     else:
@@ -769,8 +774,12 @@ def round_to(
             native = round_kernel(fmt, dt, sat)
             if native is not None:  # (the data's own bits, never widened first)
                 pl = Plan(dt.name, LOAD_DIRECT, False, "fast")
-        if native is None and planes is not None:  # (float8_e8m0fnu: codes, then planes)
-            native = unsigned_kernel(fmt, dt, sat, round_to=True)
+        if native is None and planes is not None:
+            # float8_e8m0fnu: its codes, then planes; the rest (the unsigned P3109 formats):
+            # the integer path of the rounding modes, then planes
+            native = unsigned_kernel(fmt, dt, sat, round_to=True) or round_mode_kernel(
+                fmt, dt, sat, NEAREST_EVEN, False
+            )
         kernel = native or kernel
         extra = ()
     else:

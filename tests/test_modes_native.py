@@ -197,3 +197,91 @@ def test_round_to_in_the_modes_formats_share_the_kernels():
     for name in ("float8_e5m2", "float8_e3m4", "float4_e2m1fn", "float6_e3m2fn"):
         every_mode(name)
     assert compiled_count() == before
+
+
+# ------------------------------- nearest-even where no other native kernel takes a format
+def fallback_cases():
+    """(fmt, dtype, saturate) that encode rounds by the mode kernel in nearest-even: no
+    byte-lane, encode_lean or unsigned kernel takes them (P3109's precision-1 formats, the
+    unsigned P3109 formats saturating)."""
+    from fp8kit._kernels.encode16 import encode16_kernel
+    from fp8kit._kernels.lean import lean_kernel, unsigned_kernel
+
+    for fmt in FORMATS:
+        for dtype in DTYPES:
+            for sat in (True, False, "propagate"):
+                if sat == "propagate" and not fmt.has_inf:
+                    continue
+                if not (encode16_kernel(fmt, dtype, sat) or lean_kernel(fmt, dtype, sat)
+                        or unsigned_kernel(fmt, dtype, sat)):  # fmt: skip
+                    yield fmt, dtype, sat
+
+
+FALLBACK = list(fallback_cases())
+
+
+def test_every_format_and_dtype_encodes_natively_in_nearest_even():
+    from fp8kit._kernels.codec import plan
+
+    assert len(FALLBACK) > 100
+    for fmt, dtype, sat in FALLBACK:
+        data = np.float64 if plan(fmt, dtype).widen_first else dtype
+        assert modes.mode_kernel(fmt, data, sat, NEAREST_EVEN, False) is not None, (fmt, dtype)
+
+
+@pytest.mark.parametrize(("fmt", "dtype", "sat"), FALLBACK, ids=str)
+def test_nearest_even_by_the_mode_kernel_gives_the_general_kernels_codes(fmt, dtype, sat):
+    from fp8kit._kernels.codec import encode_kernel, plan
+
+    x = boundary_probes(fmt, dtype)
+    kernel, pl = encode_kernel(fmt, x.dtype, sat)
+    lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+    data = x.astype(np.float64) if pl.widen_first else x
+    want = np.empty(x.size, fmt.code_dtype)
+    kernel.build()(data.view(f"u{data.itemsize}"), lut, D8, want, 1)
+    got = native_codes(modes.mode_kernel(fmt, data.dtype, sat, NEAREST_EVEN, False), data,
+                       fmt.code_dtype)  # fmt: skip
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(fp8kit.encode(x, fmt, saturate=sat), want)
+    assert plan(fmt, dtype).strategy != "unsigned"
+
+
+def round_fallback_cases():
+    """(fmt, dtype, saturate) that round_to rounds by the mode kernel and the table's planes
+    in nearest-even: no byte-lane, in-place or unsigned kernel takes them."""
+    from fp8kit._kernels.encode16 import round16_kernel
+    from fp8kit._kernels.inplace import round_kernel
+    from fp8kit._kernels.lean import unsigned_kernel
+
+    for fmt in FORMATS:
+        for dtype in DTYPES:
+            for sat in (True, False, "propagate"):
+                if sat == "propagate" and not fmt.has_inf:
+                    continue
+                if format_planes(fmt, dtype) is None or (
+                    dtype.itemsize == 2 and round16_kernel(fmt, dtype, sat)
+                ):
+                    continue
+                if round_kernel(fmt, dtype, sat) or unsigned_kernel(fmt, dtype, sat, True):
+                    continue
+                if modes.round_mode_kernel(fmt, dtype, sat, NEAREST_EVEN, False):
+                    yield fmt, dtype, sat
+
+
+ROUND_FALLBACK = list(round_fallback_cases())
+
+
+@pytest.mark.parametrize(("fmt", "dtype", "sat"), ROUND_FALLBACK, ids=str)
+def test_round_to_nearest_even_by_the_mode_kernel_gives_the_numba_kernels_values(fmt, dtype, sat):
+    x = boundary_probes(fmt, dtype)
+    table = decode_table(fmt, x.dtype)
+    kernel, pl = fp8kit._kernels.codec.encode_kernel(fmt, x.dtype, sat, table_dtype=table.dtype)
+    lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+    want = np.empty(x.size, table.dtype)
+    kernel.build()(x.view(table.dtype), lut, table, want, 1)
+    np.testing.assert_array_equal(fp8kit.round_to(x, fmt, saturate=sat).view(table.dtype), want)
+
+
+def test_round_to_nearest_even_fallbacks_exist_where_the_cpu_has_vbmi():
+    if fp8kit._kernels.bits.cpu_has("avx512vbmi"):
+        assert len(ROUND_FALLBACK) >= 40  # (the unsigned P3109 formats)
