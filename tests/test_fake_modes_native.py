@@ -195,9 +195,11 @@ LARGE = [{}, dict(rounding="toward_zero"), dict(rounding="stochastic", seed=2)]
 
 @pytest.mark.parametrize("kw", LARGE, ids=["nearest_even", "toward_zero", "stochastic"])
 def test_large_outputs_streamed_keep_the_bits(kw):
-    """Outputs of 64 MiB of traffic and more are written with non-temporal stores where
-    whole blocks cover whole cache lines: rows of 64 float32 and one long row, into a new
-    (line-aligned) array, into an out that is not line-aligned, and in place."""
+    """Outputs of 64 MiB of traffic and more given as ``out`` are written with
+    non-temporal stores where whole blocks cover whole cache lines: rows of 64 float32 and
+    one long row, into a new array (plain stores), into an out that is not line-aligned
+    (its rows then start off a line: plain stores; a long row starts its rows on one),
+    and in place (plain stores)."""
     x = np.tile(X, 22)[: 1 << 23]
     rows = np.linspace(0.5, 3, 1 << 17, dtype=np.float32)[:, None]
     for data, scale in ((x.reshape(1 << 17, 64), rows), (x, np.float32(1.5))):

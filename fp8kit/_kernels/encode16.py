@@ -63,6 +63,7 @@ from ..formats import FloatFormat, get_format
 from . import modes
 from .bits import (
     _X86,
+    PLANE_BLOCK,
     STREAM_BYTES,
     block_load,
     block_mask,
@@ -339,18 +340,18 @@ def _emit_fake_walk(
     ``(kind, node, variant)`` of the OpenVINO arithmetic (:func:`_ov_body`) instead;
     ``stage``: ``"pre"`` (:func:`_pre_body`, float32 bits out) or ``"post"``
     (:func:`_post_body`, float32 bits in) of FakeConvert in the other rounding modes, or
-    ``("mode", mode, neg_zero, flush)``: the three steps fused, the rounding a
+    ``("mode", mode, neg_zero, flush, lanes)``: the three steps fused, the rounding a
     deterministic mode's codes (:func:`fp8kit._kernels.modes._code_body` from the
     parameters at ``extra[0]``) looked up in the decode table's byte planes
-    (``extra[1]``), 64 lanes a block."""
+    (``extra[1]``), ``lanes`` (64, or 32 for short rows) a block."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     fused = isinstance(stage, tuple)
     lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
-    if fused:  # (the lanes of the mode codes and the plane lookup)
-        lanes = modes.LANES
+    if fused:  # (the lanes of the plane lookup, 64, or 32 for rows of up to 32 elements)
+        lanes = stage[4]
         mode_prm, planes = extra
-        code = modes._code_body(builder, intp, mode_prm, 32, 32, False, *stage[1:])
+        code = modes._code_body(builder, intp, mode_prm, 32, 32, False, *stage[1:4], lanes)
         planes = load_planes(builder, planes, intp)
     v32 = ir.VectorType(i32, lanes)
     vf = ir.VectorType(ir.FloatType(), lanes)
@@ -368,27 +369,34 @@ def _emit_fake_walk(
     # Large outputs are written with non-temporal stores (a plain store first reads the
     # line it writes: a third of the traffic), only where every whole block covers whole
     # cache lines: out aligned to them and rows a multiple of them (else plain stores would
-    # share lines with streamed ones, which measured very slow).
+    # share lines with streamed ones, which measured very slow); and where the caller
+    # allows it (``consts``' word after the float16 flag): into a new array, whose pages
+    # the first store faults in, streaming measured 15-20% slower (16M float32, rows of
+    # 32: 23.6-24.3 against 19.2-20.8 ms), into an existing one up to 1.4x faster.
     out_bytes = (16 if half_data and stage != "pre" else 32) // 8
     total = builder.mul(builder.mul(at(shape, 0), builder.mul(n1, n2)), n3)
     traffic = builder.mul(total, ir.Constant(i64, out_bytes + vx.element.width // 8))
     line = ir.Constant(i64, STREAM_BYTES - 1)
-    stream = builder.and_(
-        builder.and_(
-            builder.icmp_signed(">=", traffic, ir.Constant(i64, STREAM_MIN_TRAFFIC)),
-            builder.icmp_unsigned("==", builder.and_(builder.ptrtoint(out, i64), line), zero),
+    may_stream = builder.load(builder.gep(consts, [ir.Constant(intp, _FK_N + 1)]))
+
+    def all_of(*conditions):
+        result = conditions[0]
+        for c in conditions[1:]:
+            result = builder.and_(result, c)
+        return result
+
+    # (not the "pre" stage's buffer, which round_to reads next: from the caches; nor in
+    # place, where each line was just read into them; nor the OpenVINO arithmetic, bound by
+    # its instructions: streamed, 16M float32 took 33 ms against 12-18 ms)
+    stream = all_of(
+        ir.Constant(i1, _X86 and stage != "pre" and ov is None),
+        builder.icmp_unsigned("!=", may_stream, ir.Constant(may_stream.type, 0)),
+        builder.icmp_signed(">=", traffic, ir.Constant(i64, STREAM_MIN_TRAFFIC)),
+        builder.icmp_unsigned("==", builder.and_(builder.ptrtoint(out, i64), line), zero),
+        builder.icmp_unsigned(
+            "==", builder.and_(builder.mul(n3, ir.Constant(i64, out_bytes)), line), zero
         ),
-        builder.and_(
-            builder.icmp_unsigned(
-                "==", builder.and_(builder.mul(n3, ir.Constant(i64, out_bytes)), line), zero
-            ),
-            # (not the "pre" stage's buffer, which round_to reads next: from the caches;
-            # nor in place, where each line was just read into them)
-            builder.and_(
-                ir.Constant(i1, _X86 and stage != "pre"),
-                builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), builder.ptrtoint(out, i64)),
-            ),
-        ),
+        builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), builder.ptrtoint(out, i64)),
     )
     st0, st1, st2, st3 = (at(sstr, k) for k in (0, 1, 2, 3))
     per_element = builder.icmp_signed("!=", st3, zero)
@@ -427,7 +435,13 @@ def _emit_fake_walk(
                 wide = _widen16(builder, v, half) if half_data else v
                 y = _pre_body(builder, wide, w, scale_v, shift_v, has_shift)
                 codes = builder.trunc(code(y), ir.VectorType(ir.IntType(8), lanes))
+                if lanes < PLANE_BLOCK:  # (a lookup of 64 codes: these twice, half kept)
+                    twice = ir.Constant(ir.VectorType(i32, PLANE_BLOCK),
+                                        [k % lanes for k in range(PLANE_BLOCK)])  # fmt: skip
+                    codes = builder.shuffle_vector(codes, codes, twice)
                 q = plane_values(builder, planes, codes, 32)
+                if lanes < PLANE_BLOCK:
+                    q = builder.shuffle_vector(q, q, ir.Constant(v32, list(range(lanes))))
                 res = _post_body(builder, q, scale_v, shift_v, has_shift)
                 res = _narrow16(builder, res, half) if half_data else res
             elif stage == "pre":
@@ -507,7 +521,8 @@ def _fake_walk_native(width: int, ov=None, stage=None):
 @functools.cache
 def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
-    (16: ``consts`` :func:`fake_scalars` and a word, 1 for float16) data and scales (and
+    (16) data (``consts``: :func:`fake_scalars`, a word 1 for float16 data, a word 1 where
+    large outputs may be streamed: see :func:`_emit_fake_walk`) and scales (and
     shifts) broadcast to them in any layout (:func:`_emit_fake_walk`): ``(consts, x, scale,
     shift, shape, sstr, out, nchunks)``, the 4-D ``shape`` and scale strides ``sstr`` of
     :func:`fp8kit.fake_convert` (inner stride 0 or 1), ``shift`` the scale array where
@@ -521,7 +536,8 @@ def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | N
     ``stage``: ``"pre"`` or ``"post"``, the steps of FakeConvert in the other rounding
     modes before and after :func:`fp8kit.round_to` (:func:`_pre_body`, from the data to
     float32 bits, and :func:`_post_body`, from float32 bits to the data's type), or
-    ``("mode", mode, neg_zero, flush)``: the three fused for a deterministic mode, called
+    ``("mode", mode, neg_zero, flush, lanes)``: the three fused for a deterministic mode
+    (``lanes`` a block: 64, or 32 for rows of up to 32 elements), called
     with two more arrays before ``nchunks``, the parameters of
     :func:`fp8kit._kernels.modes.mode_kernel` for float32 and the byte planes of the
     format's float32 decode table (:func:`fp8kit._kernels.decode.format_planes`)."""

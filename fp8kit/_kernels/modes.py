@@ -86,7 +86,6 @@ def mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, flush: b
     return kernel
 
 
-
 @functools.cache
 def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, flush: bool):
     """Kernel of round_to in the deterministic ``mode`` (with ``flush``, subnormal results
@@ -108,6 +107,7 @@ def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, fl
     kernel.planes = True
     return kernel
 
+
 def _masks(mode: int) -> tuple[bool, ...]:
     """:func:`fp8kit._kernels.rounding.mode_masks` of a mode known when compiling: (half,
     kept bit, one, positive side, negative side, odd)."""
@@ -116,13 +116,13 @@ def _masks(mode: int) -> tuple[bool, ...]:
             mode == TOWARD_NEGATIVE, mode == TO_ODD)  # fmt: skip
 
 
-def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush):
-    """``body(v)``: the codes (``<LANES x i{width}>``) of the data bits ``v``
-    (``<LANES x i{data_bits}>``) in the deterministic ``mode``, from the parameter array at
+def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush, lanes=LANES):
+    """``body(v)``: the codes (``<lanes x i{width}>``) of the data bits ``v``
+    (``<lanes x i{data_bits}>``) in the deterministic ``mode``, from the parameter array at
     ``prm`` (:func:`mode_kernel`'s); its loop-invariant constants are emitted here."""
     half_m, lsb_m, one_m, pos_m, neg_m, odd_m = _masks(mode)
     iw = ir.IntType(width)
-    vt = ir.VectorType(iw, LANES)
+    vt = ir.VectorType(iw, lanes)
     words = builder.bitcast(prm, iw.as_pointer())
 
     def word(k):
@@ -132,8 +132,8 @@ def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush
      sign_bit, sign_shift, _, _) = (word(_P + k) for k in range(17))  # fmt: skip
     src_m, mant_mask, hidden, emin_field, cap, m_bits, base_sh = (word(_Q + k) for k in range(7))
     o_pos, o_neg = word(_O), word(_O + 1)
-    zero = ir.Constant(vt, [0] * LANES)
-    one = ir.Constant(vt, [1] * LANES)
+    zero = ir.Constant(vt, [0] * lanes)
+    one = ir.Constant(vt, [1] * lanes)
     s = builder.lshr(sign_bit, sign_shift)  # (the code's sign, or-ed in)
     # (loop-invariant: no -0, the rule of bits._finish_with)
     keep = builder.select(builder.icmp_unsigned("!=", s, zero), abs_mask, zero)
@@ -149,7 +149,7 @@ def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush
     def body(v):
         if data_bits == 16:  # (bfloat16: float32's top half; float16: exact widening)
             v = widen_half(builder, v) if half else builder.shl(
-                builder.zext(v, vt), ir.Constant(vt, [16] * LANES)
+                builder.zext(v, vt), ir.Constant(vt, [16] * lanes)
             )  # fmt: skip
         a = builder.and_(v, abs_mask)
         negative = builder.icmp_unsigned(">", v, abs_mask)
