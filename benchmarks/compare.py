@@ -601,7 +601,7 @@ PUBLIC_COLD = {
                                "'float8_e4m3fn', 'block')",
                                "fp8kit.study.quantize(big2d.astype(np.float64), "
                                "'float8_e5m2', 'block')"),
-    # options still on Numba-lowered kernels (listed so that the table shows them)
+    # options on Numba-lowered kernels until the fourteenth pass
     "encode toward_zero": ("fp8kit.encode(big, 'float8_e4m3fn', rounding='toward_zero')",
                            "fp8kit.encode(big, 'float8_e5m2', rounding='toward_zero')"),
     "fake_convert mode='openvino'": (
@@ -612,6 +612,25 @@ PUBLIC_COLD = {
         "['tensor', 'channel', 'block:32'])",
         "fp8kit.study.sweep({'w': big2d}, ['float8_e4m3fnuz', 'float8_e5m2fnuz'], "
         "['tensor', 'channel', 'block:32'])"),
+    "round_to toward_zero": ("fp8kit.round_to(big, 'float8_e4m3fn', rounding='toward_zero')",
+                             "fp8kit.round_to(big, 'float8_e5m2', rounding='toward_zero')"),
+    "round_to flush_subnormals": (
+        "fp8kit.round_to(big, 'float8_e4m3fn', flush_subnormals=True)",
+        "fp8kit.round_to(big, 'float8_e5m2', flush_subnormals=True)"),
+    "encode float8_e8m0fnu, then round_to": ("fp8kit.encode(big, 'float8_e8m0fnu')",
+                                            "fp8kit.round_to(big, 'float8_e8m0fnu')"),
+    "encode p3109_k8p1se": ("fp8kit.encode(big, 'p3109_k8p1se')",
+                            "fp8kit.encode(big, 'p3109_k8p1sf')"),
+    "fake_convert toward_zero": ("fp8kit.fake_convert(big, 2.0, rounding='toward_zero')",
+                                 "fp8kit.fake_convert(big, 2.0, destination_type='f8e5m2', "
+                                 "rounding='toward_zero')"),
+    "fake_convert stochastic": (
+        "fp8kit.fake_convert(big, 2.0, rounding='stochastic', seed=1)",
+        "fp8kit.fake_convert(big, 2.0, destination_type='f8e5m2', rounding='stochastic', "
+        "seed=1)"),
+    "study.quantize stochastic": (
+        "fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block', rounding='stochastic', seed=1)",
+        "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block', rounding='stochastic', seed=1)"),
 }  # fmt: skip
 
 _COLD_CODE = """

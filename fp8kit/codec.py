@@ -475,7 +475,10 @@ def encode(
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
-        native = mode_kernel(fmt, x.dtype, sat, mode, ftz)  # (deterministic modes)
+        # (deterministic modes; float8_e8m0fnu's own formula, which no flush changes)
+        native = mode_kernel(fmt, x.dtype, sat, mode, ftz) or unsigned_kernel(
+            fmt, x.dtype, sat, mode=mode
+        )
         if native is not None:
             kernel, extra = native, ()
     if pl.widen_first:
@@ -789,7 +792,11 @@ def round_to(
         )  # fmt: skip
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
         # (deterministic modes: the codes looked up in the table's planes, natively)
-        native = round_mode_kernel(fmt, dt, sat, mode, ftz) if planes is not None else None
+        native = None
+        if planes is not None:
+            native = round_mode_kernel(fmt, dt, sat, mode, ftz) or unsigned_kernel(
+                fmt, dt, sat, round_to=True, mode=mode
+            )
         if native is not None:
             kernel, extra = native, ()
     if kernel.planes:

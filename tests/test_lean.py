@@ -185,3 +185,29 @@ def test_float8_e8m0fnu_every_length_threaded(n):
             np.testing.assert_array_equal(fp8kit.encode(x, E8M0), want)
             got = fp8kit.round_to(x, E8M0)
         np.testing.assert_array_equal(got, decode_table(E8M0, x.dtype)[want].view(np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_float8_e8m0fnu_in_the_deterministic_modes_gives_the_numba_kernels_bits(dtype):
+    from fp8kit._kernels.codec import encode_mode_kernel
+    from fp8kit._kernels.rounding import MODES
+
+    x = unsigned_probes(dtype)
+    table = decode_table(E8M0, x.dtype)
+    lut = f16_lut() if x.dtype == np.float16 else D32
+    key = np.zeros(2, np.uint32)
+    for name in ("nearest_even", "nearest_away", "toward_zero", "toward_positive",
+                 "toward_negative"):  # fmt: skip
+        mode = MODES[name]
+        for sat in (True, False):
+            kernel = lean.unsigned_kernel(E8M0, dtype, sat, mode=mode)
+            assert kernel is not None
+            numba, _ = encode_mode_kernel(E8M0, x.dtype, sat, mode, 32)
+            want = np.empty(x.size, np.uint8)
+            numba.build()(x.view(f"u{x.itemsize}"), lut, D8, want, key, 0, 1)
+            np.testing.assert_array_equal(lean_codes(kernel, x, np.uint8), want, (name, sat))
+            got = fp8kit.encode(x, E8M0, saturate=sat, rounding=name)
+            np.testing.assert_array_equal(got, want, (name, sat))
+            rounded = fp8kit.round_to(x, E8M0, saturate=sat, rounding=name)
+            np.testing.assert_array_equal(rounded.view(table.dtype), table[want], (name, sat))
+    assert lean.unsigned_kernel(E8M0, dtype, True, mode=MODES["stochastic"]) is None

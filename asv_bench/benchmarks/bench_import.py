@@ -113,6 +113,15 @@ _PUBLIC_COLD = {
     "mode='openvino')",
     "study_sweep": "fp8kit.study.sweep({'w': big.reshape(1024, 1024)}, "
     "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])",
+    # the options the fourteenth pass made native
+    "round_to_toward_zero": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='toward_zero')",
+    "round_to_flush_subnormals": "fp8kit.round_to(big, 'float8_e4m3fn', flush_subnormals=True)",
+    "encode_e8m0": "fp8kit.encode(big, 'float8_e8m0fnu')",
+    "encode_p3109_precision_1": "fp8kit.encode(big, 'p3109_k8p1se')",
+    "fake_convert_toward_zero": "fp8kit.fake_convert(big, 2.0, rounding='toward_zero')",
+    "fake_convert_stochastic": "fp8kit.fake_convert(big, 2.0, rounding='stochastic', seed=1)",
+    "study_quantize_stochastic": "fp8kit.study.quantize(big.reshape(1024, 1024), "
+    "'float8_e4m3fn', 'block', rounding='stochastic', seed=1)",
 }
 
 

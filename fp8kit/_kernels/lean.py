@@ -25,6 +25,7 @@ from ..formats import FloatFormat
 from .bits import load_planes, plane_values, splat, vector_blocks, widen_half
 from .codec import LOAD_DIRECT, STREAM_MIN_TRAFFIC, _params, lean_params, plan
 from .native import NativeKernel, typed_pointer
+from .rounding import NEAREST_AWAY, NEAREST_EVEN, TOWARD_NEGATIVE, TOWARD_POSITIVE, TOWARD_ZERO
 
 #: The data kinds: (bits read an element, source layout the rounding works on)
 _KINDS = {
@@ -141,7 +142,9 @@ def _lean_emitter(
 
 
 @functools.cache
-def unsigned_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, round_to: bool = False):
+def unsigned_kernel(
+    fmt: FloatFormat, dtype: np.dtype, saturate, round_to: bool = False, mode: int = 0
+):
     """Kernel rounding ``dtype`` data (float32, float64, bfloat16 or float16 bits) to the
     codes of an unsigned power-of-two format (float8_e8m0fnu), nearest, ties up, as
     :func:`fp8kit._kernels.bits.encode_unsigned` does from the same constants (the ``q``
@@ -151,7 +154,10 @@ def unsigned_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, round_to: bool 
     ``table`` argument: :func:`fp8kit._kernels.decode.format_planes`), that kernel's call
     with ``table_dtype`` and ``planes``.  None for other formats, data the API widens
     first, or (``round_to``) where there are no planes.  The Numba kernel it stands for
-    compiled in 0.5 s on a first call (0.2 s more for round_to)."""
+    compiled in 0.5 s on a first call (0.2 s more for round_to).  ``mode``: a deterministic
+    rounding mode of :mod:`fp8kit._kernels.rounding` (the formula of
+    :func:`fp8kit._kernels.rounding.encode_unsigned_mode`, compiled in); None for the
+    stochastic ones."""
     from .decode import format_planes
 
     dtype = np.dtype(dtype)
@@ -163,22 +169,30 @@ def unsigned_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, round_to: bool 
         return None
     if round_to and format_planes(fmt, dtype) is None:
         return None
-    _, q = _params(fmt, source, saturate)
+    if mode not in (NEAREST_EVEN, NEAREST_AWAY, TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE):
+        return None
+    _, q = _params(fmt, source, saturate, mode)
     width = 32 if source == "float32" else 64
     params = np.array([int(v) for v in q], f"u{width // 8}")
     params.flags.writeable = False
     out_bits = dtype.itemsize * 8 if round_to else 0
-    flags = (bits, width, dtype == np.float16, out_bits)
+    # (the smallest value 2**-bias a subnormal of the source: encode_unsigned_mode's
+    # branch below 2**(1 - bias), in the modes but nearest)
+    low = int(q[4]) == 0 and mode in (TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE)
+    flags = (bits, width, dtype == np.float16, out_bits, int(mode), low)
     kernel = NativeKernel(("encode_unsigned",) + flags, _unsigned_emitter(*flags), params)
     kernel.xo = not round_to  # (codes: no lut or table read)
     kernel.planes = bool(round_to)
     return kernel
 
 
-def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int):
+def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: int, low: bool):
     """The emitter of :func:`unsigned_kernel`'s native function: ``x[first:stop]`` (``bits``
     an element, widened to float32 bits where 16) to 8-bit codes on ``width``-bit lanes or,
-    with ``out_bits``, to their values from the planes at ``table``."""
+    with ``out_bits``, to their values from the planes at ``table``; in ``mode`` (``low``:
+    the branch of :func:`fp8kit._kernels.rounding.encode_unsigned_mode` for a smallest
+    value that is a subnormal of the source)."""
+    nearest = mode in (NEAREST_EVEN, NEAREST_AWAY)
     lanes = 64
     stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + (out_bits // 8 or 1))
 
@@ -193,6 +207,12 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int):
                 for k in range(12))  # fmt: skip
         zero = ir.Constant(vt, [0] * lanes)
         planes = load_planes(builder, table, intp) if out_bits else None
+        if nearest:
+            inc = half_ulp
+        elif mode == TOWARD_POSITIVE:  # (the source's mantissa mask)
+            inc = builder.sub(builder.shl(one, src_m), one)
+        else:
+            inc = zero
 
         def body(v):
             if bits == 16:  # (bfloat16: the top half of float32's bits; float16: exact)
@@ -200,12 +220,19 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int):
                     builder.zext(v, vt), ir.Constant(vt, [16] * lanes)
                 )  # fmt: skip
             a = builder.and_(v, abs_mask)
-            e = builder.lshr(builder.add(a, half_ulp), src_m)
+            e = builder.lshr(builder.add(a, inc), src_m)
             code = builder.select(builder.icmp_unsigned(">", e, rebias), builder.sub(e, rebias),
                                   zero)  # fmt: skip
-            small = builder.select(builder.icmp_unsigned(">", a, c0), one, zero)
-            code = builder.select(builder.icmp_unsigned("<", a, c1), small, code)
-            code = builder.select(builder.icmp_unsigned(">", code, max_code), ovf, code)
+            if low:  # (below 2**(1 - bias): the position between codes 0 and 1)
+                above = builder.icmp_unsigned(">", a, c0)
+                frac = builder.select(above, builder.shl(builder.sub(a, c0), one), zero)
+                small = builder.lshr(builder.add(frac, inc), src_m)
+                code = builder.select(builder.icmp_unsigned("<", a, c1), small, code)
+            if nearest:  # (ml_dtypes' rule below 2**(1 - bias))
+                small = builder.select(builder.icmp_unsigned(">", a, c0), one, zero)
+                code = builder.select(builder.icmp_unsigned("<", a, c1), small, code)
+            over = max_code if mode in (TOWARD_ZERO, TOWARD_NEGATIVE) else ovf
+            code = builder.select(builder.icmp_unsigned(">", code, max_code), over, code)
             code = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, code)
             bad = builder.or_(
                 builder.or_(
