@@ -1,0 +1,79 @@
+"""float -> integer casts with x86's bits (what onnx.reference and ONNX Runtime give) for the
+targets (the int8 ... uint64 types, int4/uint4, and ONNX Runtime's patterns) run a native kernel
+(fp8kit._kernels.integer._x86_native).  It must give the Numba kernel's bits (itself checked
+against numpy's casts and the ONNX oracles in test_cast_*): every float32 exponent with
+mantissas around zero, halves and ones, both signs, Inf and NaN; float64 values around every
+power of two up to 2**70 and the integer ranges' edges."""
+
+import numpy as np
+import pytest
+
+import fp8kit
+from fp8kit._kernels import integer
+from fp8kit._kernels.codec import compiled_count, dummy
+
+TARGETS = ["int8", "int16", "int32", "uint8", "uint16", "int64", "uint32", "uint64", "int4",
+           "uint4", "uint32_vector", "int4_round", "uint4_round"]  # fmt: skip
+
+
+def halves(dtype):
+    """k + 1/2 for k in -40 .. 39 (int4's rounding ties) and their neighbours."""
+    h = (np.arange(-40, 40) + 0.5).astype(dtype)
+    return np.concatenate([h, np.nextafter(h, dtype(-np.inf)), np.nextafter(h, dtype(np.inf))])
+
+
+def probes(dtype):
+    return np.concatenate([_probes(dtype), halves(dtype.type)])
+
+
+def _probes(dtype):
+    if dtype == np.float32:
+        e = np.arange(256, dtype=np.uint32) << 23
+        m = np.array([0, 1, 2, 0x3FFFFF, 0x400000, 0x400001, 0x7FFFFE, 0x7FFFFF], np.uint32)
+        bits = (e[:, None] | m).ravel()
+        return np.concatenate([bits, bits | np.uint32(1 << 31)]).view(np.float32)
+    p = np.exp2(np.arange(-3, 71, dtype=np.float64))
+    edges = np.array([2.0**31 - 1, 2.0**32 - 1, 2.0**63 - 1024, 2.0**64 - 2048, 0.5, 1.5,
+                      2.5, -0.5, np.inf, np.nan, 0.0, -0.0], np.float64)  # fmt: skip
+    v = np.concatenate([p, p * 1.5, np.nextafter(p, 0), np.nextafter(p, np.inf), edges])
+    return np.concatenate([v, -v])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_numba_kernels_bits(target, dtype):
+    x = probes(np.dtype(dtype))
+    out_dtype = np.dtype(np.int8 if "int4" in target else target.split("_")[0])
+    kernel = integer.x86_kernel(np.dtype(dtype), target)
+    assert isinstance(kernel, integer.NativeKernel)
+    got = np.empty(x.size, out_dtype)
+    kernel.serial(x, dummy(np.uint32), dummy(np.uint8), got)
+    want = np.empty(x.size, out_dtype)
+    integer._x86_numba(np.dtype(dtype), target).serial(x, dummy(np.uint32), dummy(np.uint8),
+                                                         want)  # fmt: skip
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, [(x[i], got[i], want[i]) for i in bad[:4]]
+
+
+def test_cast_runs_it_threaded_at_every_length():
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(300_001) * np.exp2(rng.integers(0, 40, 300_001))).astype(np.float32)
+    for n in (0, 1, 15, 17, 1000, x.size):
+        want = np.empty(n, np.int16)
+        integer._x86_numba(np.dtype(np.float32), "int16").serial(
+            x[:n], dummy(np.uint32), dummy(np.uint8), want
+        )
+        for threads in (1, 2):
+            with fp8kit.num_threads(threads):
+                np.testing.assert_array_equal(fp8kit.cast(x[:n], np.int16), want)
+
+
+def test_every_target_is_native():
+    for target in integer._X86_MODES:
+        for dtype in (np.float32, np.float64):
+            assert isinstance(integer.x86_kernel(np.dtype(dtype), target), integer.NativeKernel)
+    x = np.linspace(-1e6, 1e6, 1001, dtype=np.float32)
+    fp8kit.cast(x, np.int8)
+    before = compiled_count()
+    fp8kit.cast(x, np.int8)
+    assert compiled_count() == before
