@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from test_fake_one_scale import SCALES, X, general_kernel, module
+from test_fake_openvino_native import layouts, one_scales, scale_layouts
 
 import fp8kit
 from fp8kit import _args
@@ -53,12 +54,13 @@ def test_stochastic_rounding_of_the_formats_is_native_where_the_cpu_has_vbmi():
 @pytest.mark.parametrize("dt", DTYPES, ids=IDS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_stochastic_one_scale_gives_the_general_kernels_bits(fmt, dt):
-    x = data(dt)
-    for kw in STOCHASTIC:
-        for scale, shift in SCALES:
-            with np.errstate(over="ignore"):
-                s = np.array(scale, dt)
-                h = None if shift is None else np.array(shift, dt)
+    assert_every_scale(data(dt), dt, fmt, STOCHASTIC)
+
+
+def assert_every_scale(x, dt, fmt, options):
+    """Both kernels' bits agree for every scale (and shift) of SCALES and option set."""
+    for kw in options:
+        for scale, shift, s, h in one_scales(dt):
             got, want = both(x, s, h, fmt, **kw)
             bad = np.flatnonzero(got != want)
             assert not bad.size, (kw, scale, shift, [(x[i], got[i], want[i]) for i in bad[:4]])
@@ -67,20 +69,9 @@ def test_stochastic_one_scale_gives_the_general_kernels_bits(fmt, dt):
 @pytest.mark.parametrize("dt", DTYPES, ids=IDS)
 def test_stochastic_every_scale_layout_gives_the_general_kernels_bits(dt):
     x = data(dt)
-    rng = np.random.default_rng(5)
-    for shape, sshape in [
-        ((x.size // 32, 32), (x.size // 32, 1)),  # blocks of 32
-        ((x.size // 48, 48), (1, 48)),  # per column
-        ((x.size // 40, 40), (x.size // 40, 40)),  # per element
-        ((x.size // 96, 3, 32), (1, 3, 32)),
-    ]:
-        xs = x[: np.prod(shape)].reshape(shape)
-        lim = 12 if dt == np.float16 else 20
-        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
-        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
-        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
-            got, want = both(xs, scale, shift, "f8e4m3", rounding="stochastic", seed=9)
-            np.testing.assert_array_equal(got, want)
+    for xs, scale, shift in scale_layouts(x, dt, np.random.default_rng(5), layouts(x, 32)):
+        got, want = both(xs, scale, shift, "f8e4m3", rounding="stochastic", seed=9)
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -144,15 +135,7 @@ def fused_calls(monkeypatch):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_deterministic_modes_one_scale_give_the_general_kernels_bits(fmt, dt, monkeypatch):
     calls = fused_calls(monkeypatch)
-    x = data(dt)
-    for kw in DETERMINISTIC:
-        for scale, shift in SCALES:
-            with np.errstate(over="ignore"):
-                s = np.array(scale, dt)
-                h = None if shift is None else np.array(shift, dt)
-            got, want = both(x, s, h, fmt, **kw)
-            bad = np.flatnonzero(got != want)
-            assert not bad.size, (kw, scale, shift, [(x[i], got[i], want[i]) for i in bad[:4]])
+    assert_every_scale(data(dt), dt, fmt, DETERMINISTIC)
     if fp8kit._kernels.bits.cpu_has("avx512vbmi"):  # (the planes: else the general kernel)
         assert len(calls) == len(DETERMINISTIC) * len(SCALES)
         assert all(stage[0] == "mode" for stage in calls)
@@ -161,23 +144,13 @@ def test_deterministic_modes_one_scale_give_the_general_kernels_bits(fmt, dt, mo
 @pytest.mark.parametrize("dt", DTYPES, ids=IDS)
 def test_deterministic_modes_every_scale_layout_and_threads(dt):
     x = data(dt)
-    rng = np.random.default_rng(8)
-    for shape, sshape in [
-        ((x.size // 32, 32), (x.size // 32, 1)),
-        ((x.size // 48, 48), (1, 48)),
-        ((x.size // 40, 40), (x.size // 40, 40)),
-        ((x.size // 96, 3, 32), (1, 3, 32)),
-        ((x.size // 33, 33), (1, 33)),  # rows of a block of 64 lanes minus many, masked
-    ]:
-        xs = x[: np.prod(shape)].reshape(shape)
-        lim = 12 if dt == np.float16 else 20
-        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
-        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
-        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
-            for threads in (1, 2):
-                with fp8kit.num_threads(threads):
-                    got, want = both(xs, scale, shift, "f8e5m2", rounding="nearest_away")
-                np.testing.assert_array_equal(got, want)
+    # (and rows of 33: a block of 64 lanes, most of it masked)
+    shapes = layouts(x, 32) + [((x.size // 33, 33), (1, 33))]
+    for xs, scale, shift in scale_layouts(x, dt, np.random.default_rng(8), shapes):
+        for threads in (1, 2):
+            with fp8kit.num_threads(threads):
+                got, want = both(xs, scale, shift, "f8e5m2", rounding="nearest_away")
+            np.testing.assert_array_equal(got, want)
 
 
 def test_deterministic_modes_formats_share_the_kernel(monkeypatch):

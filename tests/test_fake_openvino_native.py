@@ -34,6 +34,36 @@ def both(x, scale, shift, mode, fmt):
     return got.view(u), want.view(u)
 
 
+def one_scales(dt):
+    """(scale, shift, their arrays of dtype dt) for each of test_fake_one_scale's SCALES."""
+    for scale, shift in SCALES:
+        with np.errstate(over="ignore"):
+            yield scale, shift, np.array(scale, dt), None if shift is None else np.array(shift, dt)
+
+
+def scale_layouts(x, dt, rng, layouts):
+    """(data, scale, shift) for x reshaped to each ``(shape, scale shape)`` of ``layouts``:
+    powers of two, zeros, negative and odd scales, without a shift and with one."""
+    for shape, sshape in layouts:
+        xs = x[: np.prod(shape)].reshape(shape)
+        lim = 12 if dt == np.float16 else 20
+        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
+        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
+        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
+            yield xs, scale, shift
+
+
+def layouts(x, rows):
+    """Rows of ``rows`` elements with a scale each, per column, per element, and along a
+    middle axis and the last."""
+    return [
+        ((x.size // rows, rows), (x.size // rows, 1)),
+        ((x.size // 48, 48), (1, 48)),
+        ((x.size // 40, 40), (x.size // 40, 40)),
+        ((x.size // 96, 3, 32), (1, 3, 32)),
+    ]
+
+
 def test_the_kernels_share_the_plugins_type_and_variant_numbers():
     assert (encode16._OV_F32_NODE, encode16._OV_F16_NODE, encode16._OV_BF16_NODE) == (
         fake.F32, fake.F16, fake.BF16,
@@ -49,10 +79,7 @@ def test_one_scale_gives_the_general_kernels_bits(fmt, mode, dt, monkeypatch):
     real = module().fake_walk_kernel
     monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a) or real(*a))
     x = data(dt)
-    for scale, shift in SCALES:
-        with np.errstate(over="ignore"):
-            s = np.array(scale, dt)
-            h = None if shift is None else np.array(shift, dt)
+    for scale, shift, s, h in one_scales(dt):
         got, want = both(x, s, h, mode, fmt)
         bad = np.flatnonzero(got != want)
         assert not bad.size, (scale, shift, [(x[i], got[i], want[i]) for i in bad[:4]])
@@ -63,20 +90,9 @@ def test_one_scale_gives_the_general_kernels_bits(fmt, mode, dt, monkeypatch):
 @pytest.mark.parametrize("mode", MODES)
 def test_every_scale_layout_gives_the_general_kernels_bits(mode, dt):
     x = data(dt)
-    rng = np.random.default_rng(5)
-    for shape, sshape in [
-        ((x.size // 64, 64), (x.size // 64, 1)),  # per row
-        ((x.size // 48, 48), (1, 48)),  # per column
-        ((x.size // 40, 40), (x.size // 40, 40)),  # per element
-        ((x.size // 96, 3, 32), (1, 3, 32)),
-    ]:
-        xs = x[: np.prod(shape)].reshape(shape)
-        lim = 12 if dt == np.float16 else 20
-        scale = np.exp2(rng.integers(-lim, lim, sshape)).astype(dt)
-        scale *= rng.choice(np.array([1, -1, 0.37, 0.0, 3.0], dt), sshape)
-        for shift in (None, (rng.standard_normal(sshape) * 4).astype(dt)):
-            got, want = both(xs, scale, shift, mode, "f8e4m3")
-            np.testing.assert_array_equal(got, want)
+    for xs, scale, shift in scale_layouts(x, dt, np.random.default_rng(5), layouts(x, 64)):
+        got, want = both(xs, scale, shift, mode, "f8e4m3")
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

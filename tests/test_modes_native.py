@@ -40,13 +40,19 @@ def native_codes(kernel, x, code_dtype):
     return out
 
 
+def mode_cases(fmt):
+    """(mode name, saturate, flush): every deterministic mode and saturation, and
+    nearest-even with flushing."""
+    sats = [True, False] + (["propagate"] if fmt.has_inf else [])
+    return [(name, sat, False) for name in DET for sat in sats] + [
+        ("nearest_even", sat, True) for sat in sats
+    ]
+
+
 @pytest.mark.parametrize(("fmt", "dtype"), CASES, ids=str)
 def test_the_numba_kernels_codes(fmt, dtype):
     x = boundary_probes(fmt, dtype)
-    sats = [True, False] + (["propagate"] if fmt.has_inf else [])
-    cases = [(name, sat, False) for name in DET for sat in sats]
-    cases += [("nearest_even", sat, True) for sat in sats]
-    for name, sat, flush in cases:
+    for name, sat, flush in mode_cases(fmt):
         mode = MODES[name]
         kernel = modes.mode_kernel(fmt, dtype, sat, mode, flush)
         assert kernel is not None, (name, sat)
@@ -87,13 +93,19 @@ def test_every_length_and_alignment_and_nothing_outside():
     kernel = modes.mode_kernel(fmt, DTYPES[0], False, MODES["nearest_away"], True)
     x = boundary_probes(fmt, DTYPES[0])[:5000].copy()
     want = numba_codes(fmt, x, False, MODES["nearest_away"], True)
+    assert_lengths_and_alignments(kernel, x, D8, want, 0xA5)
+
+
+def assert_lengths_and_alignments(kernel, x, table, want, fill):
+    """The kernel's results on x[start:start + n] for every offset and length, and nothing
+    written outside them (the buffer's other entries keep ``fill``)."""
     for start in (0, 1, 3, 63):
         for n in [*range(0, 140, 7), 128, 1029]:
-            buf = np.full(n + 80, 0xA5, np.uint8)
-            kernel.serial(x[start : start + n].view(np.uint32), dummy(np.uint32), D8,
+            buf = np.full(n + 80, fill, want.dtype)
+            kernel.serial(x[start : start + n].view(np.uint32), dummy(np.uint32), table,
                           buf[start : start + n])  # fmt: skip
             np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
-            assert (buf[:start] == 0xA5).all() and (buf[start + n :] == 0xA5).all()
+            assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
 
 
 def test_encode_runs_it_threaded_with_the_same_codes():
@@ -145,10 +157,7 @@ def test_round_to_in_the_modes_is_native_wherever_there_are_planes():
 @pytest.mark.parametrize(("fmt", "dtype"), ROUND_CASES, ids=str)
 def test_round_to_in_the_modes_matches_the_numba_kernel(fmt, dtype):
     x = boundary_probes(fmt, dtype)
-    sats = [True, False] + (["propagate"] if fmt.has_inf else [])
-    cases = [(name, sat, False) for name in DET for sat in sats]
-    cases += [("nearest_even", sat, True) for sat in sats]
-    for name, sat, flush in cases:
+    for name, sat, flush in mode_cases(fmt):
         mode = MODES[name]
         kernel = modes.round_mode_kernel(fmt, dtype, sat, mode, flush)
         want = numba_rounded(fmt, x, sat, mode, flush)
@@ -169,14 +178,7 @@ def test_round_to_in_the_modes_every_length_and_alignment():
     kernel = modes.round_mode_kernel(fmt, DTYPES[0], True, MODES["nearest_away"], True)
     x = boundary_probes(fmt, DTYPES[0])[:5000].copy()
     want = numba_rounded(fmt, x, True, MODES["nearest_away"], True)
-    planes = format_planes(fmt, np.float32)
-    for start in (0, 1, 3, 63):
-        for n in [*range(0, 140, 7), 128, 1029]:
-            buf = np.full(n + 80, 0xA5A5A5A5, np.uint32)
-            kernel.serial(x[start : start + n].view(np.uint32), dummy(np.uint32), planes,
-                          buf[start : start + n])  # fmt: skip
-            np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
-            assert (buf[:start] == 0xA5A5A5A5).all() and (buf[start + n :] == 0xA5A5A5A5).all()
+    assert_lengths_and_alignments(kernel, x, format_planes(fmt, np.float32), want, 0xA5A5A5A5)
 
 
 def test_round_to_in_the_modes_formats_share_the_kernels():
