@@ -126,8 +126,8 @@ def _apply(
     ``status``: a list that gets what the kernel returned (see :func:`_parallel.launch`).
     """
 
-    def run(src, dst):
-        got = _parallel.launch(kernel, src.size, src, lut, table, dst, *extra)
+    def run(src, dst, flags=0):
+        got = _parallel.launch(kernel, src.size, src, lut, table, dst, *extra, flags=flags)
         if status is not None:
             status.append(got)
 
@@ -137,7 +137,8 @@ def _apply(
             x = np.ascontiguousarray(x)
             order = "C"
         result = np.empty(x.shape, dtype=out_bits, order=order)
-        run(x.ravel(order=order), result.ravel(order=order))
+        # (a new array: no non-temporal stores, see _parallel.NO_STREAM)
+        run(x.ravel(order=order), result.ravel(order=order), _parallel.NO_STREAM)
         return result
     target = out.view(out_bits)
     order = _contiguous_order(target)
@@ -187,6 +188,7 @@ _ndarray = np.ndarray
 _empty = np.empty
 _may_share_memory = np.may_share_memory
 _launch_compiled = _parallel.launch_compiled
+_NO_STREAM = _parallel.NO_STREAM
 # The defaults of the rounding options, compared by identity in the fast paths (an equal
 # value given otherwise takes the full path, which gives the same result).
 _NEAREST_EVEN = "nearest_even"
@@ -287,8 +289,10 @@ def _run_plan(plan, x: np.ndarray, out):
     ep, prm, lut, table, res_dtype, _ = plan
     if n >= _SMALL and lut is None:
         return None  # (an x-and-out kernel serves small arrays only)
+    flags = 0
     if out is None:
         res = _empty(n if one_d else x.shape, res_dtype)
+        flags = _NO_STREAM  # (a new array: see _parallel.NO_STREAM)
     elif (
         type(out) is _ndarray and (of := out.flags).carray
         and (out.size == n and out.ndim == 1 if one_d else out.shape == x.shape)
@@ -303,9 +307,9 @@ def _run_plan(plan, x: np.ndarray, out):
         x, flat = x.reshape(-1), res.reshape(-1)
     if n >= _SMALL:  # threaded
         if prm is not None:
-            _launch_compiled(ep, n, prm, x, lut, table, flat)
+            _launch_compiled(ep, n, prm, x, lut, table, flat, flags=flags)
         else:
-            _launch_compiled(ep, n, x, lut, table, flat)
+            _launch_compiled(ep, n, x, lut, table, flat, flags=flags)
         return res
     if prm is not None:
         ep(prm, x, lut, table, flat, 1)

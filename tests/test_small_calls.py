@@ -466,7 +466,10 @@ def test_large_arrays_take_the_plan_threaded(threads, monkeypatch):
     calls = []
     real = codec._launch_compiled
     monkeypatch.setattr(
-        codec, "_launch_compiled", lambda *a: calls.append(a[1]) or real(*a), raising=True
+        codec,
+        "_launch_compiled",
+        lambda *a, **k: calls.append(a[1]) or real(*a, **k),
+        raising=True,
     )
 
     def check(fmt):

@@ -392,7 +392,7 @@ def chunk_range(spec):
     a plain ``n`` means all ``n`` chunks)."""
     n = spec & 0xFFFFF
     first = (spec >> 20) & 0xFFFFF
-    stop = spec >> 40
+    stop = (spec >> 40) & 0xFFFFF  # (bit 62: fp8kit._parallel.NO_STREAM, for native kernels)
     return n, first, (stop if stop != 0 else n)
 
 

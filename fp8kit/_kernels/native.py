@@ -258,6 +258,11 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
         n.add_incoming(one, b_then)
         n.add_incoming(first_dim, b_else)
         lo, hi = chunk_bounds(builder, spec, n)
+        # (fp8kit._parallel.NO_STREAM: the kernels' total 0, below every size from which
+        # they write with non-temporal stores, the only thing they read it for)
+        no_stream = builder.and_(builder.lshr(spec, ir.Constant(_I64, 62)), ir.Constant(_I64, 1))
+        total = builder.select(builder.icmp_unsigned("!=", no_stream, ir.Constant(_I64, 0)),
+                               ir.Constant(_I64, 0), n)  # fmt: skip
         result = cgutils.alloca_once_value(builder, ir.Constant(_I32, 0))
         with builder.if_then(builder.icmp_signed("<", lo, hi)):
             prm = datas[0]
@@ -265,7 +270,9 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
             func = builder.inttoptr(address, FUNCTION_TYPE.as_pointer())
             params = builder.gep(prm, [ir.Constant(_I64, ADDRESS_BYTES)])
             state = builder.call(extern("PyEval_SaveThread", _OBJ, []), [])
-            got = builder.call(func, [params, datas[2], datas[3], datas[1], datas[4], lo, hi, n])
+            got = builder.call(
+                func, [params, datas[2], datas[3], datas[1], datas[4], lo, hi, total]
+            )
             builder.call(extern("PyEval_RestoreThread", ir.VoidType(), [_OBJ]), [state])
             builder.store(got, result)
         value = builder.zext(builder.load(result), _I64)
@@ -351,7 +358,7 @@ def spec_fields(builder, spec):
     nchunks = builder.and_(spec, field)
     nchunks = builder.select(builder.icmp_signed("<", nchunks, one), one, nchunks)
     first = builder.and_(builder.lshr(spec, ir.Constant(_I64, 20)), field)
-    stop = builder.lshr(spec, ir.Constant(_I64, 40))
+    stop = builder.and_(builder.lshr(spec, ir.Constant(_I64, 40)), field)
     stop = builder.select(builder.icmp_signed("==", stop, ir.Constant(_I64, 0)), nchunks, stop)
     return nchunks, first, stop
 
