@@ -57,3 +57,22 @@ def test_new_results_and_outs_agree(x):
         table = decode_table(fp8kit.get_format("float8_e3m4"), np.float32)
         np.testing.assert_array_equal(fp8kit.decode(codes, "float8_e3m4").view(np.uint32),
                                       table[codes])  # fmt: skip
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decodes_streamed_into_an_out_keep_the_bits(x, threads):
+    """Decodes of 64 MiB of traffic and more into a caller's out (streamed, from a cache
+    line on), aligned or not, and into a new array (not streamed)."""
+    codes = fp8kit.encode(x, "float8_e4m3fn")
+    bf = x.view(np.uint32)[:] >> np.uint32(16)
+    bf = bf.astype(np.uint16)
+    cases = [(codes, "float8_e4m3fn"), (bf, "bfloat16")]
+    raw = np.empty(x.size + 16, np.float32)
+    with fp8kit.num_threads(threads):
+        for data, fmt in cases:
+            want = decode_table(fp8kit.get_format(fmt), np.float32)[data]
+            for skip in (0, 1, 3):
+                out = raw[skip : skip + x.size]
+                fp8kit.decode(data, fmt, out=out)
+                np.testing.assert_array_equal(out.view(np.uint32), want)
+            np.testing.assert_array_equal(fp8kit.decode(data, fmt).view(np.uint32), want)

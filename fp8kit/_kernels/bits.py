@@ -1012,10 +1012,10 @@ def plane_lookup(typingctx, prm, x, out, n):
     return types.uint32(prm, x, out, n), codegen
 
 
-def emit_plane_lookup(builder, intp, width, prm, x, out, n):
+def emit_plane_lookup(builder, intp, width, prm, x, out, n, stream=None):
     """The LLVM IR of :func:`plane_lookup` (``prm``: an i8 pointer to the planes, ``x``
     to the codes, ``out`` to ``width``-bit integers; ``n`` elements); the or of the codes
-    (i32)."""
+    (i32).  ``stream``: as :func:`vector_blocks`'."""
     i8, i32 = ir.IntType(8), ir.IntType(32)
     v8 = ir.VectorType(i8, PLANE_BLOCK)
     vout = ir.VectorType(ir.IntType(width), PLANE_BLOCK)
@@ -1027,7 +1027,7 @@ def emit_plane_lookup(builder, intp, width, prm, x, out, n):
         builder.store(builder.or_(builder.load(seen), v), seen)
         return plane_values(builder, t, v, width)
 
-    vector_blocks(builder, intp, n, x, out, v8, vout, body)
+    vector_blocks(builder, intp, n, x, out, v8, vout, body, stream=stream)
     acc = builder.load(seen)
     red = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(i8, [v8]), "llvm.vector.reduce.or.v64i8"
