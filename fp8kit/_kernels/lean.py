@@ -10,6 +10,8 @@ same constants (:func:`fp8kit._kernels.codec._params` and
 :func:`fp8kit._kernels.codec.lean_params`, so only where the general kernel itself rounds
 by ``encode_lean``): float32 and float64 data on their own bits, bfloat16 and float16
 widened to float32 bits exactly in the kernel (as the general kernel's loads do).
+:func:`unsigned_kernel` does the same for float8_e8m0fnu's formula
+(:func:`fp8kit._kernels.bits.encode_unsigned` and its rounding modes).
 """
 
 from __future__ import annotations
