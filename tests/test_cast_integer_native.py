@@ -77,3 +77,45 @@ def test_every_target_is_native():
     before = compiled_count()
     fp8kit.cast(x, np.int8)
     assert compiled_count() == before
+
+
+SATURATING = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("target", SATURATING)
+def test_saturating_gives_the_numba_kernels_bits(target, dtype):
+    """Cast's rules="legacy" conversion (clamped, NaN -> 0) runs a native kernel with the
+    bits of the Numba kernel it stands for, on the same probes (every float32 exponent, the
+    powers of two to 2**70 and each range's edges, both signs, Inf, NaN)."""
+    x = probes(np.dtype(dtype))
+    kernel = integer.saturating_kernel(np.dtype(dtype), np.dtype(target))
+    assert isinstance(kernel, integer.NativeKernel)
+    got = np.empty(x.size, target)
+    kernel.serial(x, dummy(np.uint32), dummy(np.uint8), got)
+    want = np.empty(x.size, target)
+    integer._saturating_numba(np.dtype(dtype), np.dtype(target)).serial(
+        x, dummy(np.uint32), dummy(np.uint8), want
+    )
+    bad = np.flatnonzero(got != want)
+    assert not bad.size, [(x[i], got[i], want[i]) for i in bad[:4]]
+    info = np.iinfo(target)
+    with np.errstate(invalid="ignore"):  # (numpy's own clamp, where it is exact)
+        ref = np.where(np.isnan(x), 0, np.clip(np.trunc(x.astype(np.float64)), info.min, info.max))
+    small = np.abs(ref) < 2.0**52
+    np.testing.assert_array_equal(got[small], ref[small].astype(target))
+
+
+def test_legacy_cast_is_native_and_threaded():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(300_001) * np.exp2(rng.integers(0, 40, 300_001))).astype(np.float32)
+    x[::1000] = np.nan
+    want = np.empty(x.size, np.int16)
+    integer._saturating_numba(np.dtype(np.float32), np.dtype(np.int16)).serial(
+        x, dummy(np.uint32), dummy(np.uint8), want
+    )
+    for n in (0, 1, 15, 17, 1000, x.size):
+        for threads in (1, 2):
+            with fp8kit.num_threads(threads):
+                got = fp8kit.cast(x[:n], np.int16, rules="legacy")
+                np.testing.assert_array_equal(got, want[:n])
