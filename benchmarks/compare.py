@@ -333,7 +333,7 @@ def limit_rows(size: int, repeat: int, threads: int) -> list[Row]:
         cases = []
         for src in ("float32", "float64", "bfloat16", "float16"):
             x = inputs[src]
-            fmts = FORMATS if src == "float32" else ("float8_e4m3fn", "bfloat16")
+            fmts = ENCODE_FORMATS if src != "float64" else ("float8_e4m3fn", "bfloat16")
             for fmt in fmts:
                 if fmt == src:
                     continue
@@ -404,6 +404,9 @@ def limit_table(rows: list[Row]) -> str:
 
 MORE_8BIT = ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu")
 SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
+#: Every format an encode of the limit section writes (from float32, bfloat16, float16):
+#: ml_dtypes' and one P3109 format of each kind of kernel (byte lanes, formula).
+ENCODE_FORMATS = FORMATS + MORE_8BIT + SUB_BYTE + ("float16", "p3109_k8p3se", "p3109_k8p6sf")
 ROUNDING = ("nearest_away", "toward_zero", "toward_positive", "toward_negative", "stochastic")
 
 
