@@ -198,15 +198,33 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: in
     lanes = 64
     stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + (out_bits // 8 or 1))
 
+    # bfloat16 on 16-bit lanes (half the vectors of float32's bits): its bits are float32's
+    # top half, and every bit-domain constant's low half is zero (masks, Inf, the
+    # thresholds) or an increment whose low half, a fraction below one of the top half's
+    # units, never moves the sum past a multiple of the shift (floor((x + I + f) / 2**k) =
+    # floor((x + I) / 2**k) for integers x, I and 0 <= f < 1): all taken >> 16
+    narrow = bits == 16 and not half
+    lane_bits = 16 if narrow else width
+
     def emit(context, builder, args):
         prm, _, table, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
-        vt = ir.VectorType(ir.IntType(width), lanes)
+        vt = ir.VectorType(ir.IntType(lane_bits), lanes)
         v8 = ir.VectorType(ir.IntType(8), lanes)
         words = builder.bitcast(prm, ir.IntType(width).as_pointer())
+
+        def word(k):
+            w = builder.load(builder.gep(words, [ir.Constant(intp, k)]))
+            if narrow:
+                if k in (0, 3, 5, 10, 11):  # (abs_mask, half_ulp, src_inf, c1, c0)
+                    w = builder.lshr(w, ir.Constant(w.type, 16))
+                elif k == 2:  # (src_m)
+                    w = builder.sub(w, ir.Constant(w.type, 16))
+                w = builder.trunc(w, ir.IntType(16))
+            return splat(builder, w, vt)
+
         (abs_mask, one, src_m, half_ulp, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1,
-         c0) = (splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
-                for k in range(12))  # fmt: skip
+         c0) = (word(k) for k in range(12))  # fmt: skip
         zero = ir.Constant(vt, [0] * lanes)
         planes = load_planes(builder, table, intp) if out_bits else None
         if nearest:
@@ -217,10 +235,8 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: in
             inc = zero
 
         def body(v):
-            if bits == 16:  # (bfloat16: the top half of float32's bits; float16: exact)
-                v = widen_half(builder, v) if half else builder.shl(
-                    builder.zext(v, vt), ir.Constant(vt, [16] * lanes)
-                )  # fmt: skip
+            if half:  # (float16: widened to float32's bits, exact)
+                v = widen_half(builder, v)
             a = builder.and_(v, abs_mask)
             e = builder.lshr(builder.add(a, inc), src_m)
             code = builder.select(builder.icmp_unsigned(">", e, rebias), builder.sub(e, rebias),
