@@ -211,3 +211,22 @@ def test_float8_e8m0fnu_in_the_deterministic_modes_gives_the_numba_kernels_bits(
             rounded = fp8kit.round_to(x, E8M0, saturate=sat, rounding=name)
             np.testing.assert_array_equal(rounded.view(table.dtype), table[want], (name, sat))
     assert lean.unsigned_kernel(E8M0, dtype, True, mode=MODES["stochastic"]) is None
+
+
+@pytest.mark.parametrize("rounding", ["nearest_even", "toward_zero", "toward_positive"])
+def test_float8_e8m0fnu_from_float16_blocks_with_and_without_subnormals(rounding):
+    """float16 blocks without a subnormal round on 16-bit lanes, the others widened: data
+    with subnormals, zeros, Inf and NaN strewn at random gives the codes of its float32
+    values at every offset (blocks fall on either path)."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(5000) * np.exp2(rng.integers(-20, 16, 5000))).astype(np.float16)
+    picks = rng.integers(0, x.size, 60)
+    x[picks[:20]] = (rng.integers(1, 1024, 20).astype(np.uint16)).view(np.float16)
+    x[picks[20:30]] = -x[picks[20:30]]
+    x[picks[30:40]] = np.float16(0)
+    x[picks[40:50]] = np.float16(np.inf)
+    x[picks[50:]] = np.float16(np.nan)
+    for start in (0, 1, 33, 64):
+        part = x[start:]
+        want = fp8kit.encode(part.astype(np.float32), E8M0, rounding=rounding)
+        np.testing.assert_array_equal(fp8kit.encode(part, E8M0, rounding=rounding), want)

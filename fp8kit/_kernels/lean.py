@@ -181,19 +181,27 @@ def unsigned_kernel(
     # (the smallest value 2**-bias a subnormal of the source: encode_unsigned_mode's
     # branch below 2**(1 - bias), in the modes but nearest)
     low = int(q[4]) == 0 and mode in (TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE)
-    flags = (bits, width, dtype == np.float16, out_bits, int(mode), low)
+    # float16's normals (2**-14 .. 2**16 rounded) all within the format's codes
+    fast16 = dtype == np.float16 and fmt.bias - 14 >= 1 and fmt.bias + 16 <= fmt.max_code
+    flags = (bits, width, dtype == np.float16, out_bits, int(mode), low, fast16)
     kernel = NativeKernel(("encode_unsigned",) + flags, _unsigned_emitter(*flags), params)
     kernel.xo = not round_to  # (codes: no lut or table read)
     kernel.planes = bool(round_to)
     return kernel
 
 
-def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: int, low: bool):
+def _unsigned_emitter(
+    bits: int, width: int, half: bool, out_bits: int, mode: int, low: bool, fast16: bool
+):
     """The emitter of :func:`unsigned_kernel`'s native function: ``x[first:stop]`` (``bits``
     an element, widened to float32 bits where 16) to 8-bit codes on ``width``-bit lanes or,
     with ``out_bits``, to their values from the planes at ``table``; in ``mode`` (``low``:
     the branch of :func:`fp8kit._kernels.rounding.encode_unsigned_mode` for a smallest
-    value that is a subnormal of the source)."""
+    value that is a subnormal of the source).  ``fast16`` (float16 data whose normals the
+    format holds): a block of 64 elements without a float16 subnormal rounds on its own
+    16-bit lanes (the code is the rounded exponent, rebiased), the others widened as
+    before (16M elements, one thread: 0.55-0.61 of the streaming limit widened, 0.89-0.98
+    so)."""
     nearest = mode in (NEAREST_EVEN, NEAREST_AWAY)
     lanes = 64
     stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + (out_bits // 8 or 1))
@@ -233,10 +241,61 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: in
             inc = builder.sub(builder.shl(one, src_m), one)
         else:
             inc = zero
+        if fast16:
+            v16 = ir.VectorType(ir.IntType(16), lanes)
+
+            def k16(value):
+                return ir.Constant(v16, [value] * lanes)
+
+            def word16(k):
+                w = builder.load(builder.gep(words, [ir.Constant(intp, k)]))
+                return splat(builder, builder.trunc(w, ir.IntType(16)), v16)
+
+            inc16 = k16(0x200 if nearest else 0x3FF if mode == TOWARD_POSITIVE else 0)
+            # (the code of float16's biased exponent e: e + format bias - 15, where the
+            # float32 rebias word is 127 - format bias)
+            rebias32 = builder.load(builder.gep(words, [ir.Constant(intp, 4)]))
+            off = builder.sub(ir.Constant(rebias32.type, 112), rebias32)
+            off16 = splat(builder, builder.trunc(off, ir.IntType(16)), v16)
+            inf16, nan16 = word16(8), word16(9)
 
         def body(v):
-            if half:  # (float16: widened to float32's bits, exact)
-                v = widen_half(builder, v)
+            if not fast16:
+                code = codes_of(widen_half(builder, v) if half else v)
+                return plane_values(builder, planes, code, out_bits) if out_bits else code
+            a16 = builder.and_(v, k16(0x7FFF))
+            sub = builder.and_(
+                builder.icmp_unsigned("<", a16, k16(0x400)),
+                builder.icmp_unsigned("!=", a16, k16(0)),
+            )
+            any_sub = builder.icmp_unsigned(
+                "!=", builder.bitcast(sub, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0)
+            )
+            with builder.if_else(any_sub, likely=False) as (slow, fast):
+                with slow:  # (a float16 subnormal in the block: widened, the general formula)
+                    slow_code = codes_of(widen_half(builder, v))
+                    slow_end = builder.basic_block
+                with fast:
+                    fast_code = codes16(v, a16)
+                    fast_end = builder.basic_block
+            code = builder.phi(v8)
+            code.add_incoming(slow_code, slow_end)
+            code.add_incoming(fast_code, fast_end)
+            return plane_values(builder, planes, code, out_bits) if out_bits else code
+
+        def codes16(v, a16):  # (normals, zeros, Inf, NaN and negatives of float16)
+            e = builder.lshr(builder.add(a16, inc16), k16(10))
+            code = builder.add(e, off16)
+            code = builder.select(builder.icmp_unsigned("==", a16, k16(0x7C00)), inf16, code)
+            bad = builder.or_(
+                builder.or_(
+                    builder.icmp_unsigned("!=", v, a16), builder.icmp_unsigned("==", a16, k16(0))
+                ),
+                builder.icmp_unsigned(">", a16, k16(0x7C00)),
+            )
+            return builder.trunc(builder.select(bad, nan16, code), v8)
+
+        def codes_of(v):
             a = builder.and_(v, abs_mask)
             e = builder.lshr(builder.add(a, inc), src_m)
             code = builder.select(builder.icmp_unsigned(">", e, rebias), builder.sub(e, rebias),
@@ -258,8 +317,7 @@ def _unsigned_emitter(bits: int, width: int, half: bool, out_bits: int, mode: in
                 ),
                 builder.icmp_unsigned(">", a, src_inf),
             )
-            code = builder.trunc(builder.select(bad, nan_code, code), v8)
-            return plane_values(builder, planes, code, out_bits) if out_bits else code
+            return builder.trunc(builder.select(bad, nan_code, code), v8)
 
         stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
         x_at = typed_pointer(builder, x, bits, first)
