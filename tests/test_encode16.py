@@ -56,12 +56,13 @@ def test_common_formats_take_the_16bit_kernel_through_encode(name, dt):
     fmt = fp8kit.get_format(name)
     kernel = encode16_kernel(fmt, dt, True)
     if name in ("float8_e5m2fnuz", "p3109_k8p3ue") and dt == np.float16:
-        # (range beyond float16's: widened to float32, then float32's byte lanes where the
-        # CPU and the format have them (not the unsigned formats), else the float32 kernels)
+        # (range beyond float16's: float16's own byte lanes for blocks without a subnormal,
+        # float32's for the rest, where the CPU and the format have them (not the unsigned
+        # formats), else the float32 kernels)
         if name == "p3109_k8p3ue" or not cpu_has("avx512vbmi"):
             assert kernel is None
             return
-        assert kernel._key[0] == "encode16_half_f32_bytes"
+        assert kernel._key[0] == "encode16_half_mixed_bytes"
     assert kernel is not None
     bits = np.tile(ALL16, 5)[: (1 << 18) + 7]
     got = fp8kit.encode(bits.view(dt), fmt)
@@ -224,7 +225,8 @@ def test_exactly_these_formats_take_the_byte_lane_kernel(dt):
             if kernel is not None and kernel._key[0] == BYTE_KEYS[dt]:
                 taken.append(fmt.name)
             elif kernel is not None:
-                names = ("encode16_words", "f16_to_bf16", "encode16_half_f32_bytes")
+                names = ("encode16_words", "f16_to_bf16", "encode16_half_f32_bytes",
+                         "encode16_half_mixed_bytes")  # fmt: skip
                 assert kernel._key[0] in names, kernel._key
     assert sorted(set(taken)) == sorted(BYTE_LANES[dt])
     assert taken.count("float8_e4m3fn") == len(SATURATE)
@@ -503,3 +505,26 @@ def check_spans(kernel, bits, lut, table, want):
             kernel.serial(bits[start : start + n], lut, table, buf[start : start + n])
             np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
             assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
+
+
+@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
+@pytest.mark.parametrize("name", ["float8_e5m2fnuz", "p3109_k8p3se", "p3109_k8p3sf"])
+def test_float16_blocks_with_and_without_subnormals(name):
+    """float16 to the formats one exponent below its normals: blocks without a float16
+    subnormal take float16's tables (zeros given the zero code), the others float32's;
+    every float16 in order, shuffled (most blocks mixed), and normal data with a few
+    subnormals and zeros strewn in give the float32 kernel's codes."""
+    fmt = fp8kit.get_format(name)
+    kernel = encode16_kernel(fmt, np.dtype(np.float16), True)
+    assert kernel._key[0] == "encode16_half_mixed_bytes"
+    rng = np.random.default_rng(3)
+    sparse = rng.standard_normal(20_000).astype(np.float16).view(np.uint16)
+    sparse[rng.integers(0, sparse.size, 40)] = rng.integers(1, 0x400, 40) | 0x8000 * (
+        rng.integers(0, 2, 40)
+    )
+    sparse[rng.integers(0, sparse.size, 40)] = 0x8000 * rng.integers(0, 2, 40)
+    for sat in SATURATE:
+        for bits in (ALL16, rng.permutation(ALL16), sparse):
+            got = fp8kit.encode(bits.view(np.float16), fmt, saturate=sat)
+            want = fp8kit.encode(bits.view(np.float16).astype(np.float32), fmt, saturate=sat)
+            np.testing.assert_array_equal(got, want, err_msg=str(sat))

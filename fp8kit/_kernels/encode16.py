@@ -236,7 +236,14 @@ def f32_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
 def _f16_f32_byte_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | None:
     """float16 to the formats whose range or subnormals its own byte-lane tables cannot take
     (float8_e5m2fnuz, the P3109 formats of 5 exponent bits and more) but float32's can:
-    widened to float32 bits in the kernel (exact), then :func:`f32_byte_kernel`'s body.  16M
+    widened to float32 bits in the kernel (exact), then :func:`f32_byte_kernel`'s body.
+
+    Where the format's normals reach one exponent below float16's (float8_e5m2fnuz, P3109's
+    8-bit formats of precision 3), float16's own tables round every float16 normal, Inf and
+    NaN exactly (its normals are the format's normals; the formula's lowest exponent field,
+    0, is then no subnormal step: :func:`_prm`'s ``min_normal`` is 0), so a block of 64
+    without a float16 subnormal takes them (zeros given the zero code), the others the
+    widening: source 10 of :func:`_byte_native`, both tables in its parameters.  16M
     elements, Intel Xeon: 2.55-2.57 ms against 2.96 for the float32 formula
     (:func:`fp8kit._kernels.lean.lean_kernel`) on one thread, 1.42-1.44 against 1.62-1.67
     on two; both compute-bound on 3 bytes of traffic an element (0.73 of the streaming
@@ -244,7 +251,16 @@ def _f16_f32_byte_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kern
     f32 = f32_byte_kernel(fmt, saturate) if in_dtype == np.float16 else None
     if f32 is None:
         return None
-    return byte_kernel(_F16_F32_BYTES, f32._params)
+    src_m, _, src_bias = _SOURCES16[in_dtype]
+    low_by_one = fmt.minexp == -src_bias and fmt.maxexp - 1 <= src_bias
+    prm = _prm(fmt, in_dtype, saturate) if low_by_one and fmt.mantissa_bits < src_m else None
+    own = None if prm is None else _byte_params(prm)
+    if own is None:
+        return byte_kernel(_F16_F32_BYTES, f32._params)
+    both = np.zeros(_B_SECOND + f32._params.size, np.uint8)
+    both[: own.size], both[_B_SECOND:] = own, f32._params
+    both.flags.writeable = False
+    return byte_kernel(_F16_MIXED, both)
 
 
 @functools.cache
@@ -1357,7 +1373,9 @@ def _byte_body(builder, hi, lo, t, c, half):
 
 #: Bits of an element read (and written, where not codes) by each source of
 #: :func:`_byte_native`.
-_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16, 9: 16}
+_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16, 9: 16, 10: 16}
+#: Where source 10's second parameter set (float32's tables) starts: whole vectors on.
+_B_SECOND = 7 * BYTE_BLOCK
 
 
 def _byte_native(kind: int, stream_min: int = STREAM_MIN):
@@ -1377,7 +1395,9 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type
     (round-to-format: looked up in the decode table's byte planes ``table``,
     :func:`fp8kit._kernels.bits.plane_values`; unused otherwise), 9 float16 bits widened
-    to float32's (exact), then as 2.
+    to float32's (exact), then as 2, 10 float16 bits: a block without a float16 subnormal
+    as 1 (zeros given the zero code), the others as 9 with the tables from
+    ``prm[_B_SECOND:]`` (see :func:`_f16_f32_byte_kernel`).
     Arrays of ``stream_min`` elements or more are written in whole cache lines with
     non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 7 and
     8, measured no faster)."""
@@ -1398,8 +1418,17 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
             x8 = builder.load(builder.gep(prm, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
+        t2, splats2 = t, splats
+        if kind == 10:  # (float32's tables for the blocks with a subnormal)
+            second = builder.gep(tables, [ir.Constant(intp, _B_SECOND // BYTE_BLOCK)])
+            t2 = [builder.load(builder.gep(second, [ir.Constant(intp, k)]), align=1)
+                  for k in range(6)]  # fmt: skip
+            splats2 = {}
+            for k in range(_B_OVF, _B_NEG_ZERO + 1):
+                x8 = builder.load(builder.gep(prm, [ir.Constant(intp, _B_SECOND + k)]))
+                splats2[k] = splat(builder, x8, v8)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
-        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5, 9) else None
+        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5, 9, 10) else None
         value_planes = load_planes(builder, table, intp) if kind in (7, 8) else None
         vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
         if kind in (4, 6):
@@ -1413,11 +1442,45 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         def body(v):
             if kind == 6:
                 return _fake16_body(builder, v, w, scale, shift, has_shift, half)
+            if kind == 10:
+                return mixed_codes(v)
             if kind != 4:
-                return codes_of(v)
+                return codes_of(v, kind, t, splats)
             return _fake_body(builder, v, w, scale, shift, has_shift)
 
-        def codes_of(v):
+        def mixed_codes(v):
+            v16 = v.type
+
+            def k16(value):
+                return ir.Constant(v16, [value] * BYTE_BLOCK)
+
+            a = builder.and_(v, k16(0x7FFF))
+            sub = builder.and_(
+                builder.icmp_unsigned("<", a, k16(0x400)), builder.icmp_unsigned("!=", a, k16(0))
+            )
+            wide = ir.IntType(BYTE_BLOCK)
+            any_sub = builder.icmp_unsigned("!=", builder.bitcast(sub, wide), ir.Constant(wide, 0))
+            with builder.if_else(any_sub, likely=False) as (slow, fast):
+                with slow:
+                    slow_codes = codes_of(v, 9, t2, splats2)
+                    slow_end = builder.basic_block
+                with fast:
+                    codes = codes_of(v, 1, t, splats)
+                    # (zeros: below float16's normals, the tables' formula does not take them)
+                    sign = builder.trunc(builder.lshr(v, k16(8)), v8)
+                    zero = builder.and_(sign, builder.and_(splats[_B_NEG_ZERO], k8(0x80)))
+                    is_zero = builder.icmp_unsigned("==", a, k16(0))
+                    fast_codes = builder.select(is_zero, zero, codes)
+                    fast_end = builder.basic_block
+            codes = builder.phi(v8)
+            codes.add_incoming(slow_codes, slow_end)
+            codes.add_incoming(fast_codes, fast_end)
+            return codes
+
+        def k8(value):
+            return ir.Constant(v8, [value] * BYTE_BLOCK)
+
+        def codes_of(v, kind, t, splats):
             if kind in (0, 1, 7, 8):
                 hi, lo = _bytes_of(builder, v, (1, 0))
             else:  # float32: its top 16 bits, whether any below is set or-ed into the lowest
@@ -1449,6 +1512,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
 # their own: _words_native, _f16_to_bf16_native)
 _BYTES, _HALF_BYTES, _F32_BYTES = 2, 3, 4
 _F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND, _F16_F32_BYTES = 6, 7, 8, 9, 10, 11
+_F16_MIXED = 12
 #: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
 _NATIVE = {
     _BYTES: ("encode16_bytes", 0),
@@ -1460,6 +1524,7 @@ _NATIVE = {
     _BF16_ROUND: ("round16_bytes", 7),
     _F16_ROUND: ("round16_half_bytes", 8),
     _F16_F32_BYTES: ("encode16_half_f32_bytes", 9),
+    _F16_MIXED: ("encode16_half_mixed_bytes", 10),
 }
 
 
@@ -1471,5 +1536,5 @@ def byte_kernel(which: int, params: np.ndarray, stream_min: int = STREAM_MIN) ->
     name, source = _NATIVE[which]
     key = (name,) if stream_min == STREAM_MIN else (name, "stream_min", stream_min)
     kernel = NativeKernel(key, _byte_native(source, stream_min), params)
-    kernel.xo = source in (0, 1, 2, 5, 9)  # (the encodes read no lut or table)
+    kernel.xo = source in (0, 1, 2, 5, 9, 10)  # (the encodes read no lut or table)
     return kernel
