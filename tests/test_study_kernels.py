@@ -67,6 +67,18 @@ def test_formats_share_the_compiled_fused_kernel(narrow):
     assert len(fns) == 1
 
 
+def test_data_types_share_the_native_fused_kernel():
+    """The native fused kernel reads the data's type at run time: a sweep of bfloat16 or
+    float16 data after float32 data compiles no second one (it cost 0.11 s)."""
+    from fp8kit._kernels.native import available
+
+    if not available():
+        pytest.skip("the Numba kernels compile one per data type")
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    built = [km.quantize_metrics_kernel(fmt, n).build() for n in ("float32", "float16", "bfloat16")]
+    assert len({b.address for b in built}) == 1
+
+
 def _narrowing(kind):
     """A compiled function applying the fused kernel's rounding to float16 / bfloat16
     (``metrics._narrow_bits``, vector code) to float32 bits, one lane at a time."""

@@ -35,11 +35,12 @@ from .bits import (
     runs_amax,
     splat,
     stack_buffer,
+    vector_blocks,
     walk_rows,
 )
 from .codec import Kernel, source_version
 from .encode16 import _fake_body, _fake_constants, fake_scalars
-from .fake import _KIND, BF16, F32, round_params
+from .fake import _KIND, BF16, F16, F32, round_params
 from .native import GenericNativeKernel, body_function, chunk_bounds, spec_fields
 from .native import available as native_available
 
@@ -237,11 +238,14 @@ def quantize_chunk_metrics(
 def _emit_quantize_chunk(context, builder, kind, x_type, scale_type, arrays, start, hi):
     """The LLVM IR of :func:`quantize_chunk_metrics` (``arrays``: its nine array
     arguments, anything with the ``.data`` pointer; ``x_type``, ``scale_type``: Numba's
-    types of x and scale)."""
-    ca, xa, sa, sha, sta, la, ra, qa, ba = arrays
+    types of x and scale).  ``kind``: a Python int (compiled in), or an LLVM integer read
+    at run time (x then float32 or bfloat16 bits, and ``arrays[9]`` a float32 buffer of
+    :data:`_PADDED` for the widened bfloat16 segment)."""
+    ca, xa, sa, sha, sta, la, ra, qa, ba = arrays[:9]
     intp = context.get_value_type(types.intp)
     i64 = ir.IntType(64)
     one, zero = ir.Constant(i64, 1), ir.Constant(i64, 0)
+    runtime = isinstance(kind, ir.Value)  # (the data's kind an argument: arrays[9] a buffer)
 
     def at(arr, k):
         return builder.load(builder.gep(arr.data, [ir.Constant(intp, k)]))
@@ -276,7 +280,22 @@ def _emit_quantize_chunk(context, builder, kind, x_type, scale_type, arrays, sta
         builder.select(rows, st2, zero), builder.select(rows, k, one),
         builder.select(rows, n3, m), builder.select(rows, zero, st3),
     )  # fmt: skip
-    x_at = SimpleNamespace(data=builder.gep(xa.data, [i]))
+    if runtime:  # (bfloat16 bits widened into the buffer, float32 read where it is)
+        f32, i16 = ir.FloatType(), ir.IntType(16)
+        wa = arrays[9]
+        is_bf16 = builder.icmp_unsigned("==", kind, ir.Constant(kind.type, BF16))
+        with builder.if_then(is_bf16):
+            v16, v32 = ir.VectorType(i16, 16), ir.VectorType(ir.IntType(32), 16)
+            src = builder.gep(builder.bitcast(xa.data, i16.as_pointer()), [i])
+            dst = builder.bitcast(wa.data, ir.IntType(32).as_pointer())
+            vector_blocks(builder, intp, m, src, dst, v16, v32,
+                          lambda v: builder.shl(builder.zext(v, v32), splat(builder, ir.Constant(
+                              ir.IntType(32), 16), v32)))  # fmt: skip
+        x32 = builder.gep(builder.bitcast(xa.data, f32.as_pointer()), [i])
+        x_at = SimpleNamespace(data=builder.select(is_bf16, wa.data, x32))
+        x_type = types.Array(types.float32, 1, "C")
+    else:
+        x_at = SimpleNamespace(data=builder.gep(xa.data, [i]))
     types_ = (x_type, scale_type, scale_type)
     _metrics_ir(context, builder, types_, x_at, qa, ba, ra, (zero, zero, m, ovf, tie, tiny),
                 1, (ca, kind))  # fmt: skip
@@ -559,6 +578,9 @@ def _metrics_ir(context, builder, arg_types, xa, qa, sa, ra, limits, runs, quant
     no_hit = ir.Constant(ir.VectorType(ir.IntType(1), _LANES), [0] * _LANES)
     hit = cgutils.alloca_once_value(builder, no_hit)  # (max_rel's candidates: any lane)
     ca, kind = quant
+    if isinstance(kind, ir.Value):
+        narrow_bf16 = builder.icmp_unsigned("==", kind, ir.Constant(kind.type, BF16))
+        narrow_f16 = builder.icmp_unsigned("==", kind, ir.Constant(kind.type, F16))
     wide_lanes = 2 * _LANES  # (the float32 steps on 16 lanes, the float64 ones on 8)
     vb, vw = ir.VectorType(i32, wide_lanes), ir.VectorType(ir.FloatType(), wide_lanes)
     w, _ = _fake_constants(builder, ca.data, intp, vb)
@@ -584,7 +606,10 @@ def _metrics_ir(context, builder, arg_types, xa, qa, sa, ra, limits, runs, quant
         xf, s32 = xload(load, vw), load(s0, vw)
         xb = builder.bitcast(xf, vb)
         qb = _fake_body(builder, xb, w, s32, no_shift, ir.Constant(ir.IntType(1), 0))
-        if kind != F32:
+        if isinstance(kind, ir.Value):  # (the kind an argument: both narrowings selected)
+            hf, bf = _narrow_bits(builder, qb, F16), _narrow_bits(builder, qb, BF16)
+            qb = builder.select(narrow_bf16, bf, builder.select(narrow_f16, hf, qb))
+        elif kind != F32:
             qb = _narrow_bits(builder, qb, kind)
         qf = builder.bitcast(qb, vw)
         store(q0, qf)
@@ -944,25 +969,29 @@ def _metrics_native(data_dtype: np.dtype, runs: int):
     return emit
 
 
-def _quantize_metrics_native(kind: int):
+def _quantize_metrics_native():
     """The emitter of :func:`quantize_metrics_kernel`'s native kernel, called as ``(prm, x,
     scale, shape, sstr, limits, out, nchunks)``: as the Numba kernel, each chunk zeroes and
     fills its own row of ``out`` (:func:`_emit_quantize_chunk` in a function of its own,
-    512-bit vectors preferred: measured 7% faster there, and stack buffers of its own)."""
+    512-bit vectors preferred: measured 7% faster there, and stack buffers of its own).
+    One function for every data type: the kind (word :data:`_KIND_AT` of ``prm``) is read
+    at run time, bfloat16 bits widened per segment into a third buffer, and both
+    narrowings computed and one selected (a second dtype in a process then compiles
+    nothing: a study sweep of bfloat16 data after float32 data cost 0.11 s here)."""
     i32, i64, f32, f64 = ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.DoubleType()
-    x_elem = ir.IntType(16) if kind == BF16 else f32
-    x_type = types.Array(types.uint16 if kind == BF16 else types.float32, 1, "C")
+    x_type = types.Array(types.float32, 1, "C")
     scale_type = types.Array(types.float32, 1, "C")
-    arg_types = [i32.as_pointer(), x_elem.as_pointer(), f32.as_pointer(), i64.as_pointer(),
+    arg_types = [i32.as_pointer(), f32.as_pointer(), f32.as_pointer(), i64.as_pointer(),
                  i64.as_pointer(), f64.as_pointer(), f64.as_pointer(), i64, i64]  # fmt: skip
 
     def chunk(context, inner, a):
         buffers = []
-        for _ in range(2):  # (the quantized values, the scales)
+        for _ in range(3):  # (the quantized values, the scales, widened bfloat16 data)
             buf = cgutils.alloca_once(inner, f32, size=_PADDED)
             buf.align = 64
             buffers.append(buf)
         arrays = [SimpleNamespace(data=p) for p in (*a[:7], *buffers)]
+        kind = inner.load(inner.gep(a[0], [ir.Constant(i64, _KIND_AT)]))
         _emit_quantize_chunk(context, inner, kind, x_type, scale_type, arrays, a[7], a[8])
 
     def emit(context, builder, args):
@@ -990,11 +1019,18 @@ def _quantize_metrics_native(kind: int):
     return emit
 
 
+#: Where the data's kind (:data:`fp8kit._kernels.fake.F32`, ``F16`` or ``BF16``) follows
+#: the FakeConvert constants in the fused kernel's parameters.
+_KIND_AT = 10
+
+
 def _quantize_metrics(narrow: str, consts: np.ndarray) -> Kernel | GenericNativeKernel:
     kind = _KIND[narrow]
     if native_available():  # (no Numba compile: see fp8kit._kernels.native)
-        emit = _quantize_metrics_native(kind)
-        return GenericNativeKernel(("quantize_metrics", narrow), emit, consts)
+        assert consts.size == _KIND_AT
+        params = np.append(consts, np.uint32(kind))
+        params.flags.writeable = False
+        return GenericNativeKernel(("quantize_metrics",), _quantize_metrics_native(), params)
     version = source_version()
     sig = types.void(
         _arr(np.uint32), _arr(np.uint16 if kind == BF16 else np.float32), _arr(np.float32),
