@@ -236,25 +236,34 @@ def f32_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
 def _f16_f32_byte_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | None:
     """float16 to the formats whose range or subnormals its own byte-lane tables cannot take
     (float8_e5m2fnuz, the P3109 formats of 5 exponent bits and more) but float32's can:
-    widened to float32 bits in the kernel (exact), then :func:`f32_byte_kernel`'s body.
+    widened to float32 bits in the kernel (exact), then :func:`f32_byte_kernel`'s body (16M
+    elements, one thread: 0.73 of the streaming limit, the float32 formula 0.63).
 
     Where the format's normals reach one exponent below float16's (float8_e5m2fnuz, P3109's
     8-bit formats of precision 3), float16's own tables round every float16 normal, Inf and
     NaN exactly (its normals are the format's normals; the formula's lowest exponent field,
     0, is then no subnormal step: :func:`_prm`'s ``min_normal`` is 0), so a block of 64
-    without a float16 subnormal takes them (zeros given the zero code), the others the
-    widening: source 10 of :func:`_byte_native`, both tables in its parameters.  16M
-    elements, Intel Xeon: 2.55-2.57 ms against 2.96 for the float32 formula
-    (:func:`fp8kit._kernels.lean.lean_kernel`) on one thread, 1.42-1.44 against 1.62-1.67
-    on two; both compute-bound on 3 bytes of traffic an element (0.73 of the streaming
-    limit).  None for bfloat16 (its tables are float32's) and where float32 has none."""
+    without a float16 subnormal takes them, the others the widening: source 10 of
+    :func:`_byte_native`, both tables in its parameters (0.92-0.95 of the limit).  None for
+    bfloat16 (its tables are float32's) and where float32 has none."""
     f32 = f32_byte_kernel(fmt, saturate) if in_dtype == np.float16 else None
     if f32 is None:
         return None
     src_m, _, src_bias = _SOURCES16[in_dtype]
     low_by_one = fmt.minexp == -src_bias and fmt.maxexp - 1 <= src_bias
     prm = _prm(fmt, in_dtype, saturate) if low_by_one and fmt.mantissa_bits < src_m else None
-    own = None if prm is None else _byte_params(prm)
+    own = None
+    if prm is not None:
+        # the 16-bit formula's codes, right for every float16 normal, Inf and NaN (its
+        # lowest exponent field is no subnormal step here); zeros and subnormals (which
+        # the other path takes) given the zero code of their sign: the tables then give
+        # zeros their code with no step in the loop (a select there measured 0.083 ->
+        # 0.113 ns an element: its byte narrowing and masks issue on the lookups' port)
+        codes = _word_codes(prm)
+        v = np.arange(1 << 16)
+        low = (v & 0x7C00) == 0
+        codes[low] = np.where(v[low] >= 0x8000, 0x80 if int(prm[_NEG_ZERO]) else 0, 0)
+        own = _byte_params(prm, codes)
     if own is None:
         return byte_kernel(_F16_F32_BYTES, f32._params)
     both = np.zeros(_B_SECOND + f32._params.size, np.uint8)
@@ -916,16 +925,16 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     return (res & u16(0xFF)).astype(np.uint8)
 
 
-def _byte_params(prm: np.ndarray) -> np.ndarray | None:
+def _byte_params(prm: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray | None:
     """The constants of the byte-lane kernel (:func:`_byte_native`) for a 16-bit kernel's
     ``prm`` (:func:`_prm`), or None where its scheme does not reproduce the 16-bit kernel's
     codes on every input (then that kernel runs).  Built from those codes (numpy, no
     compile) and checked against them by :func:`_byte_codes`, the kernel's arithmetic in
     numpy, on all 65,536 inputs (once per format, source and saturation: encode16_kernel
-    caches)."""
+    caches).  ``codes``: the codes to reproduce, where not the 16-bit kernel's."""
     half = int(prm[_WSH]) != 16
     one, largest, inf_bits, nan_bits, special = _B_SOURCE[half]
-    codes = _word_codes(prm)
+    codes = _word_codes(prm) if codes is None else codes
     mag = codes[: 1 << 15].astype(np.int64)  # the positive inputs
     hi7, c_idx, step_at, exponent, s_low, _ = _byte_fields(np.arange(1 << 15), half)
     ovf = int(mag[largest])
@@ -1396,7 +1405,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     (round-to-format: looked up in the decode table's byte planes ``table``,
     :func:`fp8kit._kernels.bits.plane_values`; unused otherwise), 9 float16 bits widened
     to float32's (exact), then as 2, 10 float16 bits: a block without a float16 subnormal
-    as 1 (zeros given the zero code), the others as 9 with the tables from
+    as 1 (float16's tables, built with its zeros' codes), the others as 9 with the tables from
     ``prm[_B_SECOND:]`` (see :func:`_f16_f32_byte_kernel`).
     Arrays of ``stream_min`` elements or more are written in whole cache lines with
     non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 7 and
@@ -1465,12 +1474,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
                     slow_codes = codes_of(v, 9, t2, splats2)
                     slow_end = builder.basic_block
                 with fast:
-                    codes = codes_of(v, 1, t, splats)
-                    # (zeros: below float16's normals, the tables' formula does not take them)
-                    sign = builder.trunc(builder.lshr(v, k16(8)), v8)
-                    zero = builder.and_(sign, builder.and_(splats[_B_NEG_ZERO], k8(0x80)))
-                    is_zero = builder.icmp_unsigned("==", a, k16(0))
-                    fast_codes = builder.select(is_zero, zero, codes)
+                    fast_codes = codes_of(v, 1, t, splats)
                     fast_end = builder.basic_block
             codes = builder.phi(v8)
             codes.add_incoming(slow_codes, slow_end)
