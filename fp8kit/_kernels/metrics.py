@@ -985,7 +985,7 @@ def _quantize_metrics_native():
     at run time, bfloat16 bits widened per segment into a third buffer, the narrowing
     behind a branch on it (a second dtype in a process then compiles nothing: a study
     sweep of bfloat16 data after float32 0.146-0.150 -> 0.032-0.035 s; the first sweep
-    0.204-0.207 -> 0.207-0.219 s; 4096 x 4096 float32 sweeps 2-3% slower, where both
+    0.204-0.207 -> 0.207-0.219 s; 2048 x 2048 float32 sweeps 2-3% slower, where both
     narrowings computed and one selected cost 4-6%)."""
     i32, i64, f32, f64 = ir.IntType(32), ir.IntType(64), ir.FloatType(), ir.DoubleType()
     x_type = types.Array(types.float32, 1, "C")
