@@ -634,6 +634,16 @@ PUBLIC_COLD = {
     "study.quantize stochastic": (
         "fp8kit.study.quantize(big2d, 'float8_e4m3fn', 'block', rounding='stochastic', seed=1)",
         "fp8kit.study.quantize(big2d, 'float8_e5m2', 'block', rounding='stochastic', seed=1)"),
+    # the fifteenth pass: Cast's legacy integer conversion native; the fused study kernel
+    # one function for every data type
+    "cast rules='legacy' to int8, then float64 to int32": (
+        "fp8kit.cast(big, np.int8, rules='legacy')",
+        "fp8kit.cast(big64, np.int32, rules='legacy')"),
+    "study.sweep 2x3, then bfloat16 data": (
+        "fp8kit.study.sweep({'w': big2d}, ['float8_e4m3fn', 'float8_e5m2'], "
+        "['tensor', 'channel', 'block:32'])",
+        "fp8kit.study.sweep({'w': big2d.astype(ml_dtypes.bfloat16)}, "
+        "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])"),
 }  # fmt: skip
 
 _COLD_CODE = """

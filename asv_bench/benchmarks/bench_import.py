@@ -122,6 +122,8 @@ _PUBLIC_COLD = {
     "fake_convert_stochastic": "fp8kit.fake_convert(big, 2.0, rounding='stochastic', seed=1)",
     "study_quantize_stochastic": "fp8kit.study.quantize(big.reshape(1024, 1024), "
     "'float8_e4m3fn', 'block', rounding='stochastic', seed=1)",
+    # the fifteenth pass: Cast's legacy integer conversion native
+    "cast_legacy_integer": "fp8kit.cast(big, np.int8, rules='legacy')",
 }
 
 
