@@ -44,6 +44,24 @@ def saturating_kernel(in_dtype: np.dtype, out_dtype: np.dtype) -> NativeKernel:
     return kernel
 
 
+def _unary_emitter(in_bits: int, out_bits: int, lanes: int, body_of):
+    """The emitter of a native kernel writing ``body(v)`` of each vector of ``lanes``
+    elements of x (``in_bits`` each) to out (``out_bits``), ``body = body_of(builder)``."""
+
+    def emit(context, builder, args):
+        _, _, _, x, out, first, stop, _ = args
+        intp = context.get_value_type(types.intp)
+        vin = ir.VectorType(ir.IntType(in_bits), lanes)
+        vout = ir.VectorType(ir.IntType(out_bits), lanes)
+        x_at = typed_pointer(builder, x, in_bits, first)
+        out_at = typed_pointer(builder, out, out_bits, first)
+        n = builder.sub(stop, first)
+        vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body_of(builder))
+        return ir.Constant(ir.IntType(32), 0)
+
+    return emit
+
+
 def _saturating_emitter(in_bits: int, out_bits: int, signed: bool):
     lanes = 16
     info = np.iinfo(f"{'i' if signed else 'u'}{out_bits // 8}")
@@ -52,13 +70,10 @@ def _saturating_emitter(in_bits: int, out_bits: int, signed: bool):
     # which is then exactly the first value that saturates)
     hi_f, lo_f = float(ftype(info.max)), float(ftype(info.min))
 
-    def emit(context, builder, args):
-        _, _, _, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
+    def body_of(builder):
         i64 = ir.IntType(64)
         float_type = ir.FloatType() if in_bits == 32 else ir.DoubleType()
         vf, vi = ir.VectorType(float_type, lanes), ir.VectorType(i64, lanes)
-        vin = ir.VectorType(ir.IntType(in_bits), lanes)
         vout = ir.VectorType(ir.IntType(out_bits), lanes)
 
         def f(value):
@@ -77,12 +92,9 @@ def _saturating_emitter(in_bits: int, out_bits: int, signed: bool):
             r = builder.select(builder.fcmp_unordered("uno", v, v), k(0), r)
             return builder.trunc(r, vout) if out_bits < 64 else r
 
-        x_at = typed_pointer(builder, x, in_bits, first)
-        out_at = typed_pointer(builder, out, out_bits, first)
-        vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vout, body)
-        return ir.Constant(ir.IntType(32), 0)
+        return body
 
-    return emit
+    return _unary_emitter(in_bits, out_bits, lanes, body_of)
 
 
 @functools.cache
@@ -200,12 +212,9 @@ def _x86_native(in_dtype: np.dtype, mode: int, out_dtype: np.dtype) -> NativeKer
 def _x86_emitter(in_bits: int, mode: int, out_bits: int):
     lanes = 16
 
-    def emit(context, builder, args):
-        _, _, _, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
+    def body_of(builder):
         i64, f64 = ir.IntType(64), ir.DoubleType()
         vd, vi = ir.VectorType(f64, lanes), ir.VectorType(i64, lanes)
-        vin = ir.VectorType(ir.IntType(in_bits), lanes)
         vout = ir.VectorType(ir.IntType(out_bits), lanes)
         trunc = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vd, [vd]), f"llvm.trunc.v{lanes}f64"
@@ -270,12 +279,9 @@ def _x86_emitter(in_bits: int, mode: int, out_bits: int):
                 r = n
             return builder.trunc(r, vout) if out_bits < 64 else r
 
-        x_at = typed_pointer(builder, x, in_bits, first)
-        out_at = typed_pointer(builder, out, out_bits, first)
-        vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vout, body)
-        return ir.Constant(ir.IntType(32), 0)
+        return body
 
-    return emit
+    return _unary_emitter(in_bits, out_bits, lanes, body_of)
 
 
 @functools.cache
