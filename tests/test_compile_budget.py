@@ -213,6 +213,12 @@ def test_generic_native_kernels_stay_small():
     cases = {
         "sr f32 codes": (stochastic.sr_native(16, 2, 1, 0, 0, 40), generic, 477),
         "sr staged values": (stochastic.sr_native(16, 2, 1, 1, 1, 40), generic, 674),
+        "sr variant c": (stochastic.sr_native(16, 2, 1, 0, 0, 40, 8), generic, 523),
+        "sr variant half, staged values": (
+            stochastic.sr_native(16, 2, 1, 1, 1, 40, 11),
+            generic,
+            700,
+        ),
         "fake walk": (_fake_walk_native(32), generic, 241),
         "fake walk 16-bit": (_fake_walk_native(16), generic, 279),
         "amax runs": (metrics._amax_runs_native(32, 0x7FFFFFFF, 0x7F800000), generic, 164),

@@ -170,3 +170,57 @@ def test_every_dtype_on_a_generic_cpu(tmp_path):
             want = fp8kit.encode(x, fmt, rounding="stochastic", seed=seed, random_bits=13)
             got = np.load(tmp_path / f"out_{name}_{fmt}.npy")
             np.testing.assert_array_equal(got, want.view(np.uint8), err_msg=f"{name} {fmt}")
+
+
+VARIANTS = ["stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half"]
+
+
+@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
+@pytest.mark.parametrize(
+    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
+)
+@pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn",
+                                  "p3109_k8p3se", "float6_e3m2fn"])  # fmt: skip
+def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values):
+    """The variants (first rounding the fraction to the random bits, ties by their rule)
+    in the native kernel, with the sticky bit of small values read from the source bits:
+    the Numba kernel's bits, where the native kernel takes them (a bit of the fraction
+    below the random bits; two for float64 data), and the Numba kernel elsewhere."""
+    from fp8kit._kernels.rounding import MODES
+
+    fmt = fp8kit.get_format(name)
+    if values and format_planes(fmt, dt) is None:
+        pytest.skip("no byte planes: round_to takes the Numba kernel")  # pragma: no cover
+    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
+    table = np.dtype(bits_dt) if values else None
+    xs = {F32: X, F64: X64}.get(dt, X16)
+    sh = 23 - fmt.mantissa_bits
+    for mode in VARIANTS:
+        for bits in (4, 13, sh - 2, sh - 1):
+            args = (fmt, dt, True, MODES[mode], bits, table)
+            vec = encode_mode_kernel(*args, planes=values)[0]
+            ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
+            native = bits < sh - (dt == F64) and (dt != F64 or cpu_has("avx512f"))
+            assert (vec._key[0] == "sr_vec") is native, (mode, bits)
+            if native:
+                got = _run(vec, xs, values, fmt, dt, 12345, 3)
+                want = _run(ref, xs, values, fmt, dt, 12345, 3)
+                assert got.tolist() == want.tolist(), (mode, bits)
+
+
+def test_stochastic_variants_run_natively_through_the_api():
+    """round_to and encode in a variant (16 random bits by default) take the native kernel
+    (its Numba kernel took 1.2 s on a first call), and agree with each other."""
+    from fp8kit._kernels.rounding import MODES
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    x = np.linspace(-3, 3, 5001, dtype=np.float32)
+    for mode in VARIANTS:
+        assert encode_mode_kernel(fmt, F32, True, MODES[mode], 16)[0]._key[0] == "sr_vec"
+        if format_planes(fmt, F32) is not None:
+            table = np.dtype(np.uint32)
+            kernel = encode_mode_kernel(fmt, F32, True, MODES[mode], 16, table, planes=True)[0]
+            assert kernel._key[0] == "sr_vec"
+        a = fp8kit.round_to(x, fmt, rounding=mode, seed=3)
+        b = fp8kit.encode(x, fmt, rounding=mode, seed=3)
+        np.testing.assert_array_equal(fp8kit.decode(b, fmt), a)

@@ -57,6 +57,7 @@ from .rounding import (
     CLASSIC_MODES,
     KIND_DET,
     KIND_SR,
+    KIND_VAR,
     MODES,
     STOCHASTIC,
     TOWARD_POSITIVE,
@@ -939,6 +940,21 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int):
     )
 
 
+def _variant_params(fmt: FloatFormat, source: str, random_bits: int, spare: int):
+    """:func:`stochastic_params` for the stochastic variants' native kernel, or None: they
+    round the fraction to ``random_bits`` first, which needs ``spare`` bits of it below
+    those (1; 2 for float64 data rounded to odd on float32), and every source subnormal
+    below half of ``2**-random_bits`` of the format's subnormal spacing (it then rounds to
+    0 in that first step, as a flush-to-zero mode would read it)."""
+    sp = stochastic_params(fmt, source, random_bits + spare)
+    if sp is None:
+        return None
+    src_emin, _ = _src_limits(source)
+    if bool(sp[0]) and fmt.minexp - fmt.mantissa_bits - random_bits - 1 < src_emin:
+        return None
+    return stochastic_params(fmt, source, random_bits)
+
+
 @njit(inline="always")
 def load_bits(xs, j, lut, load, one):
     """Element ``j`` of ``xs`` as the source float's bits, by the kernel's ``load`` rule."""
@@ -1020,11 +1036,15 @@ def encode_mode_kernel(
     # than this one, the same bits; one compiled function per output for the dtypes other
     # than float32)
     vector_sr = vector and (
-        kind == KIND_SR and not unsigned and not flush and fmt.bits <= 8
+        kind in (KIND_SR, KIND_VAR) and not unsigned and not flush and fmt.bits <= 8
         and (not lookup or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
-    vec_prm = prm if vector_sr and fast and width == 32 else None
+    # (the variants: the same fixed point, their first rounding needing a bit below the
+    # random bits, two for float64 data rounded to odd; see stochastic.variant_up)
+    variant = mode if kind == KIND_VAR else 0
+    vec_sp = sp if kind == KIND_SR else _variant_params(fmt, pl.source, rbits, 1)
+    vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
     if vector_sr and width == 64:
         # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
         # codes where random_bits is below the bits float32 drops (its lowest, the sticky
@@ -1032,7 +1052,10 @@ def encode_mode_kernel(
         # overflow alike, smaller ones round to zero alike)
         from .stochastic import F64_INPUT
 
-        sp32 = stochastic_params(fmt, "float32", rbits)
+        sp32 = (
+            stochastic_params(fmt, "float32", rbits) if kind == KIND_SR
+            else _variant_params(fmt, "float32", rbits, 2)
+        )  # fmt: skip
         if (
             F64_INPUT and sp32 is not None and rbits < int(sp32[4])
             and plan(fmt, np.dtype(np.float32)) == Plan("float32", LOAD_DIRECT, False, "fast")
@@ -1229,8 +1252,8 @@ def encode_mode_kernel(
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
         # (the input kind, a run-time argument of the staged build, after the constants)
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
-        emit = sr_native(rbits, split, neg_zero, staged, int(lookup), vec_prm.size)
-        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, vec_prm.size)
+        emit = sr_native(rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant)
+        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, vec_prm.size, variant)
         kernel = GenericNativeKernel(key, emit, params)
         kernel.planes = lookup
         return kernel, pl

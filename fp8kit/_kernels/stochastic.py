@@ -104,6 +104,7 @@ def emit_sr_range(
     neg_zero,
     staging,
     to_values,
+    variant=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -119,7 +120,10 @@ def emit_sr_range(
     staged data's dtype is a branch per 64 elements (never taken differently within a
     call), so that one compiled kernel serves bfloat16, float16 and float64 data; one
     kernel for every dtype and output took 0.07 s longer to compile than float32 to codes
-    alone, so float32 data and the output are compiled in."""
+    alone, so float32 data and the output are compiled in.  ``variant``: 0, or one of the
+    stochastic variants of :mod:`fp8kit._kernels.rounding` (``STOCHASTIC_C`` ... ``_HALF``,
+    compiled in): :func:`fp8kit._kernels.rounding._variant_up` on the same fixed-point
+    fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`)."""
     intp = context.get_value_type(types.intp)
     i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -172,9 +176,13 @@ def emit_sr_range(
             builder.icmp_unsigned("<", a, min_normal),
         )
         t = builder.select(small, fixed, t)
-        r_b = builder.lshr(rnd, c(32 - rbits))
-        inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
-        code = builder.lshr(builder.add(t, inc), sh)
+        if variant:
+            up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
+            code = builder.add(builder.lshr(t, sh), up)
+        else:
+            r_b = builder.lshr(rnd, c(32 - rbits))
+            inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
+            code = builder.lshr(builder.add(t, inc), sh)
         negative = builder.icmp_unsigned(">", v, abs_mask)
         ovf = builder.select(negative, ovf_neg, ovf_pos)
         mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
@@ -311,7 +319,65 @@ def emit_sr_range(
                     store(words16)
 
 
-def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int):
+def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
+    """1 (``<N x i32>``) where the stochastic variant ``variant`` rounds up, as
+    :func:`fp8kit._kernels.rounding._variant_up` does with the fraction ``t``'s ``sh`` low
+    bits (the constant-shift formula's fixed point) and ``rbits`` (< ``sh``) random bits:
+    that fraction first rounded to ``rbits`` bits (ties by the variant's rule), then up
+    where the rounded fraction and the random number reach ``2**rbits``; stochastic_half
+    up where inexact and the random number's top bit is set.  Below the format's smallest
+    normal (``small``) the fixed point was truncated from ``|x| * 2**(src_m - minexp)``:
+    whether it dropped a set bit (the remainder's sticky bit) is read from the source bits
+    ``a`` by integer operations (a flush-to-zero or denormals-are-zero mode cannot change
+    it), the dropped bits counted from the exponent fields of ``a`` and ``min_normal``."""
+    from .rounding import STOCHASTIC_B, STOCHASTIC_C, STOCHASTIC_HALF, STOCHASTIC_ODD
+
+    vt = t.type
+    n = vt.count
+
+    def c(value):
+        return ir.Constant(vt, [value] * n)
+
+    one, zero = c(1), c(0)
+    low = builder.and_(t, builder.sub(builder.shl(one, sh), one))
+    # the bits below the fixed point's lowest (small values only): a's significand (its
+    # implicit bit where normal) below bit minexp_field - max(exp_field, 1)
+    exp_field = builder.lshr(a, c(23))
+    e1 = builder.select(builder.icmp_unsigned("<", exp_field, one), one, exp_field)
+    mant = builder.and_(a, c(0x7FFFFF))
+    mant = builder.select(builder.icmp_unsigned(">", exp_field, zero),
+                          builder.or_(mant, c(0x800000)), mant)  # fmt: skip
+    dropped = builder.sub(builder.lshr(min_normal, c(23)), e1)
+    wide = builder.icmp_unsigned(">=", dropped, c(32))
+    mask = builder.sub(builder.shl(one, builder.select(wide, zero, dropped)), one)
+    lost = builder.select(wide, mant, builder.and_(mant, mask))
+    sticky = builder.and_(small, builder.icmp_unsigned("!=", lost, zero))
+    r = builder.lshr(rnd, c(32 - rbits))
+    if variant == STOCHASTIC_HALF:
+        inexact = builder.or_(builder.icmp_unsigned("!=", low, zero), sticky)
+        top = builder.icmp_unsigned("!=", builder.lshr(r, c(rbits - 1)), zero)
+        return builder.zext(builder.and_(inexact, top), vt)
+    d = builder.sub(sh, c(rbits))  # (>= 1)
+    f = builder.lshr(low, d)
+    rem = builder.and_(low, builder.sub(builder.shl(one, d), one))
+    half = builder.shl(one, builder.sub(d, one))
+    at_half = builder.icmp_unsigned("==", rem, half)
+    gt = builder.or_(builder.icmp_unsigned(">", rem, half), builder.and_(at_half, sticky))
+    tie = builder.and_(at_half, builder.not_(sticky))
+    odd = builder.icmp_unsigned("!=", builder.and_(f, one), zero)
+    tie_up = {STOCHASTIC_C: odd, STOCHASTIC_B: None, STOCHASTIC_ODD: builder.not_(odd)}[variant]
+    upf = builder.or_(gt, tie if tie_up is None else builder.and_(tie, tie_up))
+    max_b = c((1 << rbits) - 1)
+    full = builder.and_(upf, builder.icmp_unsigned("==", f, max_b))
+    f_b = builder.add(f, builder.zext(upf, vt))
+    up = builder.or_(full, builder.icmp_unsigned(">", r, builder.sub(max_b, f_b)))
+    return builder.zext(up, vt)
+
+
+def sr_native(
+    random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
+    variant: int = 0,
+):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
     :func:`fp8kit._kernels.codec.encode_mode_kernel`, ``(prm, x, lut, table, out, key,
@@ -355,7 +421,7 @@ def sr_native(random_bits: int, split: int, neg_zero: int, staged: int, values: 
         arg_types = [i32.as_pointer(), i8p, i8p, i8p, i32.as_pointer()] + [i64] * 4
 
         def rounding(inner, a):
-            emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values)
+            emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values, variant)
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
