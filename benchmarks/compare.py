@@ -639,6 +639,9 @@ PUBLIC_COLD = {
     "cast rules='legacy' to int8, then float64 to int32": (
         "fp8kit.cast(big, np.int8, rules='legacy')",
         "fp8kit.cast(big64, np.int32, rules='legacy')"),
+    "round_to stochastic_c, then stochastic_half": (
+        "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic_c', seed=1)",
+        "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic_half', seed=1)"),
     "study.sweep 2x3, then bfloat16 data": (
         "fp8kit.study.sweep({'w': big2d}, ['float8_e4m3fn', 'float8_e5m2'], "
         "['tensor', 'channel', 'block:32'])",

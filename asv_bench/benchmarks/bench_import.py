@@ -124,6 +124,8 @@ _PUBLIC_COLD = {
     "'float8_e4m3fn', 'block', rounding='stochastic', seed=1)",
     # the fifteenth pass: Cast's legacy integer conversion native
     "cast_legacy_integer": "fp8kit.cast(big, np.int8, rules='legacy')",
+    "round_to_stochastic_c": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic_c', "
+    "seed=1)",
 }
 
 
