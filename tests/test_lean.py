@@ -6,6 +6,7 @@ alignment, streamed, on every thread count; and fp8kit.encode runs it."""
 
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
@@ -230,3 +231,8 @@ def test_float8_e8m0fnu_from_float16_blocks_with_and_without_subnormals(rounding
         part = x[start:]
         want = fp8kit.encode(part.astype(np.float32), E8M0, rounding=rounding)
         np.testing.assert_array_equal(fp8kit.encode(part, E8M0, rounding=rounding), want)
+    if rounding == "nearest_even":  # (ml_dtypes' own cast, every float16, saturate=False)
+        every = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+        with np.errstate(over="ignore", invalid="ignore"):
+            oracle = every.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
+        np.testing.assert_array_equal(fp8kit.encode(every, E8M0, saturate=False), oracle)

@@ -946,13 +946,13 @@ def _variant_params(fmt: FloatFormat, source: str, random_bits: int, spare: int)
     those (1; 2 for float64 data rounded to odd on float32), and every source subnormal
     below half of ``2**-random_bits`` of the format's subnormal spacing (it then rounds to
     0 in that first step, as a flush-to-zero mode would read it)."""
-    sp = stochastic_params(fmt, source, random_bits + spare)
-    if sp is None:
+    sp = stochastic_params(fmt, source, random_bits)
+    if sp is None or random_bits + spare > int(sp[4]):
         return None
     src_emin, _ = _src_limits(source)
     if bool(sp[0]) and fmt.minexp - fmt.mantissa_bits - random_bits - 1 < src_emin:
         return None
-    return stochastic_params(fmt, source, random_bits)
+    return sp
 
 
 @njit(inline="always")

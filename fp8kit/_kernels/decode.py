@@ -203,7 +203,7 @@ def _bf16_widen_native(context, builder, args):
     vin = ir.VectorType(ir.IntType(16), lanes)
     # (large outputs streamed: into a caller's out only, see fp8kit._parallel.NO_STREAM;
     # measured 3.7-4.0 against 10.0 ms for 16M elements there, one thread)
-    stream = builder.icmp_signed(">=", total, ir.Constant(intp, STREAM_MIN_TRAFFIC // 6))
+    stream = builder.icmp_signed(">=", total, ir.Constant(intp, _stream_min(16, 32)))
     n = builder.sub(stop, first)
     vector_blocks(builder, intp, n, x_at, out_at, vin, vt, body, stream=stream)
     return ir.Constant(ir.IntType(32), 0)
@@ -280,10 +280,10 @@ def plane_kernel(fmt: FloatFormat, dtype: np.dtype) -> NativeKernel | None:
     return kernel
 
 
-def _stream_min(width: int) -> int:
-    """Elements from which a decode to ``width``-bit values writes whole cache lines with
-    non-temporal stores (8-bit codes in)."""
-    return STREAM_MIN_TRAFFIC // (1 + width // 8)
+def _stream_min(in_bits: int, out_bits: int) -> int:
+    """Elements from which a decode of ``in_bits`` codes to ``out_bits`` values writes whole
+    cache lines with non-temporal stores."""
+    return STREAM_MIN_TRAFFIC // ((in_bits + out_bits) // 8)
 
 
 def _plane_native(width: int):
@@ -297,7 +297,7 @@ def _plane_native(width: int):
         out_at = typed_pointer(builder, out, width, first)
         # (large outputs streamed: into a caller's out, fp8kit's own new arrays pass a
         # total of 0, see fp8kit._parallel.NO_STREAM)
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, _stream_min(width)))
+        stream = builder.icmp_signed(">=", total, ir.Constant(intp, _stream_min(8, width)))
         n = builder.sub(stop, first)
         return emit_plane_lookup(builder, intp, width, prm, x_at, out_at, n, stream=stream)
 

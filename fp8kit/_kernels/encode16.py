@@ -1481,9 +1481,6 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             codes.add_incoming(fast_codes, fast_end)
             return codes
 
-        def k8(value):
-            return ir.Constant(v8, [value] * BYTE_BLOCK)
-
         def codes_of(v, kind, t, splats):
             if kind in (0, 1, 7, 8):
                 hi, lo = _bytes_of(builder, v, (1, 0))

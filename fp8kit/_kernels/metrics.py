@@ -39,7 +39,7 @@ from .bits import (
     walk_rows,
 )
 from .codec import Kernel, source_version
-from .encode16 import _fake_body, _fake_constants, fake_scalars
+from .encode16 import _FK_N, _fake_body, _fake_constants, fake_scalars
 from .fake import _KIND, BF16, F16, F32, round_params
 from .native import GenericNativeKernel, body_function, chunk_bounds, spec_fields
 from .native import available as native_available
@@ -981,7 +981,7 @@ def _quantize_metrics_native():
     scale, shape, sstr, limits, out, nchunks)``: as the Numba kernel, each chunk zeroes and
     fills its own row of ``out`` (:func:`_emit_quantize_chunk` in a function of its own,
     512-bit vectors preferred: measured 7% faster there, and stack buffers of its own).
-    One function for every data type: the kind (word :data:`_KIND_AT` of ``prm``) is read
+    One function for every data type: the kind (the word after :func:`fake_scalars`') is read
     at run time, bfloat16 bits widened per segment into a third buffer, the narrowing
     behind a branch on it (a second dtype in a process then compiles nothing: a study
     sweep of bfloat16 data after float32 0.146-0.150 -> 0.032-0.035 s; the first sweep
@@ -1000,7 +1000,7 @@ def _quantize_metrics_native():
             buf.align = 64
             buffers.append(buf)
         arrays = [SimpleNamespace(data=p) for p in (*a[:7], *buffers)]
-        kind = inner.load(inner.gep(a[0], [ir.Constant(i64, _KIND_AT)]))
+        kind = inner.load(inner.gep(a[0], [ir.Constant(i64, _FK_N)]))
         _emit_quantize_chunk(context, inner, kind, x_type, scale_type, arrays, a[7], a[8])
 
     def emit(context, builder, args):
@@ -1028,15 +1028,10 @@ def _quantize_metrics_native():
     return emit
 
 
-#: Where the data's kind (:data:`fp8kit._kernels.fake.F32`, ``F16`` or ``BF16``) follows
-#: the FakeConvert constants in the fused kernel's parameters.
-_KIND_AT = 10
-
-
 def _quantize_metrics(narrow: str, consts: np.ndarray) -> Kernel | GenericNativeKernel:
     kind = _KIND[narrow]
     if native_available():  # (no Numba compile: see fp8kit._kernels.native)
-        assert consts.size == _KIND_AT
+        # (the data's kind, fake.F32, F16 or BF16, after fake_scalars' words)
         params = np.append(consts, np.uint32(kind))
         params.flags.writeable = False
         return GenericNativeKernel(("quantize_metrics",), _quantize_metrics_native(), params)
