@@ -4,7 +4,7 @@ float16, decode to float32; 16M elements, measured as ``compare.py`` measures (a
 pause, an untimed call, samples of the two interleaved).  Prints the conversions below a
 fraction of the limit and the counts.
 
-    python benchmarks/limit_scan.py [--threads 1] [--repeat 5] [--below 0.9]
+    python benchmarks/limit_scan.py [--threads 1] [--repeat 5] [--below 0.9] [--match p3109]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--size", type=int, default=16_000_000)
     ap.add_argument("--below", type=float, default=0.9)
+    ap.add_argument("--match", default="", help="only the formats whose name holds this")
     args = ap.parse_args()
     fp8kit.set_num_threads(args.threads)
     n = args.size
@@ -32,6 +33,8 @@ def main() -> None:
                "float16": x32.astype(np.float16)}  # fmt: skip
     results = []
     for name, fmt in fp8kit.formats.registered_formats().items():
+        if args.match not in name:
+            continue
         code_dtype = np.dtype(fmt.code_dtype)
         for src, x in sources.items():
             if src == name:

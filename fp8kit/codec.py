@@ -461,22 +461,28 @@ def encode(
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
     if mode == NEAREST_EVEN and not ftz:
         kernel, pl = encode_kernel(fmt, x.dtype, sat)
+        widen = pl.widen_first
         # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
         # float32 on the byte lanes of bfloat16 (same bits)
         # (and the formats off those lanes, float32 -> bfloat16 among them, by encode_lean's
         # formula written out: native kernels, whose small calls pass x and out alone)
-        kernel = (
+        # (P3109's precision-1 formats too, which the plan widens to float64: the lean
+        # kernel rounds them from float32 bits)
+        native = (
             encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
             or unsigned_kernel(fmt, x.dtype, sat)
-            # (the rest, P3109's precision-1 formats and the unsigned ones saturating among
-            # them: the integer path of the rounding modes, on the data the plan reads)
-            or mode_kernel(fmt, np.dtype(np.float64) if pl.widen_first else x.dtype, sat,
-                           NEAREST_EVEN, False)
-            or kernel
         )  # fmt: skip
+        if native is not None:
+            kernel, widen = native, False
+        else:
+            # (the rest, the formats below float32's range among them: the integer path
+            # of the rounding modes, on the data the plan reads)
+            kernel = mode_kernel(fmt, np.dtype(np.float64) if widen else x.dtype, sat,
+                                 NEAREST_EVEN, False) or kernel  # fmt: skip
         extra = ()
     else:
         kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
+        widen = pl.widen_first
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
         # (deterministic modes; float8_e8m0fnu's own formula, which no flush changes)
@@ -485,12 +491,12 @@ def encode(
         )
         if native is not None:
             kernel, extra = native, ()
-    if pl.widen_first:
+    if widen:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
     lut, table = _lut_for(pl.load), dummy(np.uint8)
     res = _apply(kernel, xb, lut, table, code_dtype, out, extra, is_stochastic(mode))
-    if fast and x is x_arg and not pl.widen_first:
+    if fast and x is x_arg and not widen:
         # (after the call: an out that failed a check raised, and no plan is recorded)
         plan = _make_plan(kernel.build(), lut, table, xb, code_dtype, code_dtype)
         if plan is not None:

@@ -550,14 +550,15 @@ _P, _Q, _O, _SP, _MODE, _LP, _NPARAMS = PARAMS_LAYOUT
 USE_LEAN = True
 
 
-def lean_params(fmt: FloatFormat, source: str, p) -> tuple | None:
+def lean_params(fmt: FloatFormat, source: str, p, clear: bool = False) -> tuple | None:
     """``(nan_thr, neg_thr)`` of :func:`fp8kit._kernels.bits.encode_lean` for the constants
     ``p`` of :func:`_params` (nearest-even), or None where it would differ from
     :func:`fp8kit._kernels.bits.encode_fast`: it needs the rounded code of Inf (so of every
     NaN) at or above ``ovf``, Inf's result ``ovf`` or the NaN code (one select then takes
     NaN, and Inf with it), and without -0 the NaN code unchanged by the sign's or.
     ``neg_thr``: the source bits of the negative numbers that round to a code other than 0
-    are those above it."""
+    are those above it.  ``clear``: the caller gives negative numbers code 0 where the
+    sign's or is 0 (the unsigned P3109 formats, saturating); without it, None there."""
     width, src_m, _, _ = _SOURCES[source]
     u = type(p[1])
     sh, rb, src_inf = int(p[2]), int(p[3]), int(p[8])
@@ -574,7 +575,7 @@ def lean_params(fmt: FloatFormat, source: str, p) -> tuple | None:
         nan_thr = src_inf - 1
     else:
         return None
-    if not fmt.has_negative_zero and (s == 0 or nan_mag | s != nan_mag):
+    if not fmt.has_negative_zero and (s == 0 and not clear or nan_mag | s != nan_mag):
         return None
     # the largest magnitude rounding to code 0: half the smallest subnormal (the tie goes
     # to the even code 0), in the FPU's rounding (bits.encode_fast's magic path) or, where

@@ -114,9 +114,17 @@ def _fits(fmt: FloatFormat, in_dtype: np.dtype) -> bool:
     return plan(fmt, in_dtype).strategy == "fast"
 
 
-def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
+def _prm(
+    fmt: FloatFormat, in_dtype: np.dtype, saturate, normals: bool = False
+) -> np.ndarray | None:
     """The kernel's constants, or None where its folded Inf rule would differ (then the
-    float32 kernels run)."""
+    float32 kernels run).  ``normals``: constants whose codes are right for the source's
+    normals, zeros, Inf and NaN alone (not its subnormals, which the caller rounds apart:
+    :func:`fp8kit._kernels.lean.lean_kernel`), for every format of 8 bits or fewer that
+    is no ``unsigned`` one and whose smallest normal is not above the source's largest
+    normal: then the formula may flip its tie test (``_FLIP``: P3109's precision 1, ties
+    to the even code), keep every mantissa bit (shift 0: no rounding), and add the rebias
+    after the shift where the format's bias is the larger (``_OFFSET``, else 0)."""
     src_m, src_e, src_bias = _SOURCES16[in_dtype]
     p, _ = _params(fmt, "float32", saturate)  # the codes: source-independent
     max_mag, ovf, inf_res, nan_mag = (int(v) for v in p[9:13])
@@ -128,6 +136,11 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     emin_field = fmt.minexp + src_bias  # source exponent field of fmt's smallest normal
     src_inf = ((1 << src_e) - 1) << src_m
     assert ovf in (max_mag, max_mag + 1)
+    flip = m == 0 and rebias % 2 == 1
+    offset = (-rebias << m) & 0xFFFF if normals and rebias < 0 else 0
+    if normals:
+        if sh < 0 or fmt.bits > 8 or fmt.specials == "unsigned" or emin_field > src_inf >> src_m:
+            return None
     # The sign rule of bits._finish_with for formats without -0 (keep, s) and the result
     # it gives a negative Inf.
     s = sign_or
@@ -139,7 +152,10 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     # rounded code, which is larger for Inf, gives it) or the NaN code with either sign
     # (the NaN compare takes a >= src_inf): 2 of the ~18 vector operations a block.
     nan_thr = src_inf
-    need_inf = inf_res != ovf
+    # (Inf's rounded code is at or above ovf, but with the rebias after the shift it may
+    # not be: then Inf takes its compare)
+    code_inf = ((src_inf + (1 << sh >> 1)) >> sh) + offset if offset else ovf
+    need_inf = inf_res != min(code_inf, ovf)
     if need_inf and inf_res == nan_mag and neg_inf == nan_mag:
         nan_thr, need_inf = src_inf - 1, False
     # below fmt's smallest normal the FPU rounds (see _vector_body) the float32 whose bits
@@ -147,15 +163,20 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     # (exact), so magic (bits.encode_fast's) is scaled alike, a float32 normal
     scale = 127 - src_bias
     magic = fmt.minexp - m + 23 - scale
-    assert scale >= 0 and magic >= -126
-    magic_bits = int(np.array(2.0**magic, np.float32).view(np.uint32))
+    # min_normal: below it, the FPU rounding; none when fmt's subnormals are the source's
+    # (the normal formula rounds them: float16 -> float8_e5m2), nor where every source
+    # normal is a normal of fmt (``normals``)
+    min_normal = 0 if fmt.minexp <= 1 - src_bias else emin_field << src_m
+    assert scale >= 0 and (magic >= -126 or min_normal == 0)
+    magic_bits = int(np.array(2.0 ** max(magic, -126), np.float32).view(np.uint32))
+    # rb: rounding bias (ties by the kept bit, see _vector_body) and rebias, as in
+    # codec._params; with the offset the rebias is added after the shift
+    rb = (((1 << (sh - 1)) - 1 if sh else 0) - (0 if offset else rebias << src_m)) & 0xFFFF
     prm = [
         0x7FFF,  # abs_mask
         sh,
-        ((1 << (sh - 1)) - 1 - (rebias << src_m)) & 0xFFFF,  # rb (as in codec._params)
-        # min_normal: below it, the FPU rounding; none when fmt's subnormals are the
-        # source's (the normal formula rounds them: float16 -> float8_e5m2)
-        0 if fmt.minexp == 1 - src_bias else emin_field << src_m,
+        rb,
+        min_normal,
         23 - src_m,  # widening shift: source bits -> float32 bits of value * 2**-scale
         magic_bits >> 16,  # (the low 16 bits are zero)
         nan_thr,
@@ -169,6 +190,8 @@ def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
         int(need_inf),
         sign_or,  # s: what a negative value's code is or-ed with (no -0)
         keep,
+        int(flip),
+        offset,
     ]
     out = np.array(prm, np.uint16)
     out.flags.writeable = False
@@ -592,30 +615,48 @@ _NO_PARAMS = np.zeros(0, np.uint8)
 
 # Layout of _prm's array (the vector code reads it by index).
 (_ABS, _SH, _RB, _MIN_NORMAL, _WSH, _MAGIC, _NAN_THR, _SRC_INF, _OVF, _INF_RES, _NAN_MAG,
- _SIGN_BIT, _SIGN_SHIFT, _NEG_ZERO, _NEED_INF, _S, _KEEP) = range(17)  # fmt: skip
+ _SIGN_BIT, _SIGN_SHIFT, _NEG_ZERO, _NEED_INF, _S, _KEEP, _FLIP, _OFFSET) = range(19)  # fmt: skip
 #: Elements per vector block of :func:`_words_native`.
 BLOCK = 32
 
 
-def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
-    """The codes (``<32 x i8>``) of the bits ``v`` (``<32 x i16>``); ``c(k)``: constant k of
-    _prm's array splat over the vector.  Element i of the input is in the low (even i) or
-    high (odd i) half of 32-bit lane i // 2 of the same register: below the smallest normal
-    the FPU rounds on those lanes directly (no widening of 16-bit lanes to two registers
-    and back, which cost 10 of the 24 operations of the auto-vectorized loop, half its
-    time)."""
+def _vector_body(
+    builder, v, c, pmadd, f16, neg_zero, need_inf, flip=False, offset=False, exact=False,
+    magic=True,
+):  # fmt: skip
+    """The codes (``<n x i8>``) of the bits ``v`` (``<n x i16>``, n even; 32 with
+    ``pmadd``); ``c(k)``:
+    constant k of _prm's array splat over the vector.  Element i of the input is in the
+    low (even i) or high (odd i) half of 32-bit lane i // 2 of the same register: below the
+    smallest normal the FPU rounds on those lanes directly (no widening of 16-bit lanes to
+    two registers and back, which cost 10 of the 24 operations of the auto-vectorized
+    loop, half its time).  ``flip``, ``offset``, ``exact``: _prm's ``normals`` variants
+    (ties by the opposite bit, the rebias added after the shift, no rounding); ``magic``:
+    whether any input is below the smallest normal (_prm's ``min_normal`` not 0)."""
+    lanes = v.type.count
     i32 = ir.IntType(32)
-    v32 = ir.VectorType(i32, BLOCK // 2)
-    f32 = ir.VectorType(ir.FloatType(), BLOCK // 2)
+    v32 = ir.VectorType(i32, lanes // 2)
+    f32 = ir.VectorType(ir.FloatType(), lanes // 2)
 
     def k32(value):
-        return ir.Constant(v32, [value] * (BLOCK // 2))
+        return ir.Constant(v32, [value] * (lanes // 2))
 
     a = builder.and_(v, c(_ABS))
     # nearest-even on the source's bits: the carry out of the mantissa bumps the exponent
     sh = c(_SH)
-    lsb = builder.and_(builder.lshr(a, sh), ir.Constant(v.type, [1] * BLOCK))
-    code = builder.lshr(builder.add(builder.add(a, c(_RB)), lsb), sh)
+    one = ir.Constant(v.type, [1] * lanes)
+    if exact:
+        code = builder.add(a, c(_RB))
+    else:
+        kept = builder.lshr(a, sh)
+        # (flip: the tie rounds up where the kept bit is 0; and-not, one operation too)
+        lsb = builder.and_(builder.not_(kept) if flip else kept, one)
+        code = builder.lshr(builder.add(builder.add(a, c(_RB)), lsb), sh)
+    if offset:  # (zero's code stays 0: every source normal is a normal of fmt here)
+        nonzero = builder.icmp_unsigned("!=", a, ir.Constant(v.type, [0] * lanes))
+        code = builder.select(nonzero, builder.add(code, c(_OFFSET)), code)
+    if not magic:
+        return _vector_finish(builder, v, a, code, c, neg_zero, need_inf)
     # below fmt's smallest normal: value + magic in float32 (bits.encode_fast), whose low
     # 16 bits are the code (magic's are zero)
     w = builder.bitcast(a, v32)
@@ -623,8 +664,8 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
         fnty = ir.FunctionType(v32, [v.type, v.type])
         name = "llvm.x86.avx512.pmaddw.d.512"
         madd = cgutils.get_or_insert_function(builder.module, fnty, name)
-        even = builder.call(madd, [a, ir.Constant(v.type, [1 << 13, 0] * (BLOCK // 2))])
-        odd = builder.call(madd, [a, ir.Constant(v.type, [0, 1 << 13] * (BLOCK // 2))])
+        even = builder.call(madd, [a, ir.Constant(v.type, [1 << 13, 0] * (lanes // 2))])
+        odd = builder.call(madd, [a, ir.Constant(v.type, [0, 1 << 13] * (lanes // 2))])
     elif f16:  # float16: bits << 13 are the float32 bits of the value times 2**-112
         even = builder.lshr(builder.shl(w, k32(16)), k32(3))
         odd = builder.and_(builder.lshr(w, k32(3)), k32(0x0FFFE000))
@@ -640,6 +681,12 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
     code = builder.select(
         builder.icmp_unsigned("<", a, c(_MIN_NORMAL)), builder.bitcast(sub, v.type), code
     )
+    return _vector_finish(builder, v, a, code, c, neg_zero, need_inf)
+
+
+def _vector_finish(builder, v, a, code, c, neg_zero, need_inf):
+    """:func:`_vector_body`'s overflow, Inf, NaN and sign rules on the rounded ``code``."""
+    lanes = v.type.count
     ovf = c(_OVF)
     mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
     if need_inf:
@@ -651,12 +698,12 @@ def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
         sign = builder.and_(builder.lshr(v, c(_SIGN_SHIFT)), c(_S))
         res = builder.xor(mag, sign)
     else:
-        zero = ir.Constant(v.type, [0] * BLOCK)
+        zero = ir.Constant(v.type, [0] * lanes)
         negative = builder.icmp_unsigned(">", v, c(_ABS))
         signed = builder.and_(negative, builder.icmp_unsigned("!=", mag, zero))
         mag = builder.select(signed, builder.or_(builder.and_(mag, c(_KEEP)), c(_S)), mag)
         res = builder.select(nan, c(_NAN_MAG), mag)
-    return builder.trunc(res, ir.VectorType(ir.IntType(8), BLOCK))
+    return builder.trunc(res, ir.VectorType(ir.IntType(8), lanes))
 
 
 def _words_native(use_pmadd: bool, half: bool, neg_zero: bool, need_inf: bool):
@@ -903,8 +950,9 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     v = np.arange(1 << 16, dtype=u16)
     a = v & u16(p[_ABS])
     sh = u16(p[_SH])
-    lsb = (a >> sh) & u16(1)
+    lsb = ((a >> sh) ^ u16(p[_FLIP])) & u16(1) if p[_SH] else u16(0)
     code = (a + u16(p[_RB]) + lsb) >> sh  # (uint16: wraps as the vector adds do)
+    code = np.where(a != 0, code + u16(p[_OFFSET]), code)
     w = a.astype(np.uint32) << np.uint32(p[_WSH])
     magic = np.uint32(p[_MAGIC] << 16).view(np.float32)
     with np.errstate(invalid="ignore"):  # (NaN inputs: their sum is not used)
