@@ -56,13 +56,9 @@ def test_common_formats_take_the_16bit_kernel_through_encode(name, dt):
     fmt = fp8kit.get_format(name)
     kernel = encode16_kernel(fmt, dt, True)
     if name in ("float8_e5m2fnuz", "p3109_k8p3ue") and dt == np.float16:
-        # (range beyond float16's: float16's own byte lanes for blocks without a subnormal,
-        # float32's for the rest, where the CPU and the format have them (not the unsigned
-        # formats), else the float32 kernels)
-        if name == "p3109_k8p3ue" or not cpu_has("avx512vbmi"):
-            assert kernel is None
-            return
-        assert kernel._key[0] == "encode16_half_mixed_bytes"
+        # (range beyond float16's: the lean kernel's 16-bit lanes, test_lean)
+        assert kernel is None
+        return
     assert kernel is not None
     bits = np.tile(ALL16, 5)[: (1 << 18) + 7]
     got = fp8kit.encode(bits.view(dt), fmt)
@@ -225,8 +221,7 @@ def test_exactly_these_formats_take_the_byte_lane_kernel(dt):
             if kernel is not None and kernel._key[0] == BYTE_KEYS[dt]:
                 taken.append(fmt.name)
             elif kernel is not None:
-                names = ("encode16_words", "f16_to_bf16", "encode16_half_f32_bytes",
-                         "encode16_half_mixed_bytes")  # fmt: skip
+                names = ("encode16_words", "f16_to_bf16")
                 assert kernel._key[0] in names, kernel._key
     assert sorted(set(taken)) == sorted(BYTE_LANES[dt])
     assert taken.count("float8_e4m3fn") == len(SATURATE)
@@ -507,16 +502,17 @@ def check_spans(kernel, bits, lut, table, want):
             assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
 
 
-@pytest.mark.skipif(not cpu_has("avx512vbmi"), reason="the byte-lane kernel needs AVX512-VBMI")
 @pytest.mark.parametrize("name", ["float8_e5m2fnuz", "p3109_k8p3se", "p3109_k8p3sf"])
 def test_float16_blocks_with_and_without_subnormals(name):
     """float16 to the formats one exponent below its normals: blocks without a float16
-    subnormal take float16's tables (zeros given the zero code), the others float32's;
-    every float16 in order, shuffled (most blocks mixed), and normal data with a few
-    subnormals and zeros strewn in give the float32 kernel's codes."""
+    subnormal on 16-bit lanes (the lean kernel), the others widened to float32; every
+    float16 in order, shuffled (most blocks mixed), and normal data with a few subnormals
+    and zeros strewn in give the float32 kernel's codes."""
+    from fp8kit._kernels import lean
+
     fmt = fp8kit.get_format(name)
-    kernel = encode16_kernel(fmt, np.dtype(np.float16), True)
-    assert kernel._key[0] == "encode16_half_mixed_bytes"
+    assert encode16_kernel(fmt, np.dtype(np.float16), True) is None
+    assert lean.lean_kernel(fmt, np.dtype(np.float16), True)._key[-1][0] == 1 << 10
     rng = np.random.default_rng(3)
     sparse = rng.standard_normal(20_000).astype(np.float16).view(np.uint16)
     sparse[rng.integers(0, sparse.size, 40)] = rng.integers(1, 0x400, 40) | 0x8000 * (

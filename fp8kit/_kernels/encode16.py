@@ -25,7 +25,8 @@ high byte's last mantissa bit, which decides ties of 2-bit mantissas), both look
 The tables are built in numpy from the 16-bit kernel's own formula (:func:`_word_codes`)
 and used only where the scheme reproduces it on every input (:func:`_byte_params`): the
 float8 formats and the P3109 8-bit formats with 2-4 mantissa bits (from float16: those
-within its range).  About 30 vector operations per 64 elements where the 16-bit lanes
+within its range; the others run :func:`fp8kit._kernels.lean.lean_kernel`'s 16-bit
+lanes).  About 30 vector operations per 64 elements where the 16-bit lanes
 take about 42; 64K elements in cache, one thread: bfloat16 -> float8_e4m3fn 0.082 against 0.096
 ns an element, float16 -> float8_e4m3fn 0.079 against 0.098.  From 8M elements they write
 with non-temporal stores (:data:`STREAM_MIN`).
@@ -216,7 +217,10 @@ def encode16_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | 
         return None
     prm = _prm(fmt, in_dtype, saturate) if _fits(fmt, in_dtype) else None
     if prm is None:
-        return _f16_f32_byte_kernel(fmt, in_dtype, saturate)
+        # (float16 to formats beyond its range: the lean kernel's 16-bit lanes, a block
+        # with a float16 subnormal widened, 0.99-1.02 of the streaming limit where
+        # float32's byte-lane tables on the widened data took 0.75-0.96)
+        return None
     if cpu_has("avx512vbmi"):
         byte_prm = _byte_params(prm)
         if byte_prm is not None:
@@ -254,45 +258,6 @@ def f32_byte_kernel(fmt: FloatFormat, saturate) -> Kernel | None:
     if byte_prm is None:
         return None
     return byte_kernel(_F32_BYTES, byte_prm)
-
-
-def _f16_f32_byte_kernel(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> Kernel | None:
-    """float16 to the formats whose range or subnormals its own byte-lane tables cannot take
-    (float8_e5m2fnuz, the P3109 formats of 5 exponent bits and more) but float32's can:
-    widened to float32 bits in the kernel (exact), then :func:`f32_byte_kernel`'s body (16M
-    elements, one thread: 0.73 of the streaming limit, the float32 formula 0.63).
-
-    Where the format's normals reach one exponent below float16's (float8_e5m2fnuz, P3109's
-    8-bit formats of precision 3), float16's own tables round every float16 normal, Inf and
-    NaN exactly (its normals are the format's normals; the formula's lowest exponent field,
-    0, is then no subnormal step: :func:`_prm`'s ``min_normal`` is 0), so a block of 64
-    without a float16 subnormal takes them, the others the widening: source 10 of
-    :func:`_byte_native`, both tables in its parameters (0.92-0.95 of the limit).  None for
-    bfloat16 (its tables are float32's) and where float32 has none."""
-    f32 = f32_byte_kernel(fmt, saturate) if in_dtype == np.float16 else None
-    if f32 is None:
-        return None
-    src_m, _, src_bias = _SOURCES16[in_dtype]
-    low_by_one = fmt.minexp == -src_bias and fmt.maxexp - 1 <= src_bias
-    prm = _prm(fmt, in_dtype, saturate) if low_by_one and fmt.mantissa_bits < src_m else None
-    own = None
-    if prm is not None:
-        # the 16-bit formula's codes, right for every float16 normal, Inf and NaN (its
-        # lowest exponent field is no subnormal step here); zeros and subnormals (which
-        # the other path takes) given the zero code of their sign: the tables then give
-        # zeros their code with no step in the loop (a select there measured 0.083 ->
-        # 0.113 ns an element: its byte narrowing and masks issue on the lookups' port)
-        codes = _word_codes(prm)
-        v = np.arange(1 << 16)
-        low = (v & 0x7C00) == 0
-        codes[low] = np.where(v[low] >= 0x8000, 0x80 if int(prm[_NEG_ZERO]) else 0, 0)
-        own = _byte_params(prm, codes)
-    if own is None:
-        return byte_kernel(_F16_F32_BYTES, f32._params)
-    both = np.zeros(_B_SECOND + f32._params.size, np.uint8)
-    both[: own.size], both[_B_SECOND:] = own, f32._params
-    both.flags.writeable = False
-    return byte_kernel(_F16_MIXED, both)
 
 
 @functools.cache
@@ -973,16 +938,16 @@ def _word_codes(prm: np.ndarray) -> np.ndarray:
     return (res & u16(0xFF)).astype(np.uint8)
 
 
-def _byte_params(prm: np.ndarray, codes: np.ndarray | None = None) -> np.ndarray | None:
+def _byte_params(prm: np.ndarray) -> np.ndarray | None:
     """The constants of the byte-lane kernel (:func:`_byte_native`) for a 16-bit kernel's
     ``prm`` (:func:`_prm`), or None where its scheme does not reproduce the 16-bit kernel's
     codes on every input (then that kernel runs).  Built from those codes (numpy, no
     compile) and checked against them by :func:`_byte_codes`, the kernel's arithmetic in
     numpy, on all 65,536 inputs (once per format, source and saturation: encode16_kernel
-    caches).  ``codes``: the codes to reproduce, where not the 16-bit kernel's."""
+    caches)."""
     half = int(prm[_WSH]) != 16
     one, largest, inf_bits, nan_bits, special = _B_SOURCE[half]
-    codes = _word_codes(prm) if codes is None else codes
+    codes = _word_codes(prm)
     mag = codes[: 1 << 15].astype(np.int64)  # the positive inputs
     hi7, c_idx, step_at, exponent, s_low, _ = _byte_fields(np.arange(1 << 15), half)
     ovf = int(mag[largest])
@@ -1430,9 +1395,7 @@ def _byte_body(builder, hi, lo, t, c, half):
 
 #: Bits of an element read (and written, where not codes) by each source of
 #: :func:`_byte_native`.
-_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16, 9: 16, 10: 16}
-#: Where source 10's second parameter set (float32's tables) starts: whole vectors on.
-_B_SECOND = 7 * BYTE_BLOCK
+_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16}
 
 
 def _byte_native(kind: int, stream_min: int = STREAM_MIN):
@@ -1451,10 +1414,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     (:func:`_fake16_body`; ``lut``: :func:`fake_scalars` and a word, 1 for float16),
     7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type
     (round-to-format: looked up in the decode table's byte planes ``table``,
-    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise), 9 float16 bits widened
-    to float32's (exact), then as 2, 10 float16 bits: a block without a float16 subnormal
-    as 1 (float16's tables, built with its zeros' codes), the others as 9 with the tables from
-    ``prm[_B_SECOND:]`` (see :func:`_f16_f32_byte_kernel`).
+    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise).
     Arrays of ``stream_min`` elements or more are written in whole cache lines with
     non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 7 and
     8, measured no faster)."""
@@ -1475,17 +1435,8 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         for k in range(_B_OVF, _B_NEG_ZERO + 1):
             x8 = builder.load(builder.gep(prm, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
-        t2, splats2 = t, splats
-        if kind == 10:  # (float32's tables for the blocks with a subnormal)
-            second = builder.gep(tables, [ir.Constant(intp, _B_SECOND // BYTE_BLOCK)])
-            t2 = [builder.load(builder.gep(second, [ir.Constant(intp, k)]), align=1)
-                  for k in range(6)]  # fmt: skip
-            splats2 = {}
-            for k in range(_B_OVF, _B_NEG_ZERO + 1):
-                x8 = builder.load(builder.gep(prm, [ir.Constant(intp, _B_SECOND + k)]))
-                splats2[k] = splat(builder, x8, v8)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
-        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5, 9, 10) else None
+        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5) else None
         value_planes = load_planes(builder, table, intp) if kind in (7, 8) else None
         vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
         if kind in (4, 6):
@@ -1499,35 +1450,9 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         def body(v):
             if kind == 6:
                 return _fake16_body(builder, v, w, scale, shift, has_shift, half)
-            if kind == 10:
-                return mixed_codes(v)
             if kind != 4:
                 return codes_of(v, kind, t, splats)
             return _fake_body(builder, v, w, scale, shift, has_shift)
-
-        def mixed_codes(v):
-            v16 = v.type
-
-            def k16(value):
-                return ir.Constant(v16, [value] * BYTE_BLOCK)
-
-            a = builder.and_(v, k16(0x7FFF))
-            sub = builder.and_(
-                builder.icmp_unsigned("<", a, k16(0x400)), builder.icmp_unsigned("!=", a, k16(0))
-            )
-            wide = ir.IntType(BYTE_BLOCK)
-            any_sub = builder.icmp_unsigned("!=", builder.bitcast(sub, wide), ir.Constant(wide, 0))
-            with builder.if_else(any_sub, likely=False) as (slow, fast):
-                with slow:
-                    slow_codes = codes_of(v, 9, t2, splats2)
-                    slow_end = builder.basic_block
-                with fast:
-                    fast_codes = codes_of(v, 1, t, splats)
-                    fast_end = builder.basic_block
-            codes = builder.phi(v8)
-            codes.add_incoming(slow_codes, slow_end)
-            codes.add_incoming(fast_codes, fast_end)
-            return codes
 
         def codes_of(v, kind, t, splats):
             if kind in (0, 1, 7, 8):
@@ -1535,8 +1460,6 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             else:  # float32: its top 16 bits, whether any below is set or-ed into the lowest
                 if kind == 5:
                     v = f64_to_odd_f32(builder, v)
-                elif kind == 9:
-                    v = widen_half(builder, v)
                 v32 = v.type
                 hi, lo = _bytes_of_words(builder, v, word_indexes)
                 low = builder.and_(v, ir.Constant(v32, [0xFFFF] * BYTE_BLOCK))
@@ -1560,8 +1483,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
 # The byte-lane loops (numbers 0 and 1 were the Numba-called loops, now native kernels of
 # their own: _words_native, _f16_to_bf16_native)
 _BYTES, _HALF_BYTES, _F32_BYTES = 2, 3, 4
-_F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND, _F16_F32_BYTES = 6, 7, 8, 9, 10, 11
-_F16_MIXED = 12
+_F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND = 6, 7, 8, 9, 10
 #: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
 _NATIVE = {
     _BYTES: ("encode16_bytes", 0),
@@ -1572,8 +1494,6 @@ _NATIVE = {
     _FAKE16: ("fake16", 6),
     _BF16_ROUND: ("round16_bytes", 7),
     _F16_ROUND: ("round16_half_bytes", 8),
-    _F16_F32_BYTES: ("encode16_half_f32_bytes", 9),
-    _F16_MIXED: ("encode16_half_mixed_bytes", 10),
 }
 
 
@@ -1585,5 +1505,5 @@ def byte_kernel(which: int, params: np.ndarray, stream_min: int = STREAM_MIN) ->
     name, source = _NATIVE[which]
     key = (name,) if stream_min == STREAM_MIN else (name, "stream_min", stream_min)
     kernel = NativeKernel(key, _byte_native(source, stream_min), params)
-    kernel.xo = source in (0, 1, 2, 5, 9, 10)  # (the encodes read no lut or table)
+    kernel.xo = source in (0, 1, 2, 5)  # (the encodes read no lut or table)
     return kernel
