@@ -80,7 +80,9 @@ def test_every_format_flattens(dtype):
             except ValueError:  # (a mode the unsigned formats do not take)
                 pass
         for k in kernels:
-            if k._key in seen:  # (same code as one checked: only constants differ)
+            if k._key in seen or not hasattr(k, "_make"):
+                # (same code as one checked: only constants differ; or a native kernel,
+                # whose size test_native_kernels_stay_small bounds)
                 continue
             seen.add(k._key)
             assert _statements(flatten(k._make(False))) < 400

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fp8kit
+from fp8kit._args import rounding as rounding_arg
 from fp8kit._kernels.bits import cpu_has
 from fp8kit._kernels.codec import dummy, encode_mode_kernel
 from fp8kit._kernels.decode import format_planes
@@ -224,3 +225,70 @@ def test_stochastic_variants_run_natively_through_the_api():
         a = fp8kit.round_to(x, fmt, rounding=mode, seed=3)
         b = fp8kit.encode(x, fmt, rounding=mode, seed=3)
         np.testing.assert_array_equal(fp8kit.decode(b, fmt), a)
+
+
+#: Formats of 9-16 bits: bfloat16 and float16 (codes and values), a user format (codes).
+E6M9 = fp8kit.FloatFormat(name="u_e6m9", exponent_bits=6, mantissa_bits=9, bias=31, specials="ieee")
+WIDE = ["bfloat16", "float16", E6M9]
+
+
+@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
+@pytest.mark.parametrize(
+    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
+)
+@pytest.mark.parametrize("fmt", WIDE, ids=str)
+def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
+    """Formats of 9-16 bits take the vector kernel too (16-bit codes; bfloat16's and
+    float16's values from float32 and float64 data, widened from the codes in the kernel):
+    the Numba kernel's bits wherever the constant-shift formula holds (random bits at most
+    the bits dropped, fewer for float64 data); elsewhere (16-bit data's values, more
+    random bits) the Numba kernel."""
+    fmt = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
+    if dt == F64 and not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
+    table = np.dtype(bits_dt) if values else None
+    xs = {F32: X, F64: X64}.get(dt, X16)
+    cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
+    taken = 0
+    for bits in (4, 8, 12, 13, 16):
+        for saturate in (True, False):
+            args = (fmt, dt, saturate, STOCHASTIC, bits, table)
+            vec = encode_mode_kernel(*args, planes=False)[0]
+            ref = encode_mode_kernel(*args, planes=False, vector=False)[0]
+            if vec._key[0] != "sr_vec":
+                continue
+            taken += 1
+            assert not vec.planes and ref._key[0] == "mode"
+            for offset, size, nchunks in cases if dt in (F32, F64) else cases[1:]:
+                x = xs[:size]
+                out_dt = bits_dt if values else np.uint16
+                got, want = np.zeros(size, out_dt), np.zeros(size, out_dt)
+                tab = decode_table(fmt, dt).view(bits_dt) if values else dummy(np.uint8)
+                for kernel, out in ((vec, got), (ref, want)):
+                    kernel.build()(x, dummy(np.uint32), tab, out, KEY, offset, nchunks)
+                assert got.tolist() == want.tolist(), (bits, saturate, offset, size, nchunks)
+    # float32 data: every random-bit count up to the bits dropped (16 for bfloat16)
+    drop = 23 - fmt.mantissa_bits
+    if dt == F32 and (not values or fmt.name in ("bfloat16", "float16")):
+        assert taken == 2 * sum(b <= drop for b in (4, 8, 12, 13, 16))
+    if values and dt in (BF16, F16):
+        assert taken == 0
+
+
+def test_stochastic_rounding_to_bfloat16_runs_natively_through_the_api():
+    """fp8kit.round_to and encode of float32 data to bfloat16 in the default stochastic
+    rounding (16 random bits: all the bits float32 drops) compile no Numba kernel and give
+    the Numba kernel's bits."""
+    x = np.random.default_rng(3).standard_normal(100_003).astype(np.float32)
+    got = fp8kit.round_to(x, "bfloat16", rounding="stochastic", seed=7)
+    codes = fp8kit.encode(x, "bfloat16", rounding="stochastic", seed=7)
+    np.testing.assert_array_equal(got.view(np.uint32) >> 16, codes)
+    fmt = fp8kit.get_format("bfloat16")
+    kernel = encode_mode_kernel(fmt, F32, True, STOCHASTIC, 16, np.dtype(np.uint32))[0]
+    assert kernel._key[0] == "sr_vec"
+    ref = encode_mode_kernel(fmt, F32, True, STOCHASTIC, 16, vector=False)[0]
+    want = np.zeros(x.size, np.uint16)
+    _, key, _ = rounding_arg("stochastic", 7, 16, "encode")
+    ref.build()(x.view(np.uint32), dummy(np.uint32), dummy(np.uint8), want, key, 0, 1)
+    np.testing.assert_array_equal(codes, want)

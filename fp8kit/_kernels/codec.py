@@ -25,7 +25,7 @@ import numpy as np
 from numba import from_dtype, njit, types
 from numba.extending import intrinsic
 
-from ..formats import FloatFormat
+from ..formats import FloatFormat, get_format
 from .bits import (
     PARAMS_LAYOUT,
     STREAM_BYTES,
@@ -1036,9 +1036,15 @@ def encode_mode_kernel(
     # fp8kit._kernels.stochastic's kernel, in LLVM vector code (0.5-0.6 s less to compile
     # than this one, the same bits; one compiled function per output for the dtypes other
     # than float32)
+    # (and to formats of 9-16 bits: codes, or for bfloat16 and float16 from float32 and
+    # float64 data their values, widened in the kernel)
+    values16 = 0
+    if lookup and 8 < fmt.bits and in_bits.itemsize in (4, 8):
+        wide = {get_format("bfloat16"): 1, get_format("float16"): 2}
+        values16 = wide.get(fmt, 0) if out_dtype.itemsize == in_bits.itemsize else 0
     vector_sr = vector and (
-        kind in (KIND_SR, KIND_VAR) and not unsigned and not flush and fmt.bits <= 8
-        and (not lookup or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
+        kind in (KIND_SR, KIND_VAR) and not unsigned and not flush and fmt.bits <= 16
+        and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
     # (the variants: the same fixed point, their first rounding needing a bit below the
@@ -1253,10 +1259,11 @@ def encode_mode_kernel(
         staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
         # (the input kind, a run-time argument of the staged build, after the constants)
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
-        emit = sr_native(rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant)
-        key = ("sr_vec", rbits, split, neg_zero, staged, lookup, vec_prm.size, variant)
-        kernel = GenericNativeKernel(key, emit, params)
-        kernel.planes = lookup
+        code_bytes = 1 if fmt.bits <= 8 else 2
+        flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
+                 values16)  # fmt: skip
+        kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
+        kernel.planes = lookup and not values16
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)
     kernel.planes = planes

@@ -105,6 +105,8 @@ def emit_sr_range(
     staging,
     to_values,
     variant=0,
+    code_bytes=1,
+    values16=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -123,9 +125,12 @@ def emit_sr_range(
     alone, so float32 data and the output are compiled in.  ``variant``: 0, or one of the
     stochastic variants of :mod:`fp8kit._kernels.rounding` (``STOCHASTIC_C`` ... ``_HALF``,
     compiled in): :func:`fp8kit._kernels.rounding._variant_up` on the same fixed-point
-    fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`)."""
+    fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`).
+    ``code_bytes``: 2 for formats of 9-16 bits (16-bit codes); ``values16``: their values
+    instead of planes (1 bfloat16, 2 float16: float32 bits widened from the codes, for
+    float32 data, and float64 data converted once more; 0 otherwise)."""
     intp = context.get_value_type(types.intp)
-    i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
     vf = ir.VectorType(ir.FloatType(), LANES)
     vc = ir.VectorType(i64, CALLS)
@@ -160,7 +165,7 @@ def emit_sr_range(
         value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
     else:
         value_size = ir.Constant(intp, 4)
-    out_size = value_size if to_values else ir.Constant(intp, 1)
+    out_size = value_size if to_values else ir.Constant(intp, code_bytes)
     lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
     lanes_e = ir.Constant(v32, list(range(LANES)))
 
@@ -295,7 +300,8 @@ def emit_sr_range(
             rnd = builder.load(rp, align=64)
             if parts > 1:  # (the part moved to the word's top bits)
                 rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
-            codes = builder.trunc(rounded(v, rnd), ir.VectorType(i8, LANES))
+            vcode = ir.VectorType(ir.IntType(8 * code_bytes), LANES)
+            codes = builder.trunc(rounded(v, rnd), vcode)
             dst = builder.gep(out, [builder.mul(at, out_size)])
 
             def store(result, dst=dst, full=full, slice_mask=slice_mask):
@@ -303,6 +309,17 @@ def emit_sr_range(
 
             if not to_values:
                 store(codes)
+            elif values16:  # (the float32 bits of bfloat16 or float16 codes)
+                if values16 == 1:
+                    bits32 = builder.shl(builder.zext(codes, v32), c(16))
+                else:
+                    bits32 = widen_half(builder, codes)
+                if not staging:
+                    store(bits32)
+                else:  # (float64 data: only it is staged with values16)
+                    vd = ir.VectorType(ir.DoubleType(), LANES)
+                    wide = builder.fpext(builder.bitcast(bits32, vf), vd)
+                    store(builder.bitcast(wide, ir.VectorType(i64, LANES)))
             else:  # (in the data's width: round_to keeps the dtype)
                 words16 = plane_values(builder, value_planes, codes, 16)
                 if not staging:
@@ -376,7 +393,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
-    variant: int = 0,
+    variant: int = 0, code_bytes: int = 1, values16: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -421,7 +438,8 @@ def sr_native(
         arg_types = [i32.as_pointer(), i8p, i8p, i8p, i32.as_pointer()] + [i64] * 4
 
         def rounding(inner, a):
-            emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values, variant)
+            emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
+                          variant, code_bytes, values16)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
