@@ -913,28 +913,38 @@ def mode_overflow(p, mode: int):
     return (u(o[0]), u(o[1]))
 
 
-def stochastic_params(fmt: FloatFormat, source: str, random_bits: int):
+def stochastic_params(fmt: FloatFormat, source: str, random_bits: int, excess: bool = False):
     """Constants of :func:`fp8kit._kernels.rounding.encode_stochastic_fast` for ``fmt`` on
     ``source`` bits, or None where it would not be exact: it needs ``random_bits`` at most
     the ``sh`` bits dropped in the normal range, the format's subnormal spacing over
     ``2**sh`` a normal source number, and every source subnormal below ``2**-random_bits`` of
     that spacing, where no rule rounds it up: so a flush-to-zero or denormals-are-zero mode
-    set by another library cannot change a result."""
+    set by another library cannot change a result.  ``excess``: for a kernel that also
+    takes more random bits than ``sh`` (:mod:`fp8kit._kernels.stochastic`): in the normal
+    range the fraction has ``sh`` bits, so the carry is the one of the random part's top
+    ``sh`` bits; below the smallest normal it has more, and ``scale`` then gives the
+    fixed-point number ``random_bits`` fraction bits (the mantissa and those within 30)."""
     width, src_m, _, src_bias = _SOURCES[source]
     u = np.uint32 if width == 32 else np.uint64
     f = np.float32 if width == 32 else np.float64
     src_emin, _ = _src_limits(source)
     m = fmt.mantissa_bits
     sh = src_m - m
-    if fmt.specials == "unsigned" or _strategy(fmt, source) is None or random_bits > sh:
+    if fmt.specials == "unsigned" or _strategy(fmt, source) is None:
+        return None
+    if random_bits > sh and not excess or sh <= 0:
         return None
     use_magic = fmt.minexp != src_emin
     if use_magic and (fmt.minexp - src_m < src_emin or fmt.minexp - m - random_bits < src_emin):
         return None
+    more = max(random_bits - sh, 0)  # (excess: the fraction bits beyond sh, subnormals)
+    if use_magic and more and m + random_bits > 30:
+        return None
     rebias = src_bias - fmt.bias
     return (
         bool(use_magic),
-        f(2.0 ** (src_m - fmt.minexp) if use_magic else 1.0),  # |x| < 2**minexp -> fixed point
+        # |x| < 2**minexp -> fixed point
+        f(2.0 ** (src_m - fmt.minexp + more) if use_magic else 1.0),
         u(int(np.array(f(2.0**fmt.minexp)).view(u))),  # bits of the smallest normal
         u((-(rebias << src_m)) & ((1 << width) - 1)),
         u(sh),
@@ -1051,6 +1061,10 @@ def encode_mode_kernel(
     # random bits, two for float64 data rounded to odd; see stochastic.variant_up)
     variant = mode if kind == KIND_VAR else 0
     vec_sp = sp if kind == KIND_SR else _variant_params(fmt, pl.source, rbits, 1)
+    if kind == KIND_SR and vec_sp is None and width == 32:
+        # (more random bits than the bits dropped: float32 -> float16 in the default 16)
+        vec_sp = stochastic_params(fmt, pl.source, rbits, excess=True)
+    excess = int(vec_sp is not None and rbits > int(vec_sp[4]))
     vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
     if vector_sr and width == 64:
         # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
@@ -1261,7 +1275,7 @@ def encode_mode_kernel(
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16)  # fmt: skip
+                 values16, excess)  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

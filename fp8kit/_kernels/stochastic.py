@@ -107,6 +107,7 @@ def emit_sr_range(
     variant=0,
     code_bytes=1,
     values16=0,
+    excess=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -128,7 +129,9 @@ def emit_sr_range(
     fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`).
     ``code_bytes``: 2 for formats of 9-16 bits (16-bit codes); ``values16``: their values
     instead of planes (1 bfloat16, 2 float16: float32 bits widened from the codes, for
-    float32 data, and float64 data converted once more; 0 otherwise)."""
+    float32 data, and float64 data converted once more; 0 otherwise); ``excess``: 1 where
+    ``rbits`` exceeds the ``sh`` fraction bits (the carry is then that of the random
+    part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`)."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -184,6 +187,14 @@ def emit_sr_range(
         if variant:
             up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
             code = builder.add(builder.lshr(t, sh), up)
+        elif excess:
+            # (more random bits than the sh fraction bits: in the normal range the random
+            # part's top sh bits carry; below the smallest normal ``fixed`` has rbits
+            # fraction bits (stochastic_params' scale), and all of them do)
+            t = builder.add(a, rebias)
+            normal = builder.lshr(builder.add(t, builder.lshr(rnd, builder.sub(c(32), sh))), sh)
+            tiny = builder.lshr(builder.add(fixed, builder.lshr(rnd, c(32 - rbits))), c(rbits))
+            code = builder.select(small, tiny, normal)
         else:
             r_b = builder.lshr(rnd, c(32 - rbits))
             inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
@@ -393,7 +404,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
-    variant: int = 0, code_bytes: int = 1, values16: int = 0,
+    variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -439,7 +450,7 @@ def sr_native(
 
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
-                          variant, code_bytes, values16)  # fmt: skip
+                          variant, code_bytes, values16, excess)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
