@@ -406,7 +406,8 @@ MORE_8BIT = ("float8_e4m3", "float8_e3m4", "float8_e4m3b11fnuz", "float8_e8m0fnu
 SUB_BYTE = ("float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn")
 #: Every format an encode of the limit section writes (from float32, bfloat16, float16):
 #: ml_dtypes' and one P3109 format of each kind of kernel (byte lanes, formula).
-ENCODE_FORMATS = FORMATS + MORE_8BIT + SUB_BYTE + ("float16", "p3109_k8p3se", "p3109_k8p6sf")
+ENCODE_FORMATS = FORMATS + MORE_8BIT + SUB_BYTE + ("float16", "p3109_k8p3se", "p3109_k8p6sf",
+                                                    "p3109_k8p1se", "p3109_k8p3uf")  # fmt: skip
 ROUNDING = ("nearest_away", "toward_zero", "toward_positive", "toward_negative", "stochastic")
 
 
@@ -647,6 +648,14 @@ PUBLIC_COLD = {
         "['tensor', 'channel', 'block:32'])",
         "fp8kit.study.sweep({'w': big2d.astype(ml_dtypes.bfloat16)}, "
         "['float8_e4m3fn', 'float8_e5m2'], ['tensor', 'channel', 'block:32'])"),
+    # the sixteenth pass: stochastic rounding to bfloat16 and float16 native; P3109's
+    # precision-1 and unsigned formats from 16-bit data on 16-bit lanes
+    "round_to stochastic bfloat16, then float16": (
+        "fp8kit.round_to(big, 'bfloat16', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big, 'float16', rounding='stochastic', seed=1)"),
+    "encode float16 -> p3109_k8p1se, then bfloat16 -> p3109_k8p3uf": (
+        "fp8kit.encode(big.astype(np.float16), 'p3109_k8p1se')",
+        "fp8kit.encode(big.astype(ml_dtypes.bfloat16), 'p3109_k8p3uf')"),
 }  # fmt: skip
 
 _COLD_CODE = """

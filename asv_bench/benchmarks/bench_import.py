@@ -126,6 +126,10 @@ _PUBLIC_COLD = {
     "cast_legacy_integer": "fp8kit.cast(big, np.int8, rules='legacy')",
     "round_to_stochastic_c": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic_c', "
     "seed=1)",
+    # the sixteenth pass: stochastic rounding to the 16-bit formats native
+    "round_to_stochastic_to_bfloat16": "fp8kit.round_to(big, 'bfloat16', rounding='stochastic', "
+    "seed=1)",
+    "encode_float16_p3109_precision_1": "fp8kit.encode(big.astype(np.float16), 'p3109_k8p1se')",
 }
 
 
