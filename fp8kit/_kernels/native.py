@@ -495,11 +495,10 @@ def _entry():
     first compile in a process loads its typing registries (0.25-0.3 s of the 0.31-0.35 s
     a trivial kernel's first compile takes here, measured), none of which a native kernel
     needs."""
-    layout = _array_layout()
-    if layout is None:  # pragma: no cover - another ABI
+    entries = _entries()
+    if entries is None:  # pragma: no cover - another ABI
         return _trampoline()
-    key = ("native_entry", layout, np.__version__.split(".")[0])
-    return _builtin(native_address(key, _entry_emitter(layout), ENTRY_TYPE))
+    return entries["entry"]
 
 
 @functools.cache
@@ -507,11 +506,8 @@ def generic_entry():
     """The CPython function generic native kernels (:data:`GENERIC_TYPE`) are called
     through (:func:`_generic_entry_emitter`); None where this interpreter's layout of
     arrays is not the one it reads."""
-    layout = _array_layout()
-    if layout is None:  # pragma: no cover - another ABI
-        return None
-    key = ("native_generic_entry", layout, np.__version__.split(".")[0])
-    return _builtin(native_address(key, _generic_entry_emitter(layout), ENTRY_TYPE))
+    entries = _entries()
+    return None if entries is None else entries["generic"]
 
 
 @functools.cache
@@ -519,12 +515,39 @@ def xo_entry():
     """The CPython function of native kernels called with x and out alone
     (:func:`_xo_entry_emitter`); None where this interpreter's array layout is not the one
     it reads."""
+    entries = _entries()
+    return None if entries is None else entries.get("xo")
+
+
+@functools.cache
+def _entries() -> dict | None:
+    """The three CPython entries (``entry``, ``generic``, and ``xo`` where the flags' offset
+    is known), compiled in one LLVM module the first time any of them is needed: each
+    module has a fixed cost (a study of float64 data after a float32 one compiled the
+    entry and the x-and-out entry it had not needed yet, 0.013 + 0.009 s, on its own)."""
     layout = _array_layout()
-    flags_at = None if layout is None else _flags_offset(layout)
-    if flags_at is None:  # pragma: no cover - another ABI
+    if layout is None:  # pragma: no cover - another ABI
         return None
-    key = ("native_xo_entry", layout, flags_at, np.__version__.split(".")[0])
-    return _builtin(native_address(key, _xo_entry_emitter(layout, flags_at), ENTRY_TYPE))
+    flags_at = _flags_offset(layout)
+    more = {"generic": _generic_entry_emitter(layout)}
+    if flags_at is not None:
+        more["xo"] = _xo_entry_emitter(layout, flags_at)
+    main = _entry_emitter(layout)
+
+    def emit(context, builder, args):
+        for suffix, sub in more.items():  # (beside the main function, in its module)
+            fn = ir.Function(builder.module, ENTRY_TYPE, name=f"{builder.function.name}_{suffix}")
+            inner = ir.IRBuilder(fn.append_basic_block("entry"))
+            inner.ret(sub(context, inner, list(fn.args)))
+        return main(context, builder, args)
+
+    key = ("native_entries", layout, flags_at, np.__version__.split(".")[0])
+    address = native_address(key, emit, ENTRY_TYPE)
+    library, name = _BUILT[key][0], _BUILT[key][2]
+    entries = {"entry": _builtin(address)}
+    for suffix in more:
+        entries[suffix] = _builtin(library.get_pointer_to_function(f"{name}_{suffix}"))
+    return entries
 
 
 def xo_call(call: NativeCall, x_itemsize: int, out_itemsize: int):
@@ -774,11 +797,11 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE) -> int:
                 outcome = "cache_hits"
         stats = _STATS.setdefault(address, Stats())
         getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
-        _BUILT[key] = (library, address)  # (the library keeps the code alive)
+        _BUILT[key] = (library, address, name)  # (the library keeps the code alive)
         return address
 
 
-_BUILT: dict = {}  # native functions by key: (code library, address)
+_BUILT: dict = {}  # native functions by key: (code library, address, function name)
 
 
 def native_count() -> int:
