@@ -73,6 +73,17 @@ def _run(kernel, x, values, fmt, dt, offset, nchunks):
     return out
 
 
+def _inputs_for(dt, values):
+    """(bits dtype, the kernels' table dtype or None, inputs, (offset, size, chunks) cases)
+    of ``dt`` data; skips float64 where the CPU has no AVX-512."""
+    if dt == F64 and not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
+    xs = {F32: X, F64: X64}.get(dt, X16)
+    cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
+    return bits_dt, np.dtype(bits_dt) if values else None, xs, cases
+
+
 def test_the_vector_kernel_serves_the_signed_and_unsigned_formats():
     assert {"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "p3109_k8p3se"} <= set(VECTOR)
     assert "p3109_k8p3ue" in VECTOR and "float8_e8m0fnu" not in VECTOR
@@ -92,12 +103,7 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
         kernel = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, table, planes=False)[0]
         assert kernel._key[0] == "mode"  # round_to takes the Numba kernel
         return
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
-    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
-    table = np.dtype(bits_dt) if values else None
-    xs = {F32: X, F64: X64}.get(dt, X16)
-    cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
+    bits_dt, table, xs, cases = _inputs_for(dt, values)
     for bits in (4, 8, 13, 16, 20):
         for saturate in (True, False):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
@@ -245,12 +251,7 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
     for float32, bfloat16 and float16 data, fewer than float32 drops for float64 data);
     elsewhere (16-bit data's values) the Numba kernel."""
     fmt = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
-    bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
-    table = np.dtype(bits_dt) if values else None
-    xs = {F32: X, F64: X64}.get(dt, X16)
-    cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
+    bits_dt, table, xs, cases = _inputs_for(dt, values)
     taken = 0
     for bits in (4, 8, 12, 13, 16, 20, 32):
         for saturate in (True, False):
