@@ -126,7 +126,7 @@ def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | N
         if w16 is not None:
             v = np.arange(1 << 16)
             a = v & 0x7FFF
-            src_m = 10 if half else 7
+            src_m, _, src_bias = encode16._SOURCES16[dtype]
             normal = (a == 0) | (a >= 1 << src_m)
             want, got = _lean_codes(params, flags, v), encode16._word_codes(w16)
             if np.array_equal(got[normal], want[normal]):
@@ -134,8 +134,7 @@ def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | N
                 # no test for subnormals where the 16-bit formula rounds them too: not
                 # by the FPU step, or only where they all round to 0 (so that a
                 # denormals-are-zero mode cannot change a code)
-                smallest = 1 << src_m
-                src_emin = -14 if half else -126
+                smallest, src_emin = 1 << src_m, 1 - src_bias
                 if np.array_equal(got, want) and (
                     not w16[encode16._MIN_NORMAL] or fmt.minexp == src_emin
                     or fmt.minexp - fmt.mantissa_bits - 1 >= src_emin

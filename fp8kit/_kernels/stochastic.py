@@ -175,7 +175,7 @@ def emit_sr_range(
     def rounded(v, rnd):
         """encode_stochastic_fast, then _finish_with (the overflow code by sign)"""
         a = builder.and_(v, abs_mask)
-        t = builder.add(a, rebias)
+        t_normal = builder.add(a, rebias)
         # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
         # where a is larger the conversion may overflow, and that lane is not selected)
         fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
@@ -183,7 +183,7 @@ def emit_sr_range(
             builder.icmp_unsigned("!=", use_magic, zero),
             builder.icmp_unsigned("<", a, min_normal),
         )
-        t = builder.select(small, fixed, t)
+        t = builder.select(small, fixed, t_normal)
         if variant:
             up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
             code = builder.add(builder.lshr(t, sh), up)
@@ -191,8 +191,8 @@ def emit_sr_range(
             # (more random bits than the sh fraction bits: in the normal range the random
             # part's top sh bits carry; below the smallest normal ``fixed`` has rbits
             # fraction bits (stochastic_params' scale), and all of them do)
-            t = builder.add(a, rebias)
-            normal = builder.lshr(builder.add(t, builder.lshr(rnd, builder.sub(c(32), sh))), sh)
+            top = builder.lshr(rnd, builder.sub(c(32), sh))
+            normal = builder.lshr(builder.add(t_normal, top), sh)
             tiny = builder.lshr(builder.add(fixed, builder.lshr(rnd, c(32 - rbits))), c(rbits))
             code = builder.select(small, tiny, normal)
         else:
