@@ -58,3 +58,25 @@ def test_amax_and_flags_match_numpy(dt, bits_dt, length, run):
                      amax, bad)  # fmt: skip
     np.testing.assert_array_equal(amax.view(dt).astype(np.float64), want_amax)
     np.testing.assert_array_equal(bad, want_bad.astype(bits_dt))
+
+
+def test_one_compiled_function_serves_every_width():
+    """The native kernel is one function for 16-, 32- and 64-bit data (the width a
+    parameter), so that a study of a second data type compiles no amax of its own."""
+    from fp8kit._kernels import native
+
+    if not native.available():
+        pytest.skip("no native kernels on this interpreter")
+    kernels = [amax_runs_kernel(dt) for dt, _ in DTYPES]
+    assert {k._key for k in kernels} == {("amax_runs",)}
+    assert [int(k._params[0]) for k in kernels] == [32, 64, 16]
+    x = np.arange(64, dtype=np.float32)
+    for dt, bits_dt in DTYPES:
+        bits = x.astype(dt).view(bits_dt)
+        amax, bad = np.zeros(2, bits_dt), np.zeros(2, bits_dt)
+        _parallel.launch(amax_runs_kernel(dt), 64, bits, np.array([64, 32], np.int64), amax, bad)
+        assert amax.view(dt).tolist() == [31.0, 63.0], dt
+    built = native.native_count()
+    for dt, _ in DTYPES:
+        amax_runs_kernel(dt).build()
+    assert native.native_count() == built
