@@ -300,3 +300,114 @@ def test_stochastic_rounding_to_bfloat16_runs_natively_through_the_api():
     _, key, _ = rounding_arg("stochastic", 7, 16, "encode")
     ref.build()(x.view(np.uint32), dummy(np.uint32), dummy(np.uint8), want, key, 0, 1)
     np.testing.assert_array_equal(codes, want)
+
+
+def _flush_case(fmt, dt, values, mode, bits):
+    """The vector kernel with ``flush_subnormals`` against the Numba kernel's bits (its
+    flush_code), codes or values, a block starting inside the array."""
+    fmt = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
+    planes = values and fmt.bits <= 8
+    if planes and format_planes(fmt, dt) is None:
+        pytest.skip("no byte planes: round_to takes the Numba kernel")  # pragma: no cover
+    bits_dt, table, xs, _ = _inputs_for(dt, values)
+    args = (fmt, dt, True, mode, bits, table)
+    vec = encode_mode_kernel(*args, planes=planes, flush=True)[0]
+    ref = encode_mode_kernel(*args, planes=planes, flush=True, vector=False)[0]
+    assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
+    out_dt = bits_dt if values else (np.uint8 if fmt.bits <= 8 else np.uint16)
+    got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
+    for kernel, out in ((vec, got), (ref, want)):
+        tab = dummy(np.uint8)
+        if values:
+            tab = format_planes(fmt, dt) if kernel.planes else decode_table(fmt, dt).view(bits_dt)
+        kernel.build()(xs, dummy(np.uint32), tab, out, KEY, 12345, 3)
+    assert got.tolist() == want.tolist()
+    return got
+
+
+#: Formats with subnormals of every kind of sign: -0 (e4m3fn, e2m1fn, k8p3se), no -0
+#: (e5m2fnuz), the unsigned P3109 ones (a negative value's code or-ed with another, not
+#: a sign bit: kept whole), 16-bit codes; and precision 1 (no subnormals: nothing flushed).
+FLUSHED = ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn", "p3109_k8p3se", "p3109_k8p3ue",
+           "p3109_k8p1se", "bfloat16", "float16"]  # fmt: skip
+
+
+@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
+@pytest.mark.parametrize(
+    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
+)
+@pytest.mark.parametrize("name", FLUSHED)
+def test_vector_stochastic_rounding_with_flush_subnormals(name, dt, values):
+    """flush_subnormals in the vector kernel (compiled in; the Numba kernel took 0.7 s on a
+    first call): the Numba kernel's bits, in stochastic rounding and a variant, where a
+    subnormal result (and only it) became a zero of its sign."""
+    from fp8kit._kernels.rounding import MODES
+
+    fmt = fp8kit.get_format(name)
+    if values and fmt.bits > 8 and (dt.itemsize == 2 or name not in ("bfloat16", "float16")):
+        return  # (16-bit data's values in a 16-bit format: the Numba kernel)
+    got = _flush_case(fmt, dt, values, STOCHASTIC, 8)
+    if fmt.mantissa_bits:  # (the variants' ties: precision 1 widens to float64, Numba)
+        _flush_case(fmt, dt, values, MODES["stochastic_c"], 4)
+    if not values and fmt.mantissa_bits and dt == F32:
+        # some results were subnormal unflushed: the flush was exercised
+        plain = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, None)[0]
+        out = np.zeros(X.size, got.dtype)
+        plain.build()(X, dummy(np.uint32), dummy(np.uint8), out, KEY, 12345, 3)
+        smallest = 1 << fmt.mantissa_bits
+        # (the magnitude: the code without its sign bit; the unsigned P3109 formats' whole)
+        whole = name == "p3109_k8p3ue"
+        sign = 0 if whole else 1 << (fmt.bits - 1)
+        mag = out.astype(np.int64) & ~sign
+        sub = (mag != 0) & (mag < smallest)
+        assert sub.sum() > 100
+        assert (got[sub].astype(np.int64) & ~sign == 0).all()
+        # (the zero of the result's sign where the format has -0, else +0)
+        neg_zero = sign and fp8kit.decode(np.array([sign], got.dtype), fmt)[0] == 0
+        kept = out[sub].astype(np.int64) & sign if neg_zero else 0
+        assert (got[sub].astype(np.int64) & sign == kept).all()
+        assert (got[~sub] == out[~sub]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dt", [F32, BF16, F64], ids=["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("name", VECTOR)
+def test_vector_stochastic_flush_every_format(name, dt):
+    _flush_case(name, dt, False, STOCHASTIC, 8)
+    if format_planes(fp8kit.get_format(name), dt) is not None:  # (else round_to: Numba)
+        _flush_case(name, dt, True, STOCHASTIC, 8)
+
+
+def test_precision_1_formats_round_stochastically_from_float32_bits():
+    """P3109's precision-1 formats, which nearest-even widens to float64 (a tie goes to the
+    even code, whose parity is not float32's exponent bit), round stochastically (no ties)
+    from float32 bits in the vector kernel: the exact oracle's codes, every dtype, with and
+    without flush_subnormals, through encode and round_to; no Numba compile (0.69 s)."""
+    from fp8kit._kernels.rounding import random_words
+    from fp8kit._reference import encode_value
+
+    for name in ("p3109_k8p1se", "p3109_k8p1sf", "p3109_k4p1se"):
+        fmt = fp8kit.get_format(name)
+        for dt in (F32, BF16, F16, F64):
+            kernel, pl = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 16)
+            if dt == F64 and not cpu_has("avx512f"):
+                continue  # pragma: no cover
+            assert kernel._key[0] == "sr_vec" and not pl.widen_first, (name, dt)
+        codes = np.arange(256 if fmt.bits == 8 else 16, dtype=np.uint8)
+        vals = fp8kit.decode(codes, fmt, dtype=np.float64)
+        vals = np.unique(vals[np.isfinite(vals)])
+        x = np.concatenate([vals, (vals[1:] + vals[:-1]) / 2, vals[1:] * 0.7 + vals[:-1] * 0.3,
+                            [1e-30, 1e30, np.inf, np.nan]])  # fmt: skip
+        x = np.concatenate([x, -x]).astype(np.float32)
+        for flush in (False, True):
+            got = fp8kit.encode(x, fmt, rounding="stochastic", seed=5, random_bits=9,
+                                flush_subnormals=flush)  # fmt: skip
+            rnd = random_words(x.size, 5, 9)
+            kw = dict(rounding="stochastic", random_bits=9, flush_subnormals=flush)
+            want = [
+                encode_value(float(v), fmt, rnd=int(r), **kw) for v, r in zip(x, rnd, strict=True)
+            ]
+            assert got.tolist() == want, (name, flush)
+            again = fp8kit.round_to(x, fmt, rounding="stochastic", seed=5, random_bits=9,
+                                    flush_subnormals=flush)  # fmt: skip
+            np.testing.assert_array_equal(again, fp8kit.decode(got, fmt))

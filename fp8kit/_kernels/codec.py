@@ -129,6 +129,14 @@ def _strategy(fmt: FloatFormat, source: str) -> str | None:
     return "generic"
 
 
+#: The load step of each input dtype rounded from float32 bits.
+_LOADS = {
+    np.dtype(np.float32): LOAD_DIRECT,
+    np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
+    np.dtype(np.float16): LOAD_LUT,
+}
+
+
 @functools.cache
 def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
     """Choose source layout, load step and algorithm for rounding ``in_dtype`` data to fmt."""
@@ -137,23 +145,26 @@ def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
         # Powers of two only: one rule on the exponent field; float32 holds every value of
         # formats with bias <= 127 (2**-127 is a float32 subnormal, handled apart).
         if in_dtype != np.float64 and fmt.bias <= 127 and fmt.maxexp <= 128:
-            load = {
-                np.dtype(np.float32): LOAD_DIRECT,
-                np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
-                np.dtype(np.float16): LOAD_LUT,
-            }[in_dtype]
-            return Plan("float32", load, False, "unsigned")
+            return Plan("float32", _LOADS[in_dtype], False, "unsigned")
         return Plan("float64", LOAD_DIRECT, in_dtype != np.float64, "unsigned")
     if in_dtype == np.float64:
         return Plan("float64", LOAD_DIRECT, False, _strategy_f64(fmt))
-    load = {
-        np.dtype(np.float32): LOAD_DIRECT,
-        np.dtype(ml_dtypes.bfloat16): LOAD_BF16,
-        np.dtype(np.float16): LOAD_LUT,
-    }[in_dtype]
     if _strategy(fmt, "float32") == "fast" and not _odd_parity(fmt, "float32"):
-        return Plan("float32", load, False, "fast")
+        return Plan("float32", _LOADS[in_dtype], False, "fast")
     return Plan("float64", LOAD_DIRECT, True, _strategy_f64(fmt))
+
+
+def _sr_plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
+    """:func:`plan` for stochastic rounding (``rounding="stochastic"``), which has no ties:
+    P3109's precision-1 formats, which nearest-even widens to float64 for the tie's parity
+    (:func:`_odd_parity`), round from float32 bits by the fast path's formula."""
+    pl = plan(fmt, in_dtype)
+    if (
+        pl.widen_first and fmt.specials != "unsigned" and _odd_parity(fmt, "float32")
+        and _strategy(fmt, "float32") == "fast"
+    ):  # fmt: skip
+        return Plan("float32", _LOADS[np.dtype(in_dtype)], False, "fast")
+    return pl
 
 
 def _odd_parity(fmt: FloatFormat, source: str) -> bool:
@@ -1017,13 +1028,13 @@ def encode_mode_kernel(
     an 8-bit format may take :mod:`fp8kit._kernels.stochastic`'s kernel (False: this one, as
     the tests' reference).
     """
-    pl = plan(fmt, np.dtype(in_dtype))
+    kind = mode_kind(mode)
+    pl = (_sr_plan if kind == KIND_SR else plan)(fmt, np.dtype(in_dtype))
     p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
     unsigned = pl.strategy == "unsigned"
     check_unsigned_mode(fmt, mode)
-    kind = mode_kind(mode)
     stochastic = kind != KIND_DET
     sp = stochastic_params(fmt, pl.source, random_bits) if kind == KIND_SR else None
     fast = sp is not None
@@ -1053,7 +1064,7 @@ def encode_mode_kernel(
         wide = {get_format("bfloat16"): 1, get_format("float16"): 2}
         values16 = wide.get(fmt, 0) if out_dtype.itemsize == in_bits.itemsize else 0
     vector_sr = vector and (
-        kind in (KIND_SR, KIND_VAR) and not unsigned and not flush and fmt.bits <= 16
+        kind in (KIND_SR, KIND_VAR) and not unsigned and fmt.bits <= 16
         and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
@@ -1079,7 +1090,8 @@ def encode_mode_kernel(
         )  # fmt: skip
         if (
             F64_INPUT and sp32 is not None and rbits < int(sp32[4])
-            and plan(fmt, np.dtype(np.float32)) == Plan("float32", LOAD_DIRECT, False, "fast")
+            and (_sr_plan if kind == KIND_SR else plan)(fmt, np.dtype(np.float32))
+            == Plan("float32", LOAD_DIRECT, False, "fast")
         ):  # fmt: skip
             p32, q32 = _params(fmt, "float32", saturate, mode)
             vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), sp32, mode)
@@ -1275,7 +1287,7 @@ def encode_mode_kernel(
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16, excess)  # fmt: skip
+                 values16, excess, int(flush))  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

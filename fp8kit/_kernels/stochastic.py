@@ -108,6 +108,7 @@ def emit_sr_range(
     code_bytes=1,
     values16=0,
     excess=0,
+    flush=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -131,7 +132,9 @@ def emit_sr_range(
     instead of planes (1 bfloat16, 2 float16: float32 bits widened from the codes, for
     float32 data, and float64 data converted once more; 0 otherwise); ``excess``: 1 where
     ``rbits`` exceeds the ``sh`` fraction bits (the carry is then that of the random
-    part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`)."""
+    part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`);
+    ``flush``: 1 for ``flush_subnormals`` (a subnormal result becomes the zero of its sign,
+    +0 where the format has no -0: :func:`fp8kit._kernels.rounding.flush_code`)."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -206,7 +209,7 @@ def emit_sr_range(
         nan = builder.icmp_unsigned(">", a, src_inf)
         if neg_zero:  # formats with -0: the NaN code, the sign xor-ed in
             sign = builder.lshr(builder.and_(v, sign_bit), sign_shift)
-            return builder.xor(builder.select(nan, nan_mag, mag), sign)
+            return flushed(builder.xor(builder.select(nan, nan_mag, mag), sign))
         # formats without -0
         s = builder.lshr(sign_bit, sign_shift)
         has_s = builder.icmp_unsigned("!=", s, zero)
@@ -220,7 +223,24 @@ def emit_sr_range(
         )
         at_inf = builder.and_(builder.icmp_unsigned("==", a, src_inf), negative)
         to_nan = builder.or_(nan, builder.and_(neg_inf_nan, at_inf))
-        return builder.select(to_nan, nan_mag, unsigned)
+        return flushed(builder.select(to_nan, nan_mag, unsigned))
+
+    def flushed(code):
+        """flush_code's rule where ``flush``: a code whose magnitude is below the smallest
+        normal's (1 << m) and not 0 becomes the zero of its sign (+0 without -0); the
+        magnitude is the code without its sign bit where that is one bit (in the unsigned
+        P3109 formats a negative value's code is or-ed with another: kept whole)"""
+        if not flush:
+            return code
+        s = builder.lshr(sign_bit, sign_shift)
+        below = builder.sub(s, c(1))
+        single = builder.icmp_unsigned("==", builder.and_(s, below), zero)
+        mag = builder.select(single, builder.and_(code, below), code)
+        smallest = builder.shl(c(1), builder.sub(c(23), sh))
+        sub = builder.and_(builder.icmp_unsigned("!=", mag, zero),
+                           builder.icmp_unsigned("<", mag, smallest))  # fmt: skip
+        signed_zero = builder.and_(code, s) if neg_zero else zero
+        return builder.select(sub, signed_zero, code)
 
     gb0 = builder.mul(builder.sdiv(glo, ir.Constant(intp, block)), ir.Constant(intp, block))
     with cgutils.for_range_slice(builder, gb0, ghi, ir.Constant(intp, block), intp) as (gb, _):
@@ -404,7 +424,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
-    variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0,
+    variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -450,7 +470,7 @@ def sr_native(
 
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
-                          variant, code_bytes, values16, excess)  # fmt: skip
+                          variant, code_bytes, values16, excess, flush)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
