@@ -802,11 +802,10 @@ def round_to(
         )  # fmt: skip
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)  # as in encode
         # (deterministic modes: the codes looked up in the table's planes, natively)
-        native = None
-        if planes is not None:
-            native = round_mode_kernel(fmt, dt, sat, mode, ftz) or unsigned_kernel(
-                fmt, dt, sat, round_to=True, mode=mode
-            )
+        # (and bfloat16/float16: the codes widened to values in the kernel, no table)
+        native = round_mode_kernel(fmt, dt, sat, mode, ftz)
+        if native is None and planes is not None:
+            native = unsigned_kernel(fmt, dt, sat, round_to=True, mode=mode)
         if native is not None:
             kernel, extra = native, ()
     if kernel.planes:

@@ -139,17 +139,24 @@ def numba_rounded(fmt, x, sat, mode, flush):
 
 def native_rounded(kernel, fmt, x):
     out = np.empty(x.size, f"u{x.itemsize}")
-    kernel.serial(x.view(out.dtype), dummy(np.uint32), format_planes(fmt, x.dtype), out)
+    table = format_planes(fmt, x.dtype) if kernel.planes else D8  # (bfloat16, float16: none)
+    kernel.serial(x.view(out.dtype), dummy(np.uint32), table, out)
     return out
 
 
 def test_round_to_in_the_modes_is_native_wherever_there_are_planes():
     # every 8-bit format the mode kernel takes, every dtype, where the CPU has VBMI and the
-    # values fit the planes (not float64 values of P3109 formats with 5-7 mantissa bits)
+    # values fit the planes (not float64 values of P3109 formats with 5-7 mantissa bits);
+    # bfloat16 and float16 with no planes (their codes widened), but for data of the other
+    # 16-bit dtype (its table rounds a second time)
     for fmt, dtype in CASES:
         planes = format_planes(fmt, dtype)
         kernel = modes.round_mode_kernel(fmt, dtype, True, MODES["to_odd"], False)
-        assert (kernel is not None) == (fmt.bits <= 8 and planes is not None), (fmt, dtype)
+        wide = fmt.name in ("bfloat16", "float16") and fmt == get_format(fmt.name)
+        widened = wide and (np.dtype(dtype).itemsize > 2 or np.dtype(dtype) == fmt.dtype)
+        native = (fmt.bits <= 8 and planes is not None) or widened
+        assert (kernel is not None) == native, (fmt, dtype)
+        assert kernel is None or kernel.planes == (fmt.bits <= 8), (fmt, dtype)
     if fp8kit._kernels.bits.cpu_has("avx512vbmi"):
         assert len(ROUND_CASES) >= 3 * len(ALL_FORMATS)
 
@@ -179,6 +186,26 @@ def test_round_to_in_the_modes_every_length_and_alignment():
     x = boundary_probes(fmt, DTYPES[0])[:5000].copy()
     want = numba_rounded(fmt, x, True, MODES["nearest_away"], True)
     assert_lengths_and_alignments(kernel, x, format_planes(fmt, np.float32), want, 0xA5A5A5A5)
+
+
+def test_round_to_bfloat16_and_float16_in_the_modes_every_length_and_alignment():
+    """The 16-bit formats' values widened in the kernel: float64 results (64-bit lanes)
+    and 16-bit ones at every length and offset, nothing written outside."""
+    bf16 = get_format("bfloat16").dtype
+    for name, dtype, fill in (("float16", np.float64, 0xA5A5A5A5A5A5A5A5),
+                              ("bfloat16", bf16, 0xA5A5)):  # fmt: skip
+        fmt = get_format(name)
+        x = boundary_probes(fmt, dtype)[:5000].copy()
+        kernel = modes.round_mode_kernel(fmt, x.dtype, True, MODES["to_odd"], True)
+        want = numba_rounded(fmt, x, True, MODES["to_odd"], True)
+        bits = f"u{x.itemsize}"
+        for start in (0, 1, 3, 63):
+            for n in [*range(0, 140, 7), 128, 1029]:
+                buf = np.full(n + 80, fill, bits)
+                kernel.serial(x[start : start + n].view(bits), dummy(np.uint32), D8,
+                              buf[start : start + n])  # fmt: skip
+                np.testing.assert_array_equal(buf[start : start + n], want[start : start + n])
+                assert (buf[:start] == fill).all() and (buf[start + n :] == fill).all()
 
 
 def test_round_to_in_the_modes_formats_share_the_kernels():

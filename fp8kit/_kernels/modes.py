@@ -22,7 +22,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from ..formats import FloatFormat
+from ..formats import FloatFormat, get_format
 from .bits import load_planes, plane_values, splat, vector_blocks, widen_half
 from .codec import (
     _O,
@@ -56,6 +56,8 @@ _DATA = {
 }
 #: Elements a vector (one cache line of 8-bit codes).
 LANES = 64
+#: The 16-bit formats whose values round_mode_kernel widens from their codes.
+_VALUES16 = {"bfloat16": 1, "float16": 2}
 
 
 @functools.cache
@@ -95,12 +97,27 @@ def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, fl
     :func:`fp8kit._kernels.codec.encode_mode_kernel`'s call with ``table_dtype`` and
     ``planes``; None where :func:`mode_kernel` is, for formats wider than 8 bits, or
     where there are no planes (no AVX512-VBMI; float64 values of more than 4 mantissa bits).
+    bfloat16 and float16 (16-bit codes) take no table: their values are the codes widened
+    in the kernel (float32 and float64 data, and data of the format's own dtype; the other
+    16-bit dtype, whose table rounds a second time, keeps the Numba kernel).
     The Numba kernel it stands for compiled in 0.3-0.7 s on a first call."""
     from .decode import format_planes
 
     dtype = np.dtype(dtype)
     codes = mode_kernel(fmt, dtype, saturate, mode, flush)
-    if codes is None or fmt.bits > 8 or format_planes(fmt, dtype) is None:
+    if codes is None:
+        return None
+    if fmt.bits > 8:
+        values16 = _VALUES16.get(fmt.name, 0)
+        if not values16 or fmt != get_format(fmt.name):
+            return None  # (a user's 16-bit format: no dtype of its own to widen from)
+        if dtype.itemsize == 2 and dtype != fmt.dtype:
+            return None
+        flags = codes._key[1:] + (dtype.itemsize * 8, values16)
+        kernel = NativeKernel(("round_mode",) + flags, _mode_emitter(*flags), codes._params)
+        kernel.xo = True  # (no table: small calls pass x and out alone)
+        return kernel
+    if format_planes(fmt, dtype) is None:
         return None
     flags = codes._key[1:] + (dtype.itemsize * 8,)
     kernel = NativeKernel(("round_mode",) + flags, _mode_emitter(*flags), codes._params)
@@ -215,17 +232,39 @@ def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush
     return body
 
 
-def _mode_emitter(data_bits, width, code_bits, half, mode, neg_zero, flush, out_bits=0):
+def _mode_emitter(
+    data_bits, width, code_bits, half, mode, neg_zero, flush, out_bits=0, values16=0
+):
     """The emitter of :func:`mode_kernel`'s native function (codes of ``code_bits``) or,
     with ``out_bits``, of :func:`round_mode_kernel`'s (the codes' values, ``out_bits``
-    wide, from the decode table's byte planes at the ``table`` argument)."""
+    wide, from the decode table's byte planes at the ``table`` argument; with
+    ``values16`` 1 or 2, bfloat16's or float16's codes widened to ``out_bits``: the codes
+    themselves for 16, float32 bits, or those converted to float64, exactly)."""
 
     def emit(context, builder, args):
         prm, _, table, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
         code = _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush)
         vcode = ir.VectorType(ir.IntType(code_bits), LANES)
-        if out_bits:
+        if values16:
+            vout = ir.VectorType(ir.IntType(out_bits), LANES)
+            v32 = ir.VectorType(ir.IntType(32), LANES)
+
+            def body(v):
+                c16 = builder.trunc(code(v), vcode)
+                if out_bits == 16:
+                    return c16
+                if values16 == 1:
+                    bits32 = builder.shl(builder.zext(c16, v32), ir.Constant(v32, [16] * LANES))
+                else:
+                    bits32 = widen_half(builder, c16)
+                if out_bits == 32:
+                    return bits32
+                single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), LANES))
+                wide = builder.fpext(single, ir.VectorType(ir.DoubleType(), LANES))
+                return builder.bitcast(wide, vout)
+
+        elif out_bits:
             planes = load_planes(builder, table, intp)
             vout = ir.VectorType(ir.IntType(out_bits), LANES)
 
