@@ -449,7 +449,8 @@ def encode(
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
-    ftz = _args.flag(flush_subnormals, "flush_subnormals", "encode")
+    # (a format without mantissa bits has no subnormals: nothing to flush)
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "encode") and fmt.mantissa_bits > 0
     if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "encode"):
         x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "encode", allow_float8=True)
@@ -766,7 +767,8 @@ def round_to(
         )  # fmt: skip
     fmt_arg, fmt = fmt, _args.format_arg(fmt)
     was_scalar = np.ndim(x) == 0 and out is None
-    ftz = _args.flag(flush_subnormals, "flush_subnormals", "round_to")
+    # (a format without mantissa bits has no subnormals: nothing to flush)
+    ftz = _args.flag(flush_subnormals, "flush_subnormals", "round_to") and fmt.mantissa_bits > 0
     if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "round_to"):
         x = _args.flush_inputs(x)
     x_arg, x = x, _float_input(x, "round_to", allow_float8=False)
@@ -793,6 +795,8 @@ def round_to(
             native = unsigned_kernel(fmt, dt, sat, round_to=True) or round_mode_kernel(
                 fmt, dt, sat, NEAREST_EVEN, False
             )
+        if native is None and fmt.bits > 8:  # (bfloat16 data to float16 and the reverse)
+            native = round_mode_kernel(fmt, dt, sat, NEAREST_EVEN, False)
         kernel = native or kernel
         extra = ()
     else:

@@ -95,3 +95,51 @@ def test_fake_convert_by_steps_equals_the_kernel(dtype):
                              rbits, False)  # fmt: skip
             nan = np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32))
             assert ((got.view(bits) == want.view(bits)) | nan).all(), (rounding, shift is None)
+
+
+TIE_FREE = ["toward_zero", "toward_positive", "toward_negative", "nearest_away",
+            "nearest_zero", "stochastic"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p1sf", "p3109_k5p1se"])
+def test_precision_1_rounds_from_float32_bits_where_no_tie_parity_decides(name):
+    """Precision 1 widens to float64 only for the modes where the parity of a tie's
+    neighbours decides (nearest-even, to_odd, the stochastic variants): in the others the
+    native kernels round float32, bfloat16 and float16 data (first calls 0.7 s in Numba
+    -> 0.1 s): the exact oracle's codes, round_to their values.  flush_subnormals is a
+    no-op without mantissa bits (no subnormals), so nearest-even with it takes the
+    nearest-even kernels."""
+    import ml_dtypes
+
+    from fp8kit._kernels import modes as kmodes
+    from fp8kit._kernels.codec import mode_plan
+    from fp8kit._kernels.rounding import MODES as NUMBERS
+    from fp8kit._kernels.rounding import random_words
+
+    fmt = get_format(name)
+    for dt in (np.float32, ml_dtypes.bfloat16, np.float16):
+        for mode in TIE_FREE:
+            assert not mode_plan(fmt, np.dtype(dt), NUMBERS[mode]).widen_first, (mode, dt)
+            if mode != "stochastic":
+                assert kmodes.mode_kernel(fmt, dt, True, NUMBERS[mode], False) is not None
+        for mode in ("nearest_even", "to_odd", "stochastic_c"):
+            assert mode_plan(fmt, np.dtype(dt), NUMBERS[mode]).widen_first, (mode, dt)
+    x = sweep(fmt).astype(np.float32)
+    rnd = random_words(x.size, 3, 9)
+    for mode in TIE_FREE:
+        for sat in (True, False):
+            kw = dict(rounding=mode, saturate=sat, random_bits=9)
+            if mode == "stochastic":
+                kw["seed"] = 3
+            got = fp8kit.encode(x, fmt, **kw)
+            want = [
+                encode_value(float(v), fmt, rounding=mode, saturate=sat, rnd=int(r), random_bits=9)
+                for v, r in zip(x, rnd, strict=True)
+            ]
+            assert np.asarray(got).view(np.uint8).tolist() == want, (mode, sat)
+            np.testing.assert_array_equal(fp8kit.round_to(x, fmt, **kw), fp8kit.decode(got, fmt))
+    plain = fp8kit.encode(x, fmt)
+    np.testing.assert_array_equal(fp8kit.encode(x, fmt, flush_subnormals=True), plain)
+    np.testing.assert_array_equal(
+        fp8kit.round_to(x, fmt, flush_subnormals=True), fp8kit.decode(plain, fmt)
+    )

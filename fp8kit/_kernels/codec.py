@@ -154,14 +154,16 @@ def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
     return Plan("float64", LOAD_DIRECT, True, _strategy_f64(fmt))
 
 
-def _sr_plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
-    """:func:`plan` for stochastic rounding (``rounding="stochastic"``), which has no ties:
-    P3109's precision-1 formats, which nearest-even widens to float64 for the tie's parity
-    (:func:`_odd_parity`), round from float32 bits by the fast path's formula."""
+def mode_plan(fmt: FloatFormat, in_dtype: np.dtype, mode: int) -> Plan:
+    """:func:`plan` for the rounding ``mode``: in the modes whose result never depends on
+    a tie's parity (stochastic, toward zero, up or down, nearest with ties away or toward
+    zero), P3109's precision-1 formats, which nearest-even (and to_odd, and the stochastic
+    variants' first rounding) widen to float64 for that parity (:func:`_odd_parity`),
+    round from float32 bits by the fast path's formula."""
     pl = plan(fmt, in_dtype)
     if (
-        pl.widen_first and fmt.specials != "unsigned" and _odd_parity(fmt, "float32")
-        and _strategy(fmt, "float32") == "fast"
+        mode in _TIE_FREE and pl.widen_first and fmt.specials != "unsigned"
+        and _odd_parity(fmt, "float32") and _strategy(fmt, "float32") == "fast"
     ):  # fmt: skip
         return Plan("float32", _LOADS[np.dtype(in_dtype)], False, "fast")
     return pl
@@ -181,6 +183,12 @@ def _strategy_f64(fmt: FloatFormat) -> str:
         return "generic"
     return _strategy(fmt, "float64") or "generic"
 
+
+#: Rounding modes whose result never depends on the parity of a tie's neighbours.
+_TIE_FREE = frozenset(MODES[name] for name in (
+    "stochastic", "toward_zero", "toward_positive", "toward_negative", "nearest_away",
+    "nearest_zero",
+))  # fmt: skip
 
 #: Rounding modes (numbers of fp8kit._kernels.rounding) that round a negative value toward
 #: zero or up: into an unsigned format they give 0 (pychop's rule for P3109), not NaN.
@@ -1029,7 +1037,7 @@ def encode_mode_kernel(
     the tests' reference).
     """
     kind = mode_kind(mode)
-    pl = (_sr_plan if kind == KIND_SR else plan)(fmt, np.dtype(in_dtype))
+    pl = mode_plan(fmt, np.dtype(in_dtype), mode)
     p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
@@ -1090,7 +1098,7 @@ def encode_mode_kernel(
         )  # fmt: skip
         if (
             F64_INPUT and sp32 is not None and rbits < int(sp32[4])
-            and (_sr_plan if kind == KIND_SR else plan)(fmt, np.dtype(np.float32))
+            and mode_plan(fmt, np.dtype(np.float32), mode)
             == Plan("float32", LOAD_DIRECT, False, "fast")
         ):  # fmt: skip
             p32, q32 = _params(fmt, "float32", saturate, mode)

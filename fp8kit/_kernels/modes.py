@@ -23,7 +23,7 @@ from llvmlite import ir
 from numba import types
 
 from ..formats import FloatFormat, get_format
-from .bits import load_planes, plane_values, splat, vector_blocks, widen_half
+from .bits import _hardware_half, load_planes, plane_values, splat, vector_blocks, widen_half
 from .codec import (
     _O,
     _P,
@@ -33,8 +33,8 @@ from .codec import (
     LOAD_LUT,
     _params,
     mode_overflow,
+    mode_plan,
     pack_params,
-    plan,
 )
 from .native import NativeKernel, typed_pointer
 from .rounding import (
@@ -67,11 +67,12 @@ def mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, flush: b
     :func:`fp8kit._kernels.codec.encode_mode_kernel`'s call (its ``key`` and ``offset``
     arguments are not read: the caller passes only x, lut, table, out) and codes; None
     for float8_e8m0fnu (unsigned), the stochastic modes, or data the API widens to float64
-    first (P3109's precision-1 formats of odd bias: the Numba kernel)."""
+    first (P3109's precision-1 formats of odd bias in the modes a tie's parity decides:
+    the Numba kernel)."""
     dtype = np.dtype(dtype)
     if dtype not in _DATA or mode_kind(mode) != KIND_DET:
         return None
-    pl = plan(fmt, dtype)
+    pl = mode_plan(fmt, dtype, mode)
     if pl.strategy == "unsigned" or pl.widen_first:
         return None
     p, q = _params(fmt, pl.source, saturate, mode)
@@ -98,8 +99,8 @@ def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, fl
     ``planes``; None where :func:`mode_kernel` is, for formats wider than 8 bits, or
     where there are no planes (no AVX512-VBMI; float64 values of more than 4 mantissa bits).
     bfloat16 and float16 (16-bit codes) take no table: their values are the codes widened
-    in the kernel (float32 and float64 data, and data of the format's own dtype; the other
-    16-bit dtype, whose table rounds a second time, keeps the Numba kernel).
+    in the kernel (float32 and float64 data, the format's own dtype), or for data of the
+    other 16-bit dtype rounded to it (nearest-even, as the decode table).
     The Numba kernel it stands for compiled in 0.3-0.7 s on a first call."""
     from .decode import format_planes
 
@@ -112,7 +113,10 @@ def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, fl
         if not values16 or fmt != get_format(fmt.name):
             return None  # (a user's 16-bit format: no dtype of its own to widen from)
         if dtype.itemsize == 2 and dtype != fmt.dtype:
-            return None
+            # (the other 16-bit dtype: the value rounded to it, nearest-even, as its table)
+            if values16 == 1 and not _hardware_half():
+                return None  # (float32 -> float16 would call a function the JIT lacks)
+            values16 += 2
         flags = codes._key[1:] + (dtype.itemsize * 8, values16)
         kernel = NativeKernel(("round_mode",) + flags, _mode_emitter(*flags), codes._params)
         kernel.xo = True  # (no table: small calls pass x and out alone)
@@ -232,14 +236,13 @@ def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush
     return body
 
 
-def _mode_emitter(
-    data_bits, width, code_bits, half, mode, neg_zero, flush, out_bits=0, values16=0
-):
+def _mode_emitter(data_bits, width, code_bits, half, mode, neg_zero, flush, out_bits=0, values16=0):
     """The emitter of :func:`mode_kernel`'s native function (codes of ``code_bits``) or,
     with ``out_bits``, of :func:`round_mode_kernel`'s (the codes' values, ``out_bits``
     wide, from the decode table's byte planes at the ``table`` argument; with
     ``values16`` 1 or 2, bfloat16's or float16's codes widened to ``out_bits``: the codes
-    themselves for 16, float32 bits, or those converted to float64, exactly)."""
+    themselves for 16, float32 bits, or those converted to float64, exactly; 3 or 4,
+    bfloat16's codes rounded to float16 values or float16's to bfloat16 values)."""
 
     def emit(context, builder, args):
         prm, _, table, x, out, first, stop, total = args
@@ -250,14 +253,26 @@ def _mode_emitter(
             vout = ir.VectorType(ir.IntType(out_bits), LANES)
             v32 = ir.VectorType(ir.IntType(32), LANES)
 
+            def k32(value):
+                return ir.Constant(v32, [value] * LANES)
+
             def body(v):
                 c16 = builder.trunc(code(v), vcode)
-                if out_bits == 16:
+                if values16 in (1, 2) and out_bits == 16:
                     return c16
-                if values16 == 1:
-                    bits32 = builder.shl(builder.zext(c16, v32), ir.Constant(v32, [16] * LANES))
+                if values16 in (1, 3):
+                    bits32 = builder.shl(builder.zext(c16, v32), k32(16))
                 else:
                     bits32 = widen_half(builder, c16)
+                if values16 == 3:  # (float32 -> float16, nearest-even: vcvtps2ph)
+                    single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), LANES))
+                    half16 = builder.fptrunc(single, ir.VectorType(ir.HalfType(), LANES))
+                    return builder.bitcast(half16, vout)
+                if values16 == 4:  # (float32 -> bfloat16, nearest-even on the bits; the
+                    # format's NaN codes widen to quiet NaNs, whose low half is zero)
+                    odd = builder.and_(builder.lshr(bits32, k32(16)), k32(1))
+                    up = builder.add(builder.add(bits32, k32(0x7FFF)), odd)
+                    return builder.trunc(builder.lshr(up, k32(16)), vout)
                 if out_bits == 32:
                     return bits32
                 single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), LANES))
