@@ -194,6 +194,13 @@ def fake_convert(
             )
         if not out.flags.writeable:
             raise ValueError("fake_convert: out is read-only")
+    if (
+        _VECTOR_KERNELS and variant == SPEC and arr.size and _args.rounds_in_place(fmt)
+        and (np.isnan(sc).any() or (sh is not None and np.isnan(sh).any()))
+    ):  # fmt: skip
+        kw = dict(out=out, rounding=rounding, seed=seed, random_bits=random_bits,
+                  flush_subnormals=ftz)  # fmt: skip
+        return _nan_operands(arr, sc, sh, fmt, kw)
     x = np.ascontiguousarray(arr)
     # scale and shift stay their own (small) size: the kernel reads them through strides
     sc32 = np.ascontiguousarray(sc.astype(np.float32))  # exact: scale has data's type
@@ -310,6 +317,60 @@ def fake_convert(
         key, offset, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
     return _into(out, target)
+
+
+_QUIET = np.uint32(0x00400000)
+#: The NaN x86 gives an invalid operation of two numbers (0 * Inf): see bits.x86_nan.
+_INDEFINITE = np.uint32(0xFFC00000)
+
+
+def _nan_operands(arr, sc, sh, fmt, kw):
+    """FakeConvert (spec) where a scale or shift is NaN, by the native kernels: every
+    element with NaN operands replaced (scale 1, shift 0), then the elements whose scale
+    or shift is NaN written again.  Theirs is a NaN all the way: ``data * scale - shift``
+    is the first NaN operand of each step made quiet (x86's rule, which the general kernel
+    reproduces: :func:`fp8kit._kernels.bits.x86_nan`), the steps after the rounding keep
+    its NaN, so the result is FakeConvert of that NaN with scale 1, computed here in
+    numpy for those elements alone.  (The general kernel compiled in 0.5-0.6 s.)"""
+    nan_sc = np.isnan(sc)
+    nan_sh = np.zeros(1, bool) if sh is None else np.isnan(sh)
+    fine_sc = np.where(nan_sc, sc.dtype.type(1), sc)
+    fine_sh = None if sh is None else np.where(nan_sh, sh.dtype.type(0), sh)
+    res = fake_convert(arr, fine_sc, fine_sh, fmt, **kw)
+    at = np.nonzero(np.broadcast_to(nan_sc | nan_sh, arr.shape))
+    dt = arr.dtype
+
+    def f32_bits(a):  # (as the kernels widen: float16 through the same table)
+        a = np.asarray(a)
+        if a.dtype == np.float16:
+            return f16_lut()[a.view(np.uint16)]
+        return a.astype(np.float32).view(np.uint32)
+
+    def nan_first(r, a, b):  # x86: the first NaN operand made quiet, else r
+        a_nan, b_nan = np.isnan(a.view(np.float32)), np.isnan(b.view(np.float32))
+        return np.where(a_nan, a | _QUIET, np.where(b_nan, b | _QUIET, r))
+
+    v = f32_bits(arr[at])
+    s = f32_bits(np.broadcast_to(sc, arr.shape)[at])
+    with np.errstate(all="ignore"):
+        prod = v.view(np.float32) * s.view(np.float32)
+    y = nan_first(np.where(np.isnan(prod), _INDEFINITE, prod.view(np.uint32)), v, s)
+    if sh is not None:
+        h = f32_bits(np.broadcast_to(sh, arr.shape)[at])
+        with np.errstate(all="ignore"):
+            diff = y.view(np.float32) - h.view(np.float32)
+        y = nan_first(np.where(np.isnan(diff), _INDEFINITE, diff.view(np.uint32)), y, h)
+    # (each NaN came from data of this dtype, or is the default one: exact in it)
+    if dt == np.float32:
+        yd = y.view(np.float32)
+    elif dt == np.float16:
+        half = ((y >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7C00)
+        yd = (half | ((y >> np.uint32(13)) & np.uint32(0x3FF))).astype(np.uint16).view(dt)
+    else:
+        yd = (y >> np.uint32(16)).astype(np.uint16).view(dt)
+    kw = dict(kw, out=None)
+    res[at] = fake_convert(yd, np.ones((), dt), None, fmt, **kw)
+    return res
 
 
 @functools.cache
