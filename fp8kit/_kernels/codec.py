@@ -1071,8 +1071,11 @@ def encode_mode_kernel(
     if lookup and 8 < fmt.bits and in_bits.itemsize in (4, 8):
         wide = {get_format("bfloat16"): 1, get_format("float16"): 2}
         values16 = wide.get(fmt, 0) if out_dtype.itemsize == in_bits.itemsize else 0
+    # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
+    # random bits)
+    unsigned_sr = unsigned and kind == KIND_SR and width == 32 and rbits <= 23
     vector_sr = vector and (
-        kind in (KIND_SR, KIND_VAR) and not unsigned and fmt.bits <= 16
+        kind in (KIND_SR, KIND_VAR) and (not unsigned or unsigned_sr) and fmt.bits <= 16
         and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
@@ -1085,6 +1088,8 @@ def encode_mode_kernel(
         vec_sp = stochastic_params(fmt, pl.source, rbits, excess=True)
     excess = int(vec_sp is not None and rbits > int(vec_sp[4]))
     vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
+    if vector_sr and unsigned_sr:
+        vec_prm = pack_params(p, q, o, None, mode)  # (its q: the unsigned formats' rule)
     if vector_sr and width == 64:
         # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
         # codes where random_bits is below the bits float32 drops (its lowest, the sticky
@@ -1295,7 +1300,7 @@ def encode_mode_kernel(
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16, excess, int(flush))  # fmt: skip
+                 values16, excess, int(flush), int(unsigned))  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

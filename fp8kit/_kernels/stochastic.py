@@ -44,7 +44,7 @@ from .bits import (
 from .native import body_function, spec_fields
 from .rounding import _M0, _M1, _W0, _W1, K
 
-_O, _SP = PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
+_Q, _O, _SP = PARAMS_LAYOUT[1], PARAMS_LAYOUT[2], PARAMS_LAYOUT[3]
 #: Input kinds of :func:`emit_sr_range`: float32, bfloat16, float16 and float64 data (as their
 #: bits).
 IN_F32, IN_BF16, IN_F16, IN_F64 = 0, 1, 2, 3
@@ -109,6 +109,7 @@ def emit_sr_range(
     values16=0,
     excess=0,
     flush=0,
+    unsigned=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -134,7 +135,10 @@ def emit_sr_range(
     ``rbits`` exceeds the ``sh`` fraction bits (the carry is then that of the random
     part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`);
     ``flush``: 1 for ``flush_subnormals`` (a subnormal result becomes the zero of its sign,
-    +0 where the format has no -0: :func:`fp8kit._kernels.rounding.flush_code`)."""
+    +0 where the format has no -0: :func:`fp8kit._kernels.rounding.flush_code`);
+    ``unsigned``: 1 for the powers of two of float8_e8m0fnu (``prm``'s unsigned ``q``:
+    :func:`fp8kit._kernels.rounding.encode_unsigned_mode`'s stochastic rule, ``rbits`` at
+    most 23)."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -224,6 +228,36 @@ def emit_sr_range(
         at_inf = builder.and_(builder.icmp_unsigned("==", a, src_inf), negative)
         to_nan = builder.or_(nan, builder.and_(neg_inf_nan, at_inf))
         return flushed(builder.select(to_nan, nan_mag, unsigned))
+
+    if unsigned:  # (encode_unsigned_mode, stochastic: up with probability (x - 2**k) / 2**k)
+        (u_abs, _, _, _, u_rebias, u_inf, u_max, u_ovf, u_inf_res, u_nan, u_c1, u_c0) = (
+            p(_Q + k) for k in range(12)
+        )
+
+        def rounded_unsigned(v, rnd):
+            a = builder.and_(v, u_abs)
+            r_b = builder.lshr(rnd, c(32 - rbits))
+
+            def up(low):  # (floor(low * 2**rbits / 2**23) + R carries into 2**rbits)
+                return builder.lshr(builder.add(builder.lshr(low, c(23 - rbits)), r_b), c(rbits))
+
+            e = builder.add(builder.lshr(a, c(23)), up(builder.and_(a, c(0x7FFFFF))))
+            normal = builder.select(builder.icmp_unsigned(">", e, u_rebias),
+                                    builder.sub(e, u_rebias), zero)  # fmt: skip
+            # 2**-bias a float32 subnormal (bias 127): below 2**(1 - bias) the position
+            # between codes 0 and 1, (a - c0) / c0, on float32's 23 fraction bits
+            frac = builder.select(builder.icmp_unsigned(">", a, u_c0),
+                                  builder.shl(builder.sub(a, u_c0), c(1)), zero)  # fmt: skip
+            tiny = builder.and_(builder.icmp_unsigned("==", u_rebias, zero),
+                                builder.icmp_unsigned("<", a, u_c1))  # fmt: skip
+            code = builder.select(tiny, up(frac), normal)
+            code = builder.select(builder.icmp_unsigned(">", code, u_max), u_ovf, code)
+            code = builder.select(builder.icmp_unsigned("==", a, u_inf), u_inf_res, code)
+            bad = builder.or_(
+                builder.icmp_unsigned("!=", v, a), builder.icmp_unsigned(">", a, u_inf)
+            )
+            bad = builder.or_(bad, builder.icmp_unsigned("==", a, zero))
+            return builder.select(bad, u_nan, code)
 
     def flushed(code):
         """flush_code's rule where ``flush``: a code whose magnitude is below the smallest
@@ -332,7 +366,7 @@ def emit_sr_range(
             if parts > 1:  # (the part moved to the word's top bits)
                 rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
             vcode = ir.VectorType(ir.IntType(8 * code_bytes), LANES)
-            codes = builder.trunc(rounded(v, rnd), vcode)
+            codes = builder.trunc((rounded_unsigned if unsigned else rounded)(v, rnd), vcode)
             dst = builder.gep(out, [builder.mul(at, out_size)])
 
             def store(result, dst=dst, full=full, slice_mask=slice_mask):
@@ -425,6 +459,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
     variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
+    unsigned: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -470,7 +505,7 @@ def sr_native(
 
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
-                          variant, code_bytes, values16, excess, flush)  # fmt: skip
+                          variant, code_bytes, values16, excess, flush, unsigned)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
