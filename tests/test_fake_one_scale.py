@@ -96,8 +96,8 @@ def test_one_scale_on_16_bit_data_gives_the_general_kernels_bits(fmt, dt, monkey
 
 def test_what_takes_the_one_scale_kernel(monkeypatch):
     """Only float32 data (16-bit data: fake16_kernel), spec mode, nearest-even, no flush and
-    one scale that is not NaN (a NaN scale or shift needs the general kernel's fix of x86's
-    NaN rule)."""
+    one scale; a NaN scale or shift takes it too (with 1 and 0 in their place, then the NaN
+    elements by x86's rule: :func:`fp8kit.fake_convert._nan_operands`)."""
     calls = []
     real = module().fake_kernel
     monkeypatch.setattr(module(), "fake_kernel", lambda: calls.append(1) or real())
@@ -108,8 +108,6 @@ def test_what_takes_the_one_scale_kernel(monkeypatch):
     fp8kit.fake_convert(x.reshape(10, 100), np.float32([[3.0]]))  # (a 1x1 scale: one)
     assert len(calls) == 2
     for kwargs in (
-        dict(scale=np.float32(np.nan)),
-        dict(scale=one, shift=np.float32(np.nan)),
         dict(scale=one, mode="openvino-f32"),
         dict(scale=one, rounding="toward_zero"),
         dict(scale=one, flush_subnormals=True),
@@ -126,9 +124,13 @@ def test_what_takes_the_one_scale_kernel(monkeypatch):
         fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt), mode="openvino-f32")
         fp8kit.fake_convert(x.astype(dt), np.full((1000,), 3.0, dt))
     assert len(calls16) == 2
-    # a NaN scale: the general kernel's bits (x86's rule: x's NaN where x is one)
+    # a NaN scale or shift: the same kernel (the general kernel's bits: x86's rule, x's NaN
+    # where x is one; test_nan_scales_and_shifts_take_the_native_kernels_...)
     got = fp8kit.fake_convert(x, np.float32(np.nan))
-    assert np.isnan(got).all()
+    assert np.isnan(got).all() and len(calls) > 2
+    before = len(calls)
+    fp8kit.fake_convert(x, one, np.float32(np.nan))
+    assert len(calls) > before
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -215,8 +217,8 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
 
 def test_what_takes_the_walk_kernel(monkeypatch):
     """Scales in any layout (rows of any length, along the last axis) and 16-bit data (the
-    other build), not a NaN among the scales or shifts (x86's NaN rule: the general
-    kernel); mode="openvino", the other rounding modes and flushing take builds of their
+    other build), NaN scales or shifts too (replaced, then their elements by x86's NaN
+    rule); mode="openvino", the other rounding modes and flushing take builds of their
     own (tests/test_fake_openvino_native.py, tests/test_fake_modes_native.py)."""
     calls = []
     real = module().fake_walk_kernel
@@ -235,9 +237,11 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     assert calls == [32, 32, 32, 16]
     nan_rows = rows.copy()
     nan_rows[5] = np.nan
+    fp8kit.fake_convert(x, nan_rows)  # (the rows' build; the NaN row's elements: one scale)
+    fp8kit.fake_convert(x, rows, nan_rows)
+    assert calls[4:] == [32, 32]
+    del calls[4:]
     for args, kwargs in (
-        ((x, nan_rows), {}),
-        ((x, rows, nan_rows), {}),
         ((x, rows), dict(rounding="toward_zero")),
         ((x, rows), dict(flush_subnormals=True)),
     ):
