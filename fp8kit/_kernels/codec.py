@@ -1094,7 +1094,10 @@ def encode_mode_kernel(
         # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
         # codes where random_bits is below the bits float32 drops (its lowest, the sticky
         # bit, then lies below the bits the rounding reads; larger values saturate or
-        # overflow alike, smaller ones round to zero alike)
+        # overflow alike, smaller ones round to zero alike).  Not for formats reaching
+        # 2**127 (bfloat16): a float64 beyond float32's range becomes float32's largest,
+        # which rounds down to the format's largest where the random number is small,
+        # while the value itself always overflows (Inf when not saturating)
         from .stochastic import F64_INPUT
 
         sp32 = (
@@ -1102,7 +1105,7 @@ def encode_mode_kernel(
             else _variant_params(fmt, "float32", rbits, 2)
         )  # fmt: skip
         if (
-            F64_INPUT and sp32 is not None and rbits < int(sp32[4])
+            F64_INPUT and sp32 is not None and rbits < int(sp32[4]) and fmt.maxexp <= 127
             and mode_plan(fmt, np.dtype(np.float32), mode)
             == Plan("float32", LOAD_DIRECT, False, "fast")
         ):  # fmt: skip
