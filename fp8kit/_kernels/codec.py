@@ -1071,6 +1071,19 @@ def encode_mode_kernel(
     if lookup and 8 < fmt.bits and in_bits.itemsize in (4, 8):
         wide = {get_format("bfloat16"): 1, get_format("float16"): 2}
         values16 = wide.get(fmt, 0) if out_dtype.itemsize == in_bits.itemsize else 0
+    elif lookup and 8 < fmt.bits and out_dtype.itemsize == 2 and fmt.dtype is not None:
+        # (16-bit data: the codes themselves, or rounded to the other 16-bit dtype; float32
+        # -> float16 where the CPU converts it)
+        from .bits import _hardware_half
+
+        bf16 = np.dtype(ml_dtypes.bfloat16)
+        if fmt in (get_format("bfloat16"), get_format("float16")):
+            if np.dtype(in_dtype) == fmt.dtype:
+                values16 = 3
+            elif fmt.dtype == bf16:
+                values16 = 4 if _hardware_half() else 0
+            else:
+                values16 = 5
     # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
     # random bits)
     unsigned_sr = unsigned and kind == KIND_SR and width == 32 and rbits <= 23

@@ -131,7 +131,10 @@ def emit_sr_range(
     fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`).
     ``code_bytes``: 2 for formats of 9-16 bits (16-bit codes); ``values16``: their values
     instead of planes (1 bfloat16, 2 float16: float32 bits widened from the codes, for
-    float32 data, and float64 data converted once more; 0 otherwise); ``excess``: 1 where
+    float32 data, and float64 data converted once more; for 16-bit data, 3: the codes
+    themselves (the format's own dtype), 4: bfloat16's codes as float16 values, 5:
+    float16's as bfloat16 values, each rounded to nearest-even as the decode table; 0
+    otherwise); ``excess``: 1 where
     ``rbits`` exceeds the ``sh`` fraction bits (the carry is then that of the random
     part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`);
     ``flush``: 1 for ``flush_subnormals`` (a subnormal result becomes the zero of its sign,
@@ -374,6 +377,18 @@ def emit_sr_range(
 
             if not to_values:
                 store(codes)
+            elif values16 == 3:  # (16-bit data of the format's own dtype)
+                store(codes)
+            elif values16 == 4:  # (bfloat16 codes -> float16 values: vcvtps2ph)
+                single = builder.bitcast(builder.shl(builder.zext(codes, v32), c(16)), vf)
+                half = builder.fptrunc(single, ir.VectorType(ir.HalfType(), LANES))
+                store(builder.bitcast(half, codes.type))
+            elif values16 == 5:  # (float16 codes -> bfloat16 values, nearest-even; the
+                # format's NaN codes widen to quiet NaNs, whose low half is zero)
+                bits32 = widen_half(builder, codes)
+                odd = builder.and_(builder.lshr(bits32, c(16)), c(1))
+                up = builder.add(builder.add(bits32, c(0x7FFF)), odd)
+                store(builder.trunc(builder.lshr(up, c(16)), codes.type))
             elif values16:  # (the float32 bits of bfloat16 or float16 codes)
                 if values16 == 1:
                     bits32 = builder.shl(builder.zext(codes, v32), c(16))
