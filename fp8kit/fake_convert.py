@@ -196,7 +196,7 @@ def fake_convert(
             raise ValueError("fake_convert: out is read-only")
     if (
         _VECTOR_KERNELS and variant == SPEC and arr.size and _args.rounds_in_place(fmt)
-        and (np.isnan(sc).any() or (sh is not None and np.isnan(sh).any()))
+        and _few_nan_operands(arr, sc, sh)
     ):  # fmt: skip
         kw = dict(out=out, rounding=rounding, seed=seed, random_bits=random_bits,
                   flush_subnormals=ftz)  # fmt: skip
@@ -324,6 +324,16 @@ _QUIET = np.uint32(0x00400000)
 _INDEFINITE = np.uint32(0xFFC00000)
 
 
+def _few_nan_operands(arr, sc, sh) -> bool:
+    """Whether some elements have a NaN scale or shift, and few enough (at most 64K, or
+    1/256 of them) for :func:`_nan_operands`: its numpy pass costs ~50 ns per such element,
+    ~100 times a kernel's, so with more of them the general kernel is faster (after its
+    compile, 0.5-0.6 s)."""
+    nan = np.isnan(sc) if sh is None else np.isnan(sc) | np.isnan(sh)
+    count = np.count_nonzero(nan) * (arr.size // max(sc.size, 1))  # (each entry's share)
+    return 0 < count <= max(1 << 16, arr.size >> 8)
+
+
 def _nan_operands(arr, sc, sh, fmt, kw):
     """FakeConvert (spec) where a scale or shift is NaN, by the native kernels: every
     element with NaN operands replaced (scale 1, shift 0), then the elements whose scale
@@ -331,13 +341,14 @@ def _nan_operands(arr, sc, sh, fmt, kw):
     is the first NaN operand of each step made quiet (x86's rule, which the general kernel
     reproduces: :func:`fp8kit._kernels.bits.x86_nan`), the steps after the rounding keep
     its NaN, so the result is FakeConvert of that NaN with scale 1, computed here in
-    numpy for those elements alone.  (The general kernel compiled in 0.5-0.6 s.)"""
+    numpy for those elements alone, where they are few (:func:`_few_nan_operands`; the
+    general kernel, which compiles in 0.5-0.6 s, takes the others)."""
     nan_sc = np.isnan(sc)
-    nan_sh = np.zeros(1, bool) if sh is None else np.isnan(sh)
+    nan_sh = np.zeros(sc.shape, bool) if sh is None else np.isnan(sh)
     fine_sc = np.where(nan_sc, sc.dtype.type(1), sc)
     fine_sh = None if sh is None else np.where(nan_sh, sh.dtype.type(0), sh)
     res = fake_convert(arr, fine_sc, fine_sh, fmt, **kw)
-    at = np.nonzero(np.broadcast_to(nan_sc | nan_sh, arr.shape))
+    at, entry = _nan_elements(arr.shape, nan_sc | nan_sh)
     dt = arr.dtype
 
     def f32_bits(a):  # (as the kernels widen: float16 through the same table)
@@ -350,13 +361,13 @@ def _nan_operands(arr, sc, sh, fmt, kw):
         a_nan, b_nan = np.isnan(a.view(np.float32)), np.isnan(b.view(np.float32))
         return np.where(a_nan, a | _QUIET, np.where(b_nan, b | _QUIET, r))
 
-    v = f32_bits(arr[at])
-    s = f32_bits(np.broadcast_to(sc, arr.shape)[at])
+    v = f32_bits(np.ascontiguousarray(arr).reshape(-1)[at])
+    s = f32_bits(sc.reshape(-1)[entry])
     with np.errstate(all="ignore"):
         prod = v.view(np.float32) * s.view(np.float32)
     y = nan_first(np.where(np.isnan(prod), _INDEFINITE, prod.view(np.uint32)), v, s)
     if sh is not None:
-        h = f32_bits(np.broadcast_to(sh, arr.shape)[at])
+        h = f32_bits(sh.reshape(-1)[entry])
         with np.errstate(all="ignore"):
             diff = y.view(np.float32) - h.view(np.float32)
         y = nan_first(np.where(np.isnan(diff), _INDEFINITE, diff.view(np.uint32)), y, h)
@@ -369,8 +380,32 @@ def _nan_operands(arr, sc, sh, fmt, kw):
     else:
         yd = (y >> np.uint32(16)).astype(np.uint16).view(dt)
     kw = dict(kw, out=None)
-    res[at] = fake_convert(yd, np.ones((), dt), None, fmt, **kw)
+    res.flat[at] = fake_convert(yd, np.ones((), dt), None, fmt, **kw)
     return res
+
+
+def _nan_elements(shape, nan):
+    """(flat C-order indices of the elements of ``shape`` whose operand entry is set in
+    ``nan`` (broadcast to ``shape``), and the flat index of that entry in ``nan`` for each),
+    from the set entries alone: no pass over every element."""
+    nd = len(shape)
+    if nd == 0:  # (a scalar: its one element)
+        return np.zeros(1, np.intp), np.zeros(1, np.intp)
+    pad = (1,) * (nd - nan.ndim) + nan.shape
+    hits = np.nonzero(nan.reshape(pad))
+    free = [d for d in range(nd) if pad[d] == 1]  # (the axes a scale entry spans)
+    grid = (hits[0].size,) + tuple(shape[d] for d in free)
+    coords = []
+    for d in range(nd):
+        if pad[d] == 1:
+            k = 1 + free.index(d)
+            c = np.arange(shape[d]).reshape((1,) * k + (shape[d],) + (1,) * (len(grid) - k - 1))
+        else:
+            c = hits[d].reshape((-1,) + (1,) * (len(grid) - 1))
+        coords.append(np.broadcast_to(c, grid))
+    at = np.ravel_multi_index(coords, shape).reshape(-1)
+    entry = np.ravel_multi_index(hits, pad)
+    return at, np.broadcast_to(entry.reshape((-1,) + (1,) * len(free)), grid).reshape(-1)
 
 
 @functools.cache

@@ -374,3 +374,18 @@ def test_nan_scales_and_shifts_take_the_native_kernels_with_the_general_kernels_
     out = np.full(x.shape, 7, dt)
     res = fp8kit.fake_convert(x, np.array(np.nan, dt), out=out)
     assert res is out and np.isnan(out.astype(np.float32)).all()
+
+
+def test_many_nan_operands_keep_the_general_kernel():
+    """The NaN elements' numpy pass costs ~100 times a kernel's per element: where more
+    than 64K elements (and 1/256 of them) have a NaN scale or shift, the general kernel."""
+    few = module()._few_nan_operands
+    x = np.empty((4096, 4096), np.float32)
+    rows = np.full((4096, 1), 2.0, np.float32)
+    assert not few(x, rows, None) and not few(x, rows, rows)
+    rows[5] = np.nan
+    assert few(x, rows, None) and few(x, np.float32(2.0) + 0 * rows, rows)
+    rows[::7] = np.nan
+    assert not few(x, rows, None)
+    assert not few(x, np.array(np.nan, np.float32), None)
+    assert few(x[:10], np.array(np.nan, np.float32), None)  # (small arrays: up to 64K)
