@@ -656,6 +656,22 @@ PUBLIC_COLD = {
     "encode float16 -> p3109_k8p1se, then bfloat16 -> p3109_k8p3uf": (
         "fp8kit.encode(big.astype(np.float16), 'p3109_k8p1se')",
         "fp8kit.encode(big.astype(ml_dtypes.bfloat16), 'p3109_k8p3uf')"),
+    # the seventeenth pass: the options that still compiled a Numba kernel
+    "round_to stochastic flush_subnormals, then float8_e8m0fnu": (
+        "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', seed=1, "
+        "flush_subnormals=True)",
+        "fp8kit.round_to(big, 'float8_e8m0fnu', rounding='stochastic', seed=1)"),
+    "encode p3109_k8p1se toward_zero, then stochastic": (
+        "fp8kit.encode(big, 'p3109_k8p1se', rounding='toward_zero')",
+        "fp8kit.encode(big, 'p3109_k8p1se', rounding='stochastic', seed=1)"),
+    "round_to bfloat16 toward_zero, then bfloat16 data -> float16": (
+        "fp8kit.round_to(big, 'bfloat16', rounding='toward_zero')",
+        "fp8kit.round_to(big16, 'float16')"),
+    "fake_convert one NaN row, then NaN shifts": (
+        "fp8kit.fake_convert(big2d, np.where(np.arange(1024)[:, None] == 9, np.nan, 1.5)"
+        ".astype(np.float32))",
+        "fp8kit.fake_convert(big2d, np.float32(2.0) + np.zeros((1024, 1), np.float32), "
+        "np.where(np.arange(1024)[:, None] == 9, np.nan, 0.5).astype(np.float32))"),
 }  # fmt: skip
 
 _COLD_CODE = """

@@ -130,6 +130,18 @@ _PUBLIC_COLD = {
     "round_to_stochastic_to_bfloat16": "fp8kit.round_to(big, 'bfloat16', rounding='stochastic', "
     "seed=1)",
     "encode_float16_p3109_precision_1": "fp8kit.encode(big.astype(np.float16), 'p3109_k8p1se')",
+    # the seventeenth pass: the options that still compiled a Numba kernel
+    "round_to_stochastic_flush": "fp8kit.round_to(big, 'float8_e4m3fn', rounding='stochastic', "
+    "seed=1, flush_subnormals=True)",
+    "round_to_stochastic_e8m0": "fp8kit.round_to(big, 'float8_e8m0fnu', rounding='stochastic', "
+    "seed=1)",
+    "encode_p3109_precision_1_toward_zero": "fp8kit.encode(big, 'p3109_k8p1se', "
+    "rounding='toward_zero')",
+    "round_to_bfloat16_toward_zero": "fp8kit.round_to(big, 'bfloat16', rounding='toward_zero')",
+    "round_to_bfloat16_data_to_float16": "fp8kit.round_to(big.astype(ml_dtypes.bfloat16), "
+    "'float16')",
+    "fake_convert_one_nan_row": "fp8kit.fake_convert(big.reshape(1024, 1024), "
+    "np.where(np.arange(1024)[:, None] == 9, np.nan, 1.5).astype(np.float32))",
 }
 
 
