@@ -194,6 +194,12 @@ def fake_convert(
             )
         if not out.flags.writeable:
             raise ValueError("fake_convert: out is read-only")
+    if arr.ndim == 0:  # (the kernels take arrays of 1-d and up: numpy's 0-d result)
+        res = fake_convert(
+            arr.reshape(1), sc, sh, fmt, mode=mode, out=None if out is None else out.reshape(1),
+            rounding=rounding, seed=seed, random_bits=random_bits, flush_subnormals=ftz,
+        )  # fmt: skip
+        return out if out is not None else res.reshape(())
     if (
         _VECTOR_KERNELS and variant == SPEC and arr.size and _args.rounds_in_place(fmt)
         and _few_nan_operands(arr, sc, sh)

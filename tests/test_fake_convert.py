@@ -187,3 +187,20 @@ def test_invalid_inputs_are_refused():
         fp8kit.fake_convert(x, np.ones(3, np.float32))
     with pytest.raises(ValueError, match="shift has shape"):
         fp8kit.fake_convert(x, np.ones(4, np.float32), np.ones(1, np.float32))
+
+
+@pytest.mark.parametrize("dtype", DATA, ids=str)
+def test_zero_dimensional_data_keeps_its_shape(dtype):
+    """0-d data gives a 0-d result (it gave shape (1,): np.ascontiguousarray makes 0-d
+    arrays 1-d), in every path, NaN scales and ``out`` included."""
+    dt = np.dtype(dtype)
+    x = np.array(3.3, dt)
+    for scale in (np.array(2.0, dt), np.array(np.nan, dt)):
+        for kw in ({}, dict(rounding="toward_zero"), dict(rounding="stochastic", seed=1),
+                   dict(mode="openvino-f32"), dict(shift=np.array(0.5, dt))):  # fmt: skip
+            got = fp8kit.fake_convert(x, scale, **kw)
+            assert got.shape == () and got.dtype == dt, kw
+            want = fp8kit.fake_convert(x.reshape(1), scale, **kw)
+            assert bits(got).reshape(1).tolist() == bits(want).tolist(), kw
+            out = np.zeros((), dt)
+            assert fp8kit.fake_convert(x, scale, out=out, **kw) is out
