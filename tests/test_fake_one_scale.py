@@ -336,13 +336,35 @@ def test_walk_kernel_threads_and_out(threads, monkeypatch):
         np.testing.assert_array_equal(out.view(ubits), want.view(ubits))
 
 
+#: (layouts, (rounding, flush) pairs) of the default run: each general-kernel build it is
+#: compared with compiles in Numba (~0.4 s); every combination in the slow run.
+_NAN_FAST = ([(), (64, 1), (64, 3, 1)], [("nearest_even", False), ("stochastic", False)])
+_NAN_ALL = (
+    [(), (64, 1), (1, 96), (64, 96), (64, 3, 1)],
+    [("nearest_even", False), ("toward_zero", False), ("stochastic", False),
+     ("nearest_even", True)],
+)  # fmt: skip
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
 def test_nan_scales_and_shifts_take_the_native_kernels_with_the_general_kernels_bits(dtype):
-    """Scales or shifts that are NaN (any layout: one, per row, per column, per element,
-    blocks) run the native kernels with those replaced and the NaN elements written again
-    from x86's NaN rule (0.57 s of Numba compile on a first call -> 0.11-0.13 s): every
-    bit of the general kernel's result, NaN payloads and signs included, in nearest-even,
-    a deterministic mode, stochastic rounding and with flush_subnormals."""
+    """Scales or shifts that are NaN (one, per row, blocks; per column, per element and the
+    other modes in the slow run) run the native kernels with those replaced and the NaN
+    elements written again from x86's NaN rule (0.57 s of Numba compile on a first call ->
+    0.11-0.13 s): every bit of the general kernel's result, NaN payloads and signs
+    included."""
+    _check_nan_operands(dtype, *_NAN_FAST)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
+def test_nan_scales_and_shifts_in_every_layout_and_mode(dtype):
+    """As above, every layout (one, per row, per column, per element, blocks) in
+    nearest-even, a deterministic mode, stochastic rounding and with flush_subnormals."""
+    _check_nan_operands(dtype, *_NAN_ALL)
+
+
+def _check_nan_operands(dtype, layouts, modes):
     from numba.core import event
 
     rng = np.random.default_rng(7)
@@ -351,7 +373,7 @@ def test_nan_scales_and_shifts_take_the_native_kernels_with_the_general_kernels_
     x.flat[::37], x.flat[::41], x.flat[::43], x.flat[::47] = np.nan, -np.nan, np.inf, 0
     ub = f"u{dt.itemsize}"
     x.view(ub).flat[37] |= 1  # (a NaN with a payload: the first NaN operand's bits)
-    for shape in [(), (64, 1), (1, 96), (64, 96), (64, 3, 1)]:
+    for shape in layouts:
         xs = x if shape != (64, 3, 1) else x.reshape(64, 3, 32)
         sc = np.array((rng.random(shape) * 2 + 0.1).astype(dt))
         sc.flat[::3] = np.nan
@@ -360,8 +382,7 @@ def test_nan_scales_and_shifts_take_the_native_kernels_with_the_general_kernels_
         sh = np.array(rng.standard_normal(shape).astype(dt))
         sh.flat[1 if sh.size > 2 else 0] = np.nan
         for shift in (None, sh):
-            for rounding, ftz in (("nearest_even", False), ("toward_zero", False),
-                                  ("stochastic", False), ("nearest_even", True)):  # fmt: skip
+            for rounding, ftz in modes:
                 kw = dict(rounding=rounding, flush_subnormals=ftz)
                 kw["seed"] = 3 if rounding == "stochastic" else None
                 with event.install_recorder("numba:compile") as compiles:
