@@ -205,6 +205,9 @@ def test_native_kernels_stay_small():
 
     emit = modes._mode_emitter(16, 32, 8, True, MODES["to_odd"], False, True)
     assert native.instruction_count(emit) <= 2 * 270
+    # round_to to float16 values of float64 data (the codes widened in the kernel)
+    emit = modes._mode_emitter(64, 64, 16, False, MODES["to_odd"], True, True, 64, 2)
+    assert native.instruction_count(emit) <= 2 * 283
     # round_to's in-place kernels with every optional step (inplace._round_emitter)
     for width in (32, 64):
         emit = inplace._round_emitter(width, True, True, True, True)
@@ -228,6 +231,18 @@ def test_generic_native_kernels_stay_small():
             stochastic.sr_native(16, 2, 1, 1, 1, 40, 11),
             generic,
             700,
+        ),
+        # (the seventeenth pass: flush_subnormals, float8_e8m0fnu's rule, 16-bit values)
+        "sr flush": (stochastic.sr_native(16, 2, 1, 0, 0, 40, 0, 1, 0, 0, 1), generic, 492),
+        "sr unsigned, staged values": (
+            stochastic.sr_native(16, 2, 0, 1, 1, 40, 0, 1, 0, 0, 0, 1),
+            generic,
+            731,
+        ),
+        "sr 16-bit values of the other dtype": (
+            stochastic.sr_native(16, 2, 1, 1, 1, 40, 0, 2, 4),
+            generic,
+            650,
         ),
         "fake walk": (_fake_walk_native(32), generic, 241),
         "fake walk 16-bit": (_fake_walk_native(16), generic, 279),
