@@ -9,6 +9,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _args, _backends, _parallel
+from ._kernels.bits import _INDEFINITE32, _QUIET32
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.decode import format_planes
 from ._kernels.encode16 import fake16_kernel, fake_kernel, fake_scalars, fake_walk_kernel
@@ -325,11 +326,6 @@ def fake_convert(
     return _into(out, target)
 
 
-_QUIET = np.uint32(0x00400000)
-#: The NaN x86 gives an invalid operation of two numbers (0 * Inf): see bits.x86_nan.
-_INDEFINITE = np.uint32(0xFFC00000)
-
-
 def _few_nan_operands(arr, sc, sh) -> bool:
     """Whether some elements have a NaN scale or shift, and few enough (at most 64K, or
     1/256 of them) for :func:`_nan_operands`: its numpy pass costs ~50 ns per such element,
@@ -365,18 +361,18 @@ def _nan_operands(arr, sc, sh, fmt, kw):
 
     def nan_first(r, a, b):  # x86: the first NaN operand made quiet, else r
         a_nan, b_nan = np.isnan(a.view(np.float32)), np.isnan(b.view(np.float32))
-        return np.where(a_nan, a | _QUIET, np.where(b_nan, b | _QUIET, r))
+        return np.where(a_nan, a | _QUIET32, np.where(b_nan, b | _QUIET32, r))
 
     v = f32_bits(np.ascontiguousarray(arr).reshape(-1)[at])
     s = f32_bits(sc.reshape(-1)[entry])
     with np.errstate(all="ignore"):
         prod = v.view(np.float32) * s.view(np.float32)
-    y = nan_first(np.where(np.isnan(prod), _INDEFINITE, prod.view(np.uint32)), v, s)
+    y = nan_first(np.where(np.isnan(prod), _INDEFINITE32, prod.view(np.uint32)), v, s)
     if sh is not None:
         h = f32_bits(sh.reshape(-1)[entry])
         with np.errstate(all="ignore"):
             diff = y.view(np.float32) - h.view(np.float32)
-        y = nan_first(np.where(np.isnan(diff), _INDEFINITE, diff.view(np.uint32)), y, h)
+        y = nan_first(np.where(np.isnan(diff), _INDEFINITE32, diff.view(np.uint32)), y, h)
     # (each NaN came from data of this dtype, or is the default one: exact in it)
     if dt == np.float32:
         yd = y.view(np.float32)

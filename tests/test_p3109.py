@@ -475,3 +475,40 @@ def test_astype_needs_an_ml_dtypes_type():
     with pytest.raises(TypeError, match="has no numpy/ml_dtypes dtype; use encode"):
         fp8kit.astype(np.float32([1.0]), "p3109_k8p4se")
     assert fp8kit.astype(np.float32([1.0]), "binary8p4sf").dtype == np.dtype("float8_e4m3fnuz")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16], ids=str)
+@pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p1sf", "float8_e8m0fnu"])
+def test_stochastic_precision_1_and_e8m0_match_gfloat(name, dtype):
+    """Stochastic rounding to P3109's precision-1 formats (from float32 bits: no ties, so
+    none of nearest-even's widening) and to float8_e8m0fnu (its powers of two) in the
+    vector kernel: gfloat's StochasticFastest with the same random bits, every value,
+    midpoint and a point between, both saturations."""
+    from gfloat.formats import format_info_ocp_e8m0
+
+    from fp8kit._kernels.rounding import random_words
+
+    fmt = get_format(name)
+    fi = format_info_ocp_e8m0 if name == "float8_e8m0fnu" else gfloat_format(fmt)
+    v = code_values(fmt)
+    v = np.unique(v[np.isfinite(v)])
+    x = np.concatenate([v, (v[1:] + v[:-1]) / 2, v[1:] * 0.3 + v[:-1] * 0.7])
+    if name != "float8_e8m0fnu":
+        x = np.concatenate([x, -x])
+    with np.errstate(over="ignore"):
+        x = x.astype(dtype)
+    x = x[np.isfinite(x.astype(np.float64))]
+    if name == "float8_e8m0fnu":  # (no zero: 0 gives NaN as in ml_dtypes, gfloat 0; the
+        x = x[x.astype(np.float64) != 0]  # powers below float16's underflow to it)
+    for bits in (4, 9, 16):
+        srbits = (random_words(x.size, 3, bits) >> np.uint32(32 - bits)).astype(np.int64)
+        for sat in (True, False):
+            got = fp8kit.round_to(x, fmt, rounding="stochastic", seed=3, random_bits=bits,
+                                  saturate=sat)  # fmt: skip
+            want = gfloat.round_ndarray(
+                fi, x.astype(np.float64), RoundMode.StochasticFastest, sat, srbits, bits
+            )
+            with np.errstate(over="ignore"):
+                in_dtype = want.astype(dtype).astype(np.float64)
+            ok = same(got.astype(np.float64), in_dtype)
+            assert ok.all(), (name, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])

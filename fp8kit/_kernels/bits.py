@@ -132,6 +132,52 @@ def widen_half(builder, h):
     return builder.or_(mag, sign)
 
 
+def flush_subnormal_codes(builder, code, sign, smallest, neg_zero: bool):
+    """:func:`fp8kit._kernels.rounding.flush_code` in LLVM IR (``flush_subnormals``): a code
+    (vector) whose magnitude is below ``smallest`` (the smallest normal's code, 1 << m) and
+    not 0 becomes the zero of its sign (+0 without -0, ``neg_zero`` False).  ``sign``: what
+    a negative value's magnitude is or-ed with (``sign_bit >> sign_shift``): the sign bit,
+    whose magnitude is the code without it; for the unsigned P3109 formats another code,
+    or 0, and the code is kept whole."""
+    one = ir.Constant(code.type, [1] * code.type.count)
+    zero = ir.Constant(code.type, [0] * code.type.count)
+    below = builder.sub(sign, one)
+    single = builder.icmp_unsigned("==", builder.and_(sign, below), zero)
+    mag = builder.select(single, builder.and_(code, below), code)
+    sub = builder.and_(
+        builder.icmp_unsigned("!=", mag, zero), builder.icmp_unsigned("<", mag, smallest)
+    )
+    return builder.select(sub, builder.and_(code, sign) if neg_zero else zero, code)
+
+
+def values_of_16_bit_codes(builder, codes, bf16: bool, to: str):
+    """The values of bfloat16 (``bf16``) or float16 codes (``<N x i16>``) as the bits of
+    ``to`` ("bfloat16", "float16", "float32" or "float64"): the codes themselves, widened
+    exactly, or rounded to the other 16-bit type to nearest-even as the decode tables (a
+    format's NaN codes widen to quiet NaNs, whose low half is zero).  float32 -> float16 is
+    the CPU's conversion (vcvtps2ph): only where :func:`_hardware_half`."""
+    n = codes.type.count
+    v32 = ir.VectorType(ir.IntType(32), n)
+    if to == ("bfloat16" if bf16 else "float16"):
+        return codes
+    if bf16:
+        bits32 = builder.shl(builder.zext(codes, v32), ir.Constant(v32, [16] * n))
+    else:
+        bits32 = widen_half(builder, codes)
+    if to == "float32":
+        return bits32
+    single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), n))
+    if to == "float64":
+        wide = builder.fpext(single, ir.VectorType(ir.DoubleType(), n))
+        return builder.bitcast(wide, ir.VectorType(ir.IntType(64), n))
+    if to == "float16":
+        half = builder.fptrunc(single, ir.VectorType(ir.HalfType(), n))
+        return builder.bitcast(half, codes.type)
+    odd = builder.and_(builder.lshr(bits32, ir.Constant(v32, [16] * n)), ir.Constant(v32, [1] * n))
+    up = builder.add(builder.add(bits32, ir.Constant(v32, [0x7FFF] * n)), odd)
+    return builder.trunc(builder.lshr(up, ir.Constant(v32, [16] * n)), codes.type)
+
+
 @intrinsic
 def half_to_single_bits(typingctx, bits):
     """float16 bits (uint16) -> float32 bits (uint32), exact (:func:`widen_half`)."""

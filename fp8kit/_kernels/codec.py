@@ -154,6 +154,12 @@ def plan(fmt: FloatFormat, in_dtype: np.dtype) -> Plan:
     return Plan("float64", LOAD_DIRECT, True, _strategy_f64(fmt))
 
 
+def codes16_kind(fmt: FloatFormat) -> int:
+    """1 for bfloat16, 2 for float16 (the registered formats, whose codes are their
+    dtypes' bits: kernels widen them to values instead of looking them up), else 0."""
+    return {get_format("bfloat16"): 1, get_format("float16"): 2}.get(fmt, 0)
+
+
 def mode_plan(fmt: FloatFormat, in_dtype: np.dtype, mode: int) -> Plan:
     """:func:`plan` for the rounding ``mode``: in the modes whose result never depends on
     a tie's parity (stochastic, toward zero, up or down, nearest with ties away or toward
@@ -1067,23 +1073,17 @@ def encode_mode_kernel(
     # than float32)
     # (and to formats of 9-16 bits: codes, or for bfloat16 and float16 from float32 and
     # float64 data their values, widened in the kernel)
-    values16 = 0
-    if lookup and 8 < fmt.bits and in_bits.itemsize in (4, 8):
-        wide = {get_format("bfloat16"): 1, get_format("float16"): 2}
-        values16 = wide.get(fmt, 0) if out_dtype.itemsize == in_bits.itemsize else 0
-    elif lookup and 8 < fmt.bits and out_dtype.itemsize == 2 and fmt.dtype is not None:
+    values16 = to16 = 0
+    kind16 = codes16_kind(fmt)
+    if lookup and kind16 and in_bits.itemsize in (4, 8):
+        values16 = kind16 if out_dtype.itemsize == in_bits.itemsize else 0
+    elif lookup and kind16 and out_dtype.itemsize == 2:
         # (16-bit data: the codes themselves, or rounded to the other 16-bit dtype; float32
         # -> float16 where the CPU converts it)
         from .bits import _hardware_half
 
-        bf16 = np.dtype(ml_dtypes.bfloat16)
-        if fmt in (get_format("bfloat16"), get_format("float16")):
-            if np.dtype(in_dtype) == fmt.dtype:
-                values16 = 3
-            elif fmt.dtype == bf16:
-                values16 = 4 if _hardware_half() else 0
-            else:
-                values16 = 5
+        to16 = 1 if np.dtype(in_dtype) == np.dtype(ml_dtypes.bfloat16) else 2
+        values16 = kind16 if (to16 == 1 or kind16 == 2 or _hardware_half()) else 0
     # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
     # random bits)
     unsigned_sr = unsigned and kind == KIND_SR and width == 32 and rbits <= 23
@@ -1316,7 +1316,7 @@ def encode_mode_kernel(
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16, excess, int(flush), int(unsigned))  # fmt: skip
+                 values16, excess, int(flush), int(unsigned), to16 if values16 else 0)  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

@@ -22,8 +22,17 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 
-from ..formats import FloatFormat, get_format
-from .bits import _hardware_half, load_planes, plane_values, splat, vector_blocks, widen_half
+from ..formats import FloatFormat
+from .bits import (
+    _hardware_half,
+    flush_subnormal_codes,
+    load_planes,
+    plane_values,
+    splat,
+    values_of_16_bit_codes,
+    vector_blocks,
+    widen_half,
+)
 from .codec import (
     _O,
     _P,
@@ -32,6 +41,7 @@ from .codec import (
     LOAD_DIRECT,
     LOAD_LUT,
     _params,
+    codes16_kind,
     mode_overflow,
     mode_plan,
     pack_params,
@@ -56,8 +66,6 @@ _DATA = {
 }
 #: Elements a vector (one cache line of 8-bit codes).
 LANES = 64
-#: The 16-bit formats whose values round_mode_kernel widens from their codes.
-_VALUES16 = {"bfloat16": 1, "float16": 2}
 
 
 @functools.cache
@@ -109,14 +117,11 @@ def round_mode_kernel(fmt: FloatFormat, dtype: np.dtype, saturate, mode: int, fl
     if codes is None:
         return None
     if fmt.bits > 8:
-        values16 = _VALUES16.get(fmt.name, 0)
-        if not values16 or fmt != get_format(fmt.name):
+        values16 = codes16_kind(fmt)
+        if not values16:
             return None  # (a user's 16-bit format: no dtype of its own to widen from)
-        if dtype.itemsize == 2 and dtype != fmt.dtype:
-            # (the other 16-bit dtype: the value rounded to it, nearest-even, as its table)
-            if values16 == 1 and not _hardware_half():
-                return None  # (float32 -> float16 would call a function the JIT lacks)
-            values16 += 2
+        if values16 == 1 and dtype == np.float16 and not _hardware_half():
+            return None  # (float32 -> float16 would call a function the JIT lacks)
         flags = codes._key[1:] + (dtype.itemsize * 8, values16)
         kernel = NativeKernel(("round_mode",) + flags, _mode_emitter(*flags), codes._params)
         kernel.xo = True  # (no table: small calls pass x and out alone)
@@ -222,15 +227,8 @@ def _code_body(builder, intp, prm, data_bits, width, half, mode, neg_zero, flush
             )
             out_code = builder.select(builder.or_(nan, neg_inf), nan_mag, mag)
         if flush:  # rounding.flush_code
-            single = builder.icmp_unsigned("==", builder.and_(s, builder.sub(s, one)), zero)
-            cmag = builder.select(single, builder.and_(out_code, builder.sub(s, one)),
-                                  out_code)  # fmt: skip
-            signed_zero = builder.and_(out_code, s) if neg_zero else zero
-            sub = builder.and_(
-                builder.icmp_unsigned("!=", cmag, zero),
-                builder.icmp_unsigned("<", cmag, builder.shl(one, m_bits)),
-            )
-            out_code = builder.select(sub, signed_zero, out_code)
+            out_code = flush_subnormal_codes(builder, out_code, s, builder.shl(one, m_bits),
+                                             neg_zero)  # fmt: skip
         return out_code
 
     return body
@@ -240,9 +238,8 @@ def _mode_emitter(data_bits, width, code_bits, half, mode, neg_zero, flush, out_
     """The emitter of :func:`mode_kernel`'s native function (codes of ``code_bits``) or,
     with ``out_bits``, of :func:`round_mode_kernel`'s (the codes' values, ``out_bits``
     wide, from the decode table's byte planes at the ``table`` argument; with
-    ``values16`` 1 or 2, bfloat16's or float16's codes widened to ``out_bits``: the codes
-    themselves for 16, float32 bits, or those converted to float64, exactly; 3 or 4,
-    bfloat16's codes rounded to float16 values or float16's to bfloat16 values)."""
+    ``values16`` 1 or 2, bfloat16's or float16's codes as values of the data's type:
+    :func:`fp8kit._kernels.bits.values_of_16_bit_codes`)."""
 
     def emit(context, builder, args):
         prm, _, table, x, out, first, stop, total = args
@@ -251,33 +248,11 @@ def _mode_emitter(data_bits, width, code_bits, half, mode, neg_zero, flush, out_
         vcode = ir.VectorType(ir.IntType(code_bits), LANES)
         if values16:
             vout = ir.VectorType(ir.IntType(out_bits), LANES)
-            v32 = ir.VectorType(ir.IntType(32), LANES)
-
-            def k32(value):
-                return ir.Constant(v32, [value] * LANES)
+            to = {32: "float32", 64: "float64"}.get(out_bits, "float16" if half else "bfloat16")
 
             def body(v):
-                c16 = builder.trunc(code(v), vcode)
-                if values16 in (1, 2) and out_bits == 16:
-                    return c16
-                if values16 in (1, 3):
-                    bits32 = builder.shl(builder.zext(c16, v32), k32(16))
-                else:
-                    bits32 = widen_half(builder, c16)
-                if values16 == 3:  # (float32 -> float16, nearest-even: vcvtps2ph)
-                    single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), LANES))
-                    half16 = builder.fptrunc(single, ir.VectorType(ir.HalfType(), LANES))
-                    return builder.bitcast(half16, vout)
-                if values16 == 4:  # (float32 -> bfloat16, nearest-even on the bits; the
-                    # format's NaN codes widen to quiet NaNs, whose low half is zero)
-                    odd = builder.and_(builder.lshr(bits32, k32(16)), k32(1))
-                    up = builder.add(builder.add(bits32, k32(0x7FFF)), odd)
-                    return builder.trunc(builder.lshr(up, k32(16)), vout)
-                if out_bits == 32:
-                    return bits32
-                single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), LANES))
-                wide = builder.fpext(single, ir.VectorType(ir.DoubleType(), LANES))
-                return builder.bitcast(wide, vout)
+                return values_of_16_bit_codes(builder, builder.trunc(code(v), vcode),
+                                              values16 == 1, to)  # fmt: skip
 
         elif out_bits:
             planes = load_planes(builder, table, intp)

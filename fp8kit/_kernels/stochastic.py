@@ -36,9 +36,11 @@ from .bits import (
     block_store,
     cpu_has,
     f64_to_odd_f32,
+    flush_subnormal_codes,
     load_planes,
     plane_values,
     splat,
+    values_of_16_bit_codes,
     widen_half,
 )
 from .native import body_function, spec_fields
@@ -110,6 +112,7 @@ def emit_sr_range(
     excess=0,
     flush=0,
     unsigned=0,
+    to16=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -131,10 +134,9 @@ def emit_sr_range(
     fraction, which needs ``rbits`` below ``sh`` (see :func:`variant_up`).
     ``code_bytes``: 2 for formats of 9-16 bits (16-bit codes); ``values16``: their values
     instead of planes (1 bfloat16, 2 float16: float32 bits widened from the codes, for
-    float32 data, and float64 data converted once more; for 16-bit data, 3: the codes
-    themselves (the format's own dtype), 4: bfloat16's codes as float16 values, 5:
-    float16's as bfloat16 values, each rounded to nearest-even as the decode table; 0
-    otherwise); ``excess``: 1 where
+    float32 data, and float64 data converted once more; 0 otherwise); ``to16``: for
+    16-bit data, the values' type (1 bfloat16, 2 float16; the codes themselves or rounded
+    to it: :func:`fp8kit._kernels.bits.values_of_16_bit_codes`); ``excess``: 1 where
     ``rbits`` exceeds the ``sh`` fraction bits (the carry is then that of the random
     part's top ``sh`` bits: see :func:`fp8kit._kernels.codec.stochastic_params`);
     ``flush``: 1 for ``flush_subnormals`` (a subnormal result becomes the zero of its sign,
@@ -262,22 +264,12 @@ def emit_sr_range(
             bad = builder.or_(bad, builder.icmp_unsigned("==", a, zero))
             return builder.select(bad, u_nan, code)
 
-    def flushed(code):
-        """flush_code's rule where ``flush``: a code whose magnitude is below the smallest
-        normal's (1 << m) and not 0 becomes the zero of its sign (+0 without -0); the
-        magnitude is the code without its sign bit where that is one bit (in the unsigned
-        P3109 formats a negative value's code is or-ed with another: kept whole)"""
+    def flushed(code):  # (where flush: the smallest normal's code is 1 << (23 - sh))
         if not flush:
             return code
-        s = builder.lshr(sign_bit, sign_shift)
-        below = builder.sub(s, c(1))
-        single = builder.icmp_unsigned("==", builder.and_(s, below), zero)
-        mag = builder.select(single, builder.and_(code, below), code)
         smallest = builder.shl(c(1), builder.sub(c(23), sh))
-        sub = builder.and_(builder.icmp_unsigned("!=", mag, zero),
-                           builder.icmp_unsigned("<", mag, smallest))  # fmt: skip
-        signed_zero = builder.and_(code, s) if neg_zero else zero
-        return builder.select(sub, signed_zero, code)
+        sign = builder.lshr(sign_bit, sign_shift)
+        return flush_subnormal_codes(builder, code, sign, smallest, neg_zero)
 
     gb0 = builder.mul(builder.sdiv(glo, ir.Constant(intp, block)), ir.Constant(intp, block))
     with cgutils.for_range_slice(builder, gb0, ghi, ir.Constant(intp, block), intp) as (gb, _):
@@ -377,29 +369,10 @@ def emit_sr_range(
 
             if not to_values:
                 store(codes)
-            elif values16 == 3:  # (16-bit data of the format's own dtype)
-                store(codes)
-            elif values16 == 4:  # (bfloat16 codes -> float16 values: vcvtps2ph)
-                single = builder.bitcast(builder.shl(builder.zext(codes, v32), c(16)), vf)
-                half = builder.fptrunc(single, ir.VectorType(ir.HalfType(), LANES))
-                store(builder.bitcast(half, codes.type))
-            elif values16 == 5:  # (float16 codes -> bfloat16 values, nearest-even; the
-                # format's NaN codes widen to quiet NaNs, whose low half is zero)
-                bits32 = widen_half(builder, codes)
-                odd = builder.and_(builder.lshr(bits32, c(16)), c(1))
-                up = builder.add(builder.add(bits32, c(0x7FFF)), odd)
-                store(builder.trunc(builder.lshr(up, c(16)), codes.type))
-            elif values16:  # (the float32 bits of bfloat16 or float16 codes)
-                if values16 == 1:
-                    bits32 = builder.shl(builder.zext(codes, v32), c(16))
-                else:
-                    bits32 = widen_half(builder, codes)
-                if not staging:
-                    store(bits32)
-                else:  # (float64 data: only it is staged with values16)
-                    vd = ir.VectorType(ir.DoubleType(), LANES)
-                    wide = builder.fpext(builder.bitcast(bits32, vf), vd)
-                    store(builder.bitcast(wide, ir.VectorType(i64, LANES)))
+            elif values16:  # (bfloat16's or float16's codes as values of the data's type)
+                to = ("bfloat16", "float16")[to16 - 1] if to16 else (
+                    "float64" if staging else "float32")  # fmt: skip
+                store(values_of_16_bit_codes(builder, codes, values16 == 1, to))
             else:  # (in the data's width: round_to keeps the dtype)
                 words16 = plane_values(builder, value_planes, codes, 16)
                 if not staging:
@@ -474,7 +447,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
     variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
-    unsigned: int = 0,
+    unsigned: int = 0, to16: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -520,7 +493,8 @@ def sr_native(
 
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
-                          variant, code_bytes, values16, excess, flush, unsigned)  # fmt: skip
+                          variant, code_bytes, values16, excess, flush, unsigned,
+                          to16)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
