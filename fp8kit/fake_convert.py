@@ -390,9 +390,7 @@ def _nan_elements(shape, nan):
     """(flat C-order indices of the elements of ``shape`` whose operand entry is set in
     ``nan`` (broadcast to ``shape``), and the flat index of that entry in ``nan`` for each),
     from the set entries alone: no pass over every element."""
-    nd = len(shape)
-    if nd == 0:  # (a scalar: its one element)
-        return np.zeros(1, np.intp), np.zeros(1, np.intp)
+    nd = len(shape)  # (>= 1: fake_convert runs 0-d data as 1-d)
     pad = (1,) * (nd - nan.ndim) + nan.shape
     hits = np.nonzero(nan.reshape(pad))
     free = [d for d in range(nd) if pad[d] == 1]  # (the axes a scale entry spans)
