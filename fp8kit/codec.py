@@ -34,7 +34,7 @@ from ._kernels.encode16 import encode16_kernel, round16_kernel
 from ._kernels.inplace import round_kernel
 from ._kernels.lean import lean_kernel, unsigned_kernel
 from ._kernels.modes import mode_kernel, round_mode_kernel
-from ._kernels.native import NativeCall, xo_call
+from ._kernels.native import NativeCall, is_native, xo_call
 from ._kernels.native import available as native_available
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -324,6 +324,48 @@ def _lut_for(load: int) -> np.ndarray:
     return f16_lut() if load == LOAD_LUT else dummy(np.uint32)
 
 
+def _encode_choice(fmt: FloatFormat, dtype: np.dtype, sat, mode: int, key, rbits: int, ftz: bool):
+    """encode's kernel for ``dtype`` data: ``(kernel, plan, widen, extra)`` (``widen``:
+    the data go in as float64; ``extra``: the kernel's further arguments)."""
+    if mode == NEAREST_EVEN and not ftz:
+        kernel, pl = encode_kernel(fmt, dtype, sat)
+        widen = pl.widen_first
+        # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
+        # float32 on the byte lanes of bfloat16 (same bits)
+        # (and the formats off those lanes, float32 -> bfloat16 among them, by encode_lean's
+        # formula written out: native kernels, whose small calls pass x and out alone)
+        # (P3109's precision-1 formats too, which the plan widens to float64: the lean
+        # kernel rounds them from float32 bits)
+        native = (
+            encode16_kernel(fmt, dtype, sat) or lean_kernel(fmt, dtype, sat)
+            or unsigned_kernel(fmt, dtype, sat)
+        )  # fmt: skip
+        if native is not None:
+            kernel, widen = native, False
+        else:
+            # (the rest, the formats below float32's range among them: the integer path
+            # of the rounding modes, on the data the plan reads)
+            kernel = mode_kernel(fmt, np.dtype(np.float64) if widen else dtype, sat,
+                                 NEAREST_EVEN, False) or kernel  # fmt: skip
+        extra = ()
+    else:
+        kernel, pl = encode_mode_kernel(fmt, dtype, sat, mode, rbits, flush=ftz)
+        widen = pl.widen_first
+        # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
+        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
+        # (deterministic modes; float8_e8m0fnu's own formula, which no flush changes)
+        native = mode_kernel(fmt, dtype, sat, mode, ftz) or unsigned_kernel(
+            fmt, dtype, sat, mode=mode
+        )
+        if native is None and widen:
+            # (P3109's unsigned precision-1 formats, whose smallest normal is a float32
+            # subnormal: the float64 data the plan widens to, as the Numba kernel reads them)
+            native = mode_kernel(fmt, np.dtype(np.float64), sat, mode, ftz)
+        if native is not None:
+            kernel, extra = native, ()
+    return kernel, pl, widen, extra
+
+
 def encode(
     x: Any,
     fmt: Any,
@@ -460,38 +502,7 @@ def encode(
         _check_out(out, x.shape, allowed, "encode")
     sat = _saturate(saturate, "encode", propagate=True)
     mode, key, rbits = _rounding(rounding, seed, random_bits, "encode")
-    if mode == NEAREST_EVEN and not ftz:
-        kernel, pl = encode_kernel(fmt, x.dtype, sat)
-        widen = pl.widen_first
-        # bfloat16/float16 input rounded on 16-bit or byte lanes where the format fits, and
-        # float32 on the byte lanes of bfloat16 (same bits)
-        # (and the formats off those lanes, float32 -> bfloat16 among them, by encode_lean's
-        # formula written out: native kernels, whose small calls pass x and out alone)
-        # (P3109's precision-1 formats too, which the plan widens to float64: the lean
-        # kernel rounds them from float32 bits)
-        native = (
-            encode16_kernel(fmt, x.dtype, sat) or lean_kernel(fmt, x.dtype, sat)
-            or unsigned_kernel(fmt, x.dtype, sat)
-        )  # fmt: skip
-        if native is not None:
-            kernel, widen = native, False
-        else:
-            # (the rest, the formats below float32's range among them: the integer path
-            # of the rounding modes, on the data the plan reads)
-            kernel = mode_kernel(fmt, np.dtype(np.float64) if widen else x.dtype, sat,
-                                 NEAREST_EVEN, False) or kernel  # fmt: skip
-        extra = ()
-    else:
-        kernel, pl = encode_mode_kernel(fmt, x.dtype, sat, mode, rbits, flush=ftz)
-        widen = pl.widen_first
-        # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
-        extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
-        # (deterministic modes; float8_e8m0fnu's own formula, which no flush changes)
-        native = mode_kernel(fmt, x.dtype, sat, mode, ftz) or unsigned_kernel(
-            fmt, x.dtype, sat, mode=mode
-        )
-        if native is not None:
-            kernel, extra = native, ()
+    kernel, pl, widen, extra = _encode_choice(fmt, x.dtype, sat, mode, key, rbits, ftz)
     if widen:
         x = x.astype(np.float64)
     xb = x.view(bits_dtype(x.dtype))
@@ -812,6 +823,18 @@ def round_to(
             native = unsigned_kernel(fmt, dt, sat, round_to=True, mode=mode)
         if native is not None:
             kernel, extra = native, ()
+    if not is_native(kernel):
+        # encode's native kernel, then decode's: two passes, no Numba compile (the unsigned
+        # P3109 formats: precision 1 from float32 or 16-bit data, float64 values of more
+        # than 4 mantissa bits; 16M elements, one thread: 6-20 ms against the one-pass
+        # Numba kernel's 25-51)
+        codes_kernel, cpl, widen, extra = _encode_choice(fmt, dt, sat, mode, key, rbits, ftz)
+        if is_native(codes_kernel):
+            xw = x.astype(np.float64) if widen else x
+            codes = _apply(codes_kernel, xw.view(bits_dtype(xw.dtype)), _lut_for(cpl.load),
+                           dummy(np.uint8), fmt.code_dtype, None, extra,
+                           is_stochastic(mode))  # fmt: skip
+            return decode(codes, fmt, dtype=dt, out=out)
     if kernel.planes:
         table_arg = planes
     if pl.widen_first:

@@ -6,7 +6,7 @@ float8_e8m0fnu, every mode, saturation and input dtype it takes (every bit patte
 
 import numpy as np
 import pytest
-from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
+from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, USER_FORMATS, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
@@ -324,3 +324,109 @@ def test_round_to_nearest_even_by_the_mode_kernel_gives_the_numba_kernels_values
 def test_round_to_nearest_even_fallbacks_exist_where_the_cpu_has_vbmi():
     if fp8kit._kernels.bits.cpu_has("avx512vbmi"):
         assert len(ROUND_FALLBACK) >= 40  # (the unsigned P3109 formats)
+
+
+# ----------------------- every format and dtype without a Numba kernel: round_to's fallback
+def refuse_numba(monkeypatch):
+    """Make any use of a Numba kernel (fp8kit._kernels.codec.Kernel.build) fail."""
+
+    def refuse(self, parallel=False):
+        raise AssertionError(f"a Numba kernel was built: {self._key}")
+
+    monkeypatch.setattr(fp8kit._kernels.codec.Kernel, "build", refuse)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_every_format_rounds_and_encodes_without_numba_in_nearest_even(dtype, monkeypatch):
+    """round_to, encode, decode and astype of every format, both saturations, nearest-even:
+    native kernels only (a first call of a further format or dtype compiles no Numba
+    kernel).  round_to of the unsigned P3109 formats from float32/16-bit data at precision
+    1 and float64 data at precision 6 or more (no planes) runs encode's kernel, then
+    decode's."""
+    x = np.array([1.5, -2.25, 3e-39, 1e30, np.inf, np.nan, 0.0, 65504.0], np.float32)
+    x = x.astype(dtype)
+    refuse_numba(monkeypatch)
+    for fmt in FORMATS:
+        for sat in (True, False):
+            codes = fp8kit.encode(x, fmt, saturate=sat)
+            fp8kit.round_to(x, fmt, saturate=sat)
+        fp8kit.decode(codes, fmt, dtype=dtype)
+        if fmt.dtype is not None:
+            fp8kit.astype(x, fmt)
+
+
+def two_pass_cases():
+    """(fmt, dtype) that round_to rounds by encode's kernel, then decode's, in nearest-even."""
+    from fp8kit._kernels.encode16 import round16_kernel
+    from fp8kit._kernels.inplace import round_kernel
+    from fp8kit._kernels.lean import unsigned_kernel
+
+    for fmt in FORMATS:
+        for dtype in DTYPES:
+            planes = format_planes(fmt, dtype)
+            if round_kernel(fmt, dtype, True) or (
+                planes is not None and dtype.itemsize == 2 and round16_kernel(fmt, dtype, True)
+            ):
+                continue
+            if planes is not None and (
+                unsigned_kernel(fmt, dtype, True, True)
+                or modes.round_mode_kernel(fmt, dtype, True, NEAREST_EVEN, False)
+            ):
+                continue
+            if fmt.bits > 8 and modes.round_mode_kernel(fmt, dtype, True, NEAREST_EVEN, False):
+                continue
+            yield fmt, dtype
+
+
+TWO_PASS = list(two_pass_cases())
+
+
+def test_two_pass_round_to_cases_are_the_unsigned_p3109_and_users_formats():
+    names = {(f.name, d.name) for f, d in TWO_PASS}
+    assert ("p3109_k8p1ue", "float32") in names and ("p3109_k8p6ue", "float64") in names
+    assert ("u_e11m4", "float32") in names
+    assert all(f in USER_FORMATS or not f.signed and f.name.startswith("p3109")
+               for f, _ in TWO_PASS), names  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "dtype"), TWO_PASS[::3], ids=str)
+def test_two_pass_round_to_gives_the_numba_kernels_values(fmt, dtype):
+    """round_to by encode's codes, then decode: the bits of the one-pass Numba kernel it
+    stands for (codes looked up in the decode table), every saturation, ``out`` too."""
+    x = boundary_probes(fmt, dtype)
+    table = decode_table(fmt, x.dtype)
+    for sat in (True, False):
+        kernel, pl = fp8kit._kernels.codec.encode_kernel(fmt, x.dtype, sat,
+                                                         table_dtype=table.dtype)  # fmt: skip
+        lut = f16_lut() if pl.load == LOAD_LUT else dummy(np.uint32)
+        data = x.astype(np.float64) if pl.widen_first else x
+        want = np.empty(x.size, table.dtype)
+        kernel.build()(data.view(f"u{data.itemsize}"), lut, table, want, 1)
+        got = fp8kit.round_to(x, fmt, saturate=sat)
+        assert got.dtype == x.dtype
+        np.testing.assert_array_equal(got.view(table.dtype), want)
+        out = np.full(x.shape, 7, x.dtype)
+        assert fp8kit.round_to(x, fmt, saturate=sat, out=out) is out
+        np.testing.assert_array_equal(out.view(table.dtype), want)
+    assert fp8kit.round_to(x[5], fmt).shape == ()
+
+
+@pytest.mark.parametrize("mode", ["toward_zero", "to_odd", "nearest_away"])
+def test_widened_precision_1_formats_take_the_float64_mode_kernel(mode, monkeypatch):
+    """P3109's precision-1 formats the plan widens to float64 (the unsigned ones, whose
+    smallest normal is a float32 subnormal; the odd-bias signed ones in the modes a tie's
+    parity decides): the float64 mode kernel on the widened data, the Numba kernel's codes."""
+    m = MODES[mode]
+    for name in ("p3109_k8p1ue", "p3109_k8p1uf", "p3109_k8p1se"):
+        fmt = get_format(name)
+        for dtype in (np.float32, np.float16):
+            x = boundary_probes(fmt, dtype)
+            want = numba_codes(fmt, x.astype(np.float64), True, m, False)
+            with monkeypatch.context() as patch:
+                refuse_numba(patch)
+                got = fp8kit.encode(x, fmt, rounding=mode)
+                values = fp8kit.round_to(x, fmt, rounding=mode)
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype} {mode}")
+            np.testing.assert_array_equal(
+                values.view(f"u{x.itemsize}"), decode_table(fmt, x.dtype)[want]
+            )

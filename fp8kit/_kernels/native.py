@@ -647,6 +647,11 @@ class _NativeBase:
         self.build()(x, lut, table, out, 1)
 
 
+def is_native(kernel) -> bool:
+    """Whether ``kernel`` is a native kernel (compiled without Numba's set-up)."""
+    return isinstance(kernel, _NativeBase)
+
+
 class NativeKernel(_NativeBase):
     """A kernel whose compiled function is the native function (:data:`FUNCTION_TYPE`)
     ``emit`` writes (see :func:`native_address`), with the parameter array ``params``;

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from ..formats import FloatFormat, get_format
-from .codec import bits_dtype, dummy, encode_kernel
+from .codec import bits_dtype
 
 # Canonical quiet NaN bits (positive) of each output dtype.  fp8kit does not carry NaN
 # payloads: every NaN becomes the canonical NaN of the destination, with its sign, as
@@ -69,6 +69,20 @@ def code_values(fmt: FloatFormat) -> np.ndarray:
     return values
 
 
+def _round_once(values: np.ndarray, target: FloatFormat) -> np.ndarray:
+    """float64 ``values`` rounded once to nearest-even in ``target`` (bfloat16 or float16),
+    overflowing to Inf: the quantum of each value (its precision's, or the subnormals') is a
+    power of two, so scaling, ``rint`` (ties to even) and scaling back are exact on
+    float64, and the rounded value converts exactly through float32."""
+    finite = np.isfinite(values)
+    v = np.where(finite, values, 0.0)
+    _, e = np.frexp(v)
+    q = np.maximum(e - (target.mantissa_bits + 1), target.minexp - target.mantissa_bits)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = np.where(finite, np.ldexp(np.rint(np.ldexp(v, -q)), q), values)
+        return r.astype(np.float32).astype(target.dtype)
+
+
 @functools.cache
 def decode_table(fmt: FloatFormat, out_dtype: np.dtype) -> np.ndarray:
     """Bits (unsigned ints) of every code's value in ``out_dtype``, padded to 256 or 65,536
@@ -91,10 +105,9 @@ def decode_table(fmt: FloatFormat, out_dtype: np.dtype) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             bits = values.astype(np.float32).astype(out_dtype).view(bits_dtype(out_dtype))
     else:
-        target = get_format(out_dtype)
-        kernel, _ = encode_kernel(target, np.dtype(np.float64), False)
-        bits = np.empty(values.size, bits_dtype(out_dtype))
-        kernel.serial(values.view(np.uint64), dummy(np.uint32), dummy(np.uint8), bits)
+        # (wider formats to bfloat16/float16: each value rounded once to nearest-even on
+        # float64, exact steps, then converted exactly; no kernel to compile for a table)
+        bits = _round_once(values, get_format(out_dtype)).view(bits_dtype(out_dtype))
     qnan = _QNAN[out_dtype]
     sign = np.signbit(values)
     width = out_dtype.itemsize * 8
