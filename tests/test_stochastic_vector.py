@@ -222,6 +222,17 @@ def test_stochastic_variants_run_natively_through_the_api():
     (its Numba kernel took 1.2 s on a first call), and agree with each other."""
     from fp8kit._kernels.rounding import MODES
 
+    from fp8kit._kernels.bits import _hardware_half
+
+    for name in ("bfloat16", "float16"):  # (as many random bits as bits dropped, or more)
+        fmt = fp8kit.get_format(name)
+        for dt in (F32, BF16, F16):
+            for mode in VARIANTS:
+                assert encode_mode_kernel(fmt, dt, True, MODES[mode], 16)[0]._key[0] == "sr_vec"
+                if _hardware_half() or not (name == "bfloat16" and dt == F16):
+                    table = np.dtype(f"u{dt.itemsize}")
+                    kernel = encode_mode_kernel(fmt, dt, True, MODES[mode], 16, table)[0]
+                    assert kernel._key[0] == "sr_vec", (name, dt, mode)
     fmt = fp8kit.get_format("float8_e4m3fn")
     x = np.linspace(-3, 3, 5001, dtype=np.float32)
     for mode in VARIANTS:
@@ -233,6 +244,89 @@ def test_stochastic_variants_run_natively_through_the_api():
         a = fp8kit.round_to(x, fmt, rounding=mode, seed=3)
         b = fp8kit.encode(x, fmt, rounding=mode, seed=3)
         np.testing.assert_array_equal(fp8kit.decode(b, fmt), a)
+
+
+def _subnormal_ties():
+    """float32 values at and next to the ties of the variants' first rounding below
+    float16's smallest normal with 13 and 14 random bits (odd multiples of 2**-38 and
+    2**-39 under 2**-14, and their neighbours), then values whose lowest set bit is each
+    bit of the mantissa at every exponent from below float16's subnormals to its smallest
+    normal.  (A tie's rule moves the rounded fraction by one unit, so that it decides a
+    result with probability 2**-random_bits: 2**16 ties each.)"""
+    rng = np.random.default_rng(18)
+    ties = []
+    for b in (13, 14):
+        k = rng.integers(0, 1 << min(23, b + 10), 1 << 16)
+        ties.append(((2 * k + 1) * 2.0 ** -(25 + b)).astype(np.float32).view(np.uint32))
+    ties = np.concatenate(ties)
+    exps = np.arange(90, 115, dtype=np.uint32)
+    pos = np.arange(23, dtype=np.uint32)
+    e, p = (a.ravel() for a in np.meshgrid(exps, pos))
+    e, p = np.repeat(e, 8), np.repeat(p, 8)
+    above = rng.integers(0, 1 << 23, e.size, dtype=np.uint32) & ~((np.uint32(2) << p) - 1)
+    bits = (e << 23) | (above & 0x7FFFFF) | (np.uint32(1) << p)
+    bits = np.concatenate([ties, ties + 1, ties - 1, bits])
+    return rng.permutation(np.concatenate([bits, bits | np.uint32(1 << 31)]))
+
+
+def _variants_many_bits(fmt, dt, values, bit_counts):
+    """The vector kernel of every variant against the Numba kernel's bits for
+    ``bit_counts`` random bits (those at least the bits the normal range drops)."""
+    from fp8kit._kernels.rounding import MODES
+
+    fmt = fp8kit.get_format(fmt)
+    planes = values and fmt.bits <= 8
+    if planes and format_planes(fmt, dt) is None:
+        pytest.skip("no byte planes: round_to takes the Numba kernel")  # pragma: no cover
+    bits_dt, table, xs, _ = _inputs_for(dt, values)
+    if dt == F32:
+        xs = np.concatenate([xs[::4], _subnormal_ties()])
+    out_dt = bits_dt if values else (np.uint8 if fmt.bits <= 8 else np.uint16)
+    taken = 0
+    for bits in bit_counts:
+        for mode in VARIANTS:
+            args = (fmt, dt, True, MODES[mode], bits, table)
+            vec = encode_mode_kernel(*args, planes=planes)[0]
+            ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
+            # (below float16's smallest normal the fixed point holds mantissa + bits + 1)
+            native = fmt.name == "bfloat16" or fmt.mantissa_bits + bits + 1 <= 30
+            assert (vec._key[0] == "sr_vec") is native, (mode, bits)
+            if not native:
+                continue
+            taken += 1
+            got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
+            for kernel, out in ((vec, got), (ref, want)):
+                tab = dummy(np.uint8)
+                if values:
+                    tab = format_planes(fmt, dt) if kernel.planes else decode_table(fmt, dt)
+                    tab = tab if kernel.planes else tab.view(bits_dt)
+                kernel.build()(xs, dummy(np.uint32), tab, out, KEY, 12345, 3)
+            assert got.tolist() == want.tolist(), (mode, bits)
+    return taken
+
+
+@pytest.mark.parametrize(
+    ("fmt", "dt", "values"),
+    [("float16", F32, False), ("float16", F32, True), ("float16", BF16, False),
+     ("bfloat16", F32, False), ("bfloat16", F16, True)],
+    ids=str,
+)  # fmt: skip
+def test_vector_stochastic_variants_with_as_many_random_bits_as_dropped_or_more(fmt, dt, values):
+    """The variants where the random bits reach the bits the normal range drops (bfloat16
+    and float16 in the default 16): the fraction is exact there, and below the smallest
+    normal the fixed point has a bit more than the random bits (its sticky bit from the
+    source bits): the Numba kernel's bits, ties of the subnormal range too."""
+    sh = 23 - fp8kit.get_format(fmt).mantissa_bits
+    assert _variants_many_bits(fmt, dt, values, (sh, sh + 1, 19)) == 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
+@pytest.mark.parametrize("dt", [F32, BF16, F16], ids=["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("fmt", ["bfloat16", "float16", "float8_e5m2"], ids=str)
+def test_vector_stochastic_variants_with_many_random_bits_every_case(fmt, dt, values):
+    sh = 23 - fp8kit.get_format(fmt).mantissa_bits
+    assert _variants_many_bits(fmt, dt, values, (sh, sh + 1, 16, 20, 24, 29, 32)) >= 8
 
 
 #: Formats of 9-16 bits: bfloat16 and float16 (codes and values), a user format (codes).

@@ -162,10 +162,11 @@ def codes16_kind(fmt: FloatFormat) -> int:
 
 def mode_plan(fmt: FloatFormat, in_dtype: np.dtype, mode: int) -> Plan:
     """:func:`plan` for the rounding ``mode``: in the modes whose result never depends on
-    a tie's parity (stochastic, toward zero, up or down, nearest with ties away or toward
-    zero), P3109's precision-1 formats, which nearest-even (and to_odd, and the stochastic
-    variants' first rounding) widen to float64 for that parity (:func:`_odd_parity`),
-    round from float32 bits by the fast path's formula."""
+    the parity of a tie's neighbouring codes (stochastic and its variants, whose first
+    rounding's ties go by the fraction's parity; toward zero, up or down; nearest with ties
+    away or toward zero), P3109's precision-1 formats, which nearest-even and to_odd
+    widen to float64 for that parity (:func:`_odd_parity`), round from float32 bits by the
+    fast path's formula."""
     pl = plan(fmt, in_dtype)
     if (
         mode in _TIE_FREE and pl.widen_first and fmt.specials != "unsigned"
@@ -190,10 +191,10 @@ def _strategy_f64(fmt: FloatFormat) -> str:
     return _strategy(fmt, "float64") or "generic"
 
 
-#: Rounding modes whose result never depends on the parity of a tie's neighbours.
+#: Rounding modes whose result never depends on the parity of a tie's neighbouring codes.
 _TIE_FREE = frozenset(MODES[name] for name in (
-    "stochastic", "toward_zero", "toward_positive", "toward_negative", "nearest_away",
-    "nearest_zero",
+    "stochastic", "stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half",
+    "toward_zero", "toward_positive", "toward_negative", "nearest_away", "nearest_zero",
 ))  # fmt: skip
 
 #: Rounding modes (numbers of fp8kit._kernels.rounding) that round a negative value toward
@@ -976,14 +977,24 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int, excess: b
     )
 
 
-def _variant_params(fmt: FloatFormat, source: str, random_bits: int, spare: int):
+def _variant_params(
+    fmt: FloatFormat, source: str, random_bits: int, spare: int, excess: bool = False
+):
     """:func:`stochastic_params` for the stochastic variants' native kernel, or None: they
     round the fraction to ``random_bits`` first, which needs ``spare`` bits of it below
     those (1; 2 for float64 data rounded to odd on float32), and every source subnormal
     below half of ``2**-random_bits`` of the format's subnormal spacing (it then rounds to
-    0 in that first step, as a flush-to-zero mode would read it)."""
-    sp = stochastic_params(fmt, source, random_bits)
-    if sp is None or random_bits + spare > int(sp[4]):
+    0 in that first step, as a flush-to-zero mode would read it).  ``excess``: for
+    ``random_bits`` at least the ``sh`` bits the normal range drops (where the fraction is
+    exact in them), the fixed point of smaller values with ``random_bits + 1`` fraction
+    bits (:func:`fp8kit._kernels.stochastic.variant_code_excess`)."""
+    if excess:
+        sp = stochastic_params(fmt, source, random_bits + 1, excess=True)
+        if sp is None or random_bits < int(sp[4]):
+            return None
+    else:
+        sp = stochastic_params(fmt, source, random_bits)
+    if sp is None or not excess and random_bits + spare > int(sp[4]):
         return None
     src_emin, _ = _src_limits(source)
     if bool(sp[0]) and fmt.minexp - fmt.mantissa_bits - random_bits - 1 < src_emin:
@@ -1099,7 +1110,12 @@ def encode_mode_kernel(
     if kind == KIND_SR and vec_sp is None and width == 32:
         # (more random bits than the bits dropped: float32 -> float16 in the default 16)
         vec_sp = stochastic_params(fmt, pl.source, rbits, excess=True)
-    excess = int(vec_sp is not None and rbits > int(vec_sp[4]))
+    if kind == KIND_VAR and vec_sp is None and width == 32:
+        # (the variants with as many random bits as the bits dropped, or more: bfloat16 and
+        # float16 in the default 16; the fraction is then exact in the random bits in the
+        # normal range, and below it the fixed point has one bit more)
+        vec_sp = _variant_params(fmt, pl.source, rbits, 1, excess=True)
+    excess = int(vec_sp is not None and rbits + (kind == KIND_VAR) > int(vec_sp[4]))
     vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
     if vector_sr and unsigned_sr:
         vec_prm = pack_params(p, q, o, None, mode)  # (its q: the unsigned formats' rule)

@@ -196,7 +196,10 @@ def emit_sr_range(
             builder.icmp_unsigned("<", a, min_normal),
         )
         t = builder.select(small, fixed, t_normal)
-        if variant:
+        if variant and excess:
+            code = variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small,
+                                       min_normal, rnd)  # fmt: skip
+        elif variant:
             up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
             code = builder.add(builder.lshr(t, sh), up)
         elif excess:
@@ -410,18 +413,7 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
 
     one, zero = c(1), c(0)
     low = builder.and_(t, builder.sub(builder.shl(one, sh), one))
-    # the bits below the fixed point's lowest (small values only): a's significand (its
-    # implicit bit where normal) below bit minexp_field - max(exp_field, 1)
-    exp_field = builder.lshr(a, c(23))
-    e1 = builder.select(builder.icmp_unsigned("<", exp_field, one), one, exp_field)
-    mant = builder.and_(a, c(0x7FFFFF))
-    mant = builder.select(builder.icmp_unsigned(">", exp_field, zero),
-                          builder.or_(mant, c(0x800000)), mant)  # fmt: skip
-    dropped = builder.sub(builder.lshr(min_normal, c(23)), e1)
-    wide = builder.icmp_unsigned(">=", dropped, c(32))
-    mask = builder.sub(builder.shl(one, builder.select(wide, zero, dropped)), one)
-    lost = builder.select(wide, mant, builder.and_(mant, mask))
-    sticky = builder.and_(small, builder.icmp_unsigned("!=", lost, zero))
+    sticky = _small_sticky(builder, a, small, min_normal, 0)
     r = builder.lshr(rnd, c(32 - rbits))
     if variant == STOCHASTIC_HALF:
         inexact = builder.or_(builder.icmp_unsigned("!=", low, zero), sticky)
@@ -442,6 +434,81 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
     f_b = builder.add(f, builder.zext(upf, vt))
     up = builder.or_(full, builder.icmp_unsigned(">", r, builder.sub(max_b, f_b)))
     return builder.zext(up, vt)
+
+
+def _small_sticky(builder, a, small, min_normal, more):
+    """Where ``small`` (below the format's smallest normal, the fixed point truncated from
+    ``|x| * 2**(23 - minexp + more)``): whether that dropped a set bit of the source bits
+    ``a``, by integer operations (a flush-to-zero or denormals-are-zero mode cannot change
+    it): a's significand (its implicit bit where normal) below bit ``minexp_field - more
+    - max(exp_field, 1)``, counted from the exponent fields of ``a`` and ``min_normal``."""
+    vt = a.type
+    n = vt.count
+
+    def c(value):
+        return ir.Constant(vt, [value] * n)
+
+    one, zero = c(1), c(0)
+    exp_field = builder.lshr(a, c(23))
+    e1 = builder.select(builder.icmp_unsigned("<", exp_field, one), one, exp_field)
+    mant = builder.and_(a, c(0x7FFFFF))
+    mant = builder.select(builder.icmp_unsigned(">", exp_field, zero),
+                          builder.or_(mant, c(0x800000)), mant)  # fmt: skip
+    # (signed: with more fraction bits than the format's, no bit may be dropped)
+    more = c(more) if isinstance(more, int) else more
+    dropped = builder.sub(builder.sub(builder.lshr(min_normal, c(23)), e1), more)
+    dropped = builder.select(builder.icmp_signed("<", dropped, zero), zero, dropped)
+    wide = builder.icmp_unsigned(">=", dropped, c(32))
+    mask = builder.sub(builder.shl(one, builder.select(wide, zero, dropped)), one)
+    lost = builder.select(wide, mant, builder.and_(mant, mask))
+    return builder.and_(small, builder.icmp_unsigned("!=", lost, zero))
+
+
+def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, min_normal, rnd):
+    """The code (``<N x i32>``, before the overflow rules) of the stochastic variant
+    ``variant`` with ``rbits`` random bits at least the ``sh`` bits the normal range drops:
+    there the fraction (``t_normal``'s ``sh`` low bits) is exact in ``rbits`` bits, so its
+    first rounding changes nothing; below the smallest normal (``small``) the fixed point
+    ``fixed`` has ``rbits + 1`` fraction bits (the bit below the random bits, and the sticky
+    bit read from the source bits ``a``), rounded as :func:`variant_up` does."""
+    from .rounding import STOCHASTIC_B, STOCHASTIC_C, STOCHASTIC_HALF, STOCHASTIC_ODD
+
+    vt = t_normal.type
+    n = vt.count
+
+    def c(value):
+        return ir.Constant(vt, [value] * n)
+
+    one, zero = c(1), c(0)
+    # (below the smallest normal rbits + 1 <= 30 - mantissa bits: stochastic_params; with
+    # no such range, formats sharing float32's, ``small`` is never set)
+    b1 = min(rbits + 1, 31)
+    low_n = builder.and_(t_normal, builder.sub(builder.shl(one, sh), one))
+    low_s = builder.and_(fixed, c((1 << b1) - 1))
+    code = builder.select(small, builder.lshr(fixed, c(b1)), builder.lshr(t_normal, sh))
+    sticky = _small_sticky(builder, a, small, min_normal, builder.sub(c(b1), sh))
+    r = builder.lshr(rnd, c(32 - rbits)) if rbits < 32 else rnd
+    if variant == STOCHASTIC_HALF:
+        inexact = builder.select(
+            small,
+            builder.or_(builder.icmp_unsigned("!=", low_s, zero), sticky),
+            builder.icmp_unsigned("!=", low_n, zero),
+        )
+        top = builder.icmp_unsigned("!=", builder.lshr(r, c(rbits - 1)), zero)
+        return builder.add(code, builder.zext(builder.and_(inexact, top), vt))
+    f = builder.lshr(low_s, one)
+    at_half = builder.icmp_unsigned("!=", builder.and_(low_s, one), zero)
+    gt = builder.and_(at_half, sticky)
+    tie = builder.and_(at_half, builder.not_(sticky))
+    odd = builder.icmp_unsigned("!=", builder.and_(f, one), zero)
+    tie_up = {STOCHASTIC_C: odd, STOCHASTIC_B: None, STOCHASTIC_ODD: builder.not_(odd)}[variant]
+    upf = builder.and_(small, builder.or_(gt, tie if tie_up is None else builder.and_(tie, tie_up)))
+    max_b = c((1 << rbits) - 1 - (1 << 32 if rbits == 32 else 0))
+    full = builder.and_(upf, builder.icmp_unsigned("==", f, max_b))
+    f_b = builder.select(small, builder.add(f, builder.zext(upf, vt)),
+                         builder.shl(low_n, builder.sub(c(rbits), sh)))  # fmt: skip
+    up = builder.or_(full, builder.icmp_unsigned(">", r, builder.sub(max_b, f_b)))
+    return builder.add(code, builder.zext(up, vt))
 
 
 def sr_native(
