@@ -220,9 +220,8 @@ def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values):
 def test_stochastic_variants_run_natively_through_the_api():
     """round_to and encode in a variant (16 random bits by default) take the native kernel
     (its Numba kernel took 1.2 s on a first call), and agree with each other."""
-    from fp8kit._kernels.rounding import MODES
-
     from fp8kit._kernels.bits import _hardware_half
+    from fp8kit._kernels.rounding import MODES
 
     for name in ("bfloat16", "float16"):  # (as many random bits as bits dropped, or more)
         fmt = fp8kit.get_format(name)
