@@ -109,10 +109,10 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
-            if dt == F64 and (bits >= 23 - fmt.mantissa_bits or fmt.specials == "unsigned"):
-                # (float64 data: fewer random bits than float32 drops, whose lowest is
-                # the sticky bit of rounding to odd; the other data take more too;
-                # float8_e8m0fnu's rule from float32 bits only)
+            if dt == F64 and (bits > 23 - fmt.mantissa_bits or fmt.specials == "unsigned"):
+                # (float64 data: at most the random bits float32 drops, truncated on
+                # float32, whose bits then floor the fraction; the other data take more
+                # too; float8_e8m0fnu's rule from float32 bits only)
                 assert vec._key[0] == "mode"
                 continue
             assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
@@ -374,8 +374,8 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
         room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
         assert taken == 2 * sum(room)
     if dt == F64 and (not values or fmt.name in ("bfloat16", "float16")):
-        # (not bfloat16, whose range is float32's: see the next test)
-        assert taken == 2 * sum(b < drop for b in every) * (fmt.maxexp <= 127)
+        # (bfloat16, whose range is float32's, too: see the next test)
+        assert taken == 2 * sum(b <= drop for b in every)
     if values and dt in (BF16, F16):
         # 16-bit data's values: the codes themselves, or rounded to the other 16-bit dtype
         # (bfloat16 -> float16 values where the CPU converts float32 to float16); a user's
@@ -466,11 +466,11 @@ def test_vector_stochastic_rounding_with_flush_subnormals(name, dt, values):
 
     if values and name == "bfloat16" and dt == F16 and not _hardware_half():
         return  # pragma: no cover - (float32 -> float16 in software: the Numba kernel)
-    if dt == F64 and fmt.maxexp > 127:  # (bfloat16: see the float64 overflow test below)
-        assert encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, flush=True)[0]._key[0] == "mode"
-        return
     got = _flush_case(fmt, dt, values, STOCHASTIC, 8)
-    if fmt.mantissa_bits:  # (the variants' ties: precision 1 widens to float64, Numba)
+    if dt == F64 and fmt.maxexp > 127:  # (bfloat16: see the float64 overflow test below)
+        kernel = encode_mode_kernel(fmt, dt, True, MODES["stochastic_c"], 4, flush=True)[0]
+        assert kernel._key[0] == "mode"
+    else:
         _flush_case(fmt, dt, values, MODES["stochastic_c"], 4)
     if not values and fmt.mantissa_bits and dt == F32:
         # some results were subnormal unflushed: the flush was exercised
@@ -559,14 +559,27 @@ def test_float8_e8m0fnu_stochastic_in_the_vector_kernel_matches_the_exact_oracle
 
 
 def test_float64_beyond_float32s_range_overflows_in_stochastic_rounding_to_bfloat16():
-    """A float64 of 2**128 or more always overflows bfloat16 (Inf when not saturating): the
-    vector kernel, which rounds float64 to odd on float32 (there float32's largest, below
-    bfloat16's overflow by less than a step), does not take bfloat16's float64 data (a
-    regression: 1e39 gave bfloat16's largest for 6% of random numbers with 4 bits)."""
+    """A float64 of 2**128 or more always overflows bfloat16 (Inf when not saturating;
+    saturate="propagate" keeps Inf for Inf alone): the vector kernel, which truncates
+    float64 on float32 (there float32's largest, below bfloat16's overflow by less than a
+    step), marks them (a regression: 1e39 gave bfloat16's largest for 6% of random numbers
+    with 4 bits); NaNs and Infs stay what they are, and float32's largest and values just
+    below 2**128 round stochastically.  The variants keep the Numba kernel there."""
+    from fp8kit._kernels.rounding import MODES
+
     fmt = fp8kit.get_format("bfloat16")
-    big = np.array([2.0**128, 1e39, 1.7e308, 3.4028235677973366e38, 3.4e38, 3.3e38])
+    for bits in (4, 16):
+        assert encode_mode_kernel(fmt, F64, True, STOCHASTIC, bits)[0]._key[0] == "sr_vec"
+    assert encode_mode_kernel(fmt, F64, True, MODES["stochastic_c"], 8)[0]._key[0] == "mode"
+    big = np.array([2.0**128, 1e39, 1.7e308, 3.4028235677973366e38, 3.4e38, 3.3e38,
+                    np.nextafter(2.0**128, 0), np.inf, np.nan, 1e-300, 1e-45])  # fmt: skip
     x = np.concatenate([big, -big] * 200)
-    for sat in (False, True):
-        for bits in (4, 8, 15):
+    x[::7] = -np.nan
+    beyond = np.isfinite(x) & (np.abs(x) >= 2.0**128)
+    for sat in (False, True, "propagate"):
+        for bits in (4, 8, 15, 16):
             got = _oracle_codes(x, fmt, 5, bits, saturate=sat)
-        assert (got[np.abs(x) >= 2.0**128] & 0x7FFF == (0x7F7F if sat else 0x7F80)).all()
+            values = fp8kit.round_to(x, fmt, rounding="stochastic", seed=5, random_bits=bits,
+                                     saturate=sat)  # fmt: skip
+            np.testing.assert_array_equal(values, fp8kit.decode(got, fmt, dtype=F64))
+        assert (got[beyond] & 0x7FFF == (0x7F80 if sat is False else 0x7F7F)).all()

@@ -1118,15 +1118,16 @@ def emit_plane_lookup(builder, intp, width, prm, x, out, n, stream=None):
     return builder.zext(builder.call(red, [acc]), i32)
 
 
-def f64_to_odd_f32(builder, v):
+def f64_to_odd_f32(builder, v, odd=True):
     """float32 bits (``<N x i32>``) of the float64 bits ``v`` (``<N x i64>``, N a multiple
     of 8; AVX-512) rounded to odd: vcvtpd2ps toward zero, then the lowest bit set where
     that was inexact (converted back, it differs; a NaN never compares equal and stays a
     NaN).  Toward zero, a finite float64 beyond float32's range gives its largest finite
     (odd), one below its smallest subnormal a zero, made the smallest subnormal by the
     inexact bit (see :func:`fp8kit._kernels.encode16.f64_byte_kernel`); Inf stays Inf, a
-    NaN a NaN of its sign.  (The integer formula on 64-bit lanes took 0.05 s longer to
-    compile.)"""
+    NaN a NaN of its sign.  ``odd=False``: toward zero alone (truncated: every floor of
+    the value at a coarser bit is the truncated bits' own).  (The integer formula on 64-bit
+    lanes took 0.05 s longer to compile.)"""
     i8, i32 = ir.IntType(8), ir.IntType(32)
     f32, f64 = ir.FloatType(), ir.DoubleType()
     d8, s8, i8x = ir.VectorType(f64, 8), ir.VectorType(f32, 8), ir.VectorType(i32, 8)
@@ -1145,6 +1146,9 @@ def f64_to_odd_f32(builder, v):
         t = builder.call(
             cvt, [d, ir.Constant(s8, None), ir.Constant(i8, 0xFF), ir.Constant(i32, 11)]
         )
+        if not odd:
+            parts.append(builder.bitcast(t, i8x))
+            continue
         inexact = builder.fcmp_unordered("!=", builder.fpext(t, d8), d)
         parts.append(builder.or_(builder.bitcast(t, i8x), builder.select(inexact, one, zero)))
     while len(parts) > 1:  # concatenate: 8 x 8 -> 4 x 16 -> 2 x 32 -> 64 lanes

@@ -1120,13 +1120,15 @@ def encode_mode_kernel(
     if vector_sr and unsigned_sr:
         vec_prm = pack_params(p, q, o, None, mode)  # (its q: the unsigned formats' rule)
     if vector_sr and width == 64:
-        # float64 rounded to odd on float32 (AVX-512), then float32's kernel: the same
-        # codes where random_bits is below the bits float32 drops (its lowest, the sticky
-        # bit, then lies below the bits the rounding reads; larger values saturate or
-        # overflow alike, smaller ones round to zero alike).  Not for formats reaching
-        # 2**127 (bfloat16): a float64 beyond float32's range becomes float32's largest,
-        # which rounds down to the format's largest where the random number is small,
-        # while the value itself always overflows (Inf when not saturating)
+        # float64 truncated on float32 (AVX-512), then float32's kernel: the same codes
+        # where random_bits is at most the bits float32 drops (the floor of the fraction at
+        # the random bits is the truncated bits'; larger values saturate or overflow alike,
+        # smaller ones round to zero alike).  The variants, whose first rounding needs the
+        # sticky bit, round to odd on float32, with random_bits 2 below those bits.  In
+        # formats reaching 2**127 (bfloat16) a float64 beyond float32's range would become
+        # float32's largest, which rounds down to the format's largest where the random
+        # number is small, while the value itself always overflows: stochastic rounding
+        # marks them (stochastic.emit_sr_range's ``beyond``), the variants keep Numba
         from .stochastic import F64_INPUT
 
         sp32 = (
@@ -1134,7 +1136,8 @@ def encode_mode_kernel(
             else _variant_params(fmt, "float32", rbits, 2)
         )  # fmt: skip
         if (
-            F64_INPUT and sp32 is not None and rbits < int(sp32[4]) and fmt.maxexp <= 127
+            F64_INPUT and sp32 is not None
+            and fmt.maxexp <= (128 if kind == KIND_SR else 127)
             and mode_plan(fmt, np.dtype(np.float32), mode)
             == Plan("float32", LOAD_DIRECT, False, "fast")
         ):  # fmt: skip
@@ -1322,7 +1325,7 @@ def encode_mode_kernel(
 
     if vector_sr:  # (see above)
         from .native import GenericNativeKernel
-        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
+        from .stochastic import F64_INPUT, IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
         in_kind = IN_F64 if width == 64 else in_kind
@@ -1331,8 +1334,11 @@ def encode_mode_kernel(
         # (the input kind, a run-time argument of the staged build, after the constants)
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
+        # (every staged kernel of such a format, so that its dtypes share one function)
+        beyond = int(staged and kind == KIND_SR and fmt.maxexp == 128 and F64_INPUT)
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16, excess, int(flush), int(unsigned), to16 if values16 else 0)  # fmt: skip
+                 values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
+                 beyond)  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

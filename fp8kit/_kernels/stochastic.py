@@ -55,6 +55,11 @@ IN_F32, IN_BF16, IN_F16, IN_F64 = 0, 1, 2, 3
 #: rounding reads where ``random_bits`` is below the bits float32 drops (see
 #: :func:`fp8kit._kernels.codec.encode_mode_kernel`).
 F64_INPUT = cpu_has("avx512f")
+#: The staged float32 bits (a signalling NaN no conversion makes: float64 NaNs convert
+#: quiet, 16-bit data widen with their payload's low bits zero) of a finite float64 from
+#: 2**128 on, where the format's largest is below 2**128 but float32's largest truncated
+#: would round down with a small random number.
+_BEYOND = 0x7F800001
 #: Elements per vector of the rounding loop (one 512-bit vector of codes).
 LANES = 64
 #: Philox calls per vector of the random-word loop.
@@ -113,6 +118,7 @@ def emit_sr_range(
     flush=0,
     unsigned=0,
     to16=0,
+    beyond=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -143,7 +149,9 @@ def emit_sr_range(
     +0 where the format has no -0: :func:`fp8kit._kernels.rounding.flush_code`);
     ``unsigned``: 1 for the powers of two of float8_e8m0fnu (``prm``'s unsigned ``q``:
     :func:`fp8kit._kernels.rounding.encode_unsigned_mode`'s stochastic rule, ``rbits`` at
-    most 23)."""
+    most 23); ``beyond``: 1 where float64 data from ``2**128`` on always overflow (a format
+    whose largest is below it, reaching float32's range: bfloat16): they are staged as
+    :data:`_BEYOND`."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -219,6 +227,10 @@ def emit_sr_range(
         mag = builder.select(builder.icmp_unsigned(">", code, ovf), ovf, code)
         mag = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, mag)
         nan = builder.icmp_unsigned(">", a, src_inf)
+        if beyond:  # (float64 data from 2**128 on: overflow, whatever the random number)
+            marked = builder.icmp_unsigned("==", a, c(_BEYOND))
+            mag = builder.select(marked, ovf, mag)
+            nan = builder.and_(nan, builder.not_(marked))
         if neg_zero:  # formats with -0: the NaN code, the sign xor-ed in
             sign = builder.lshr(builder.and_(v, sign_bit), sign_shift)
             return flushed(builder.xor(builder.select(nan, nan_mag, mag), sign))
@@ -336,7 +348,20 @@ def emit_sr_range(
                 size = ir.Constant(intp, 8 if wide else 2)
                 src = builder.gep(x, [builder.mul(at, size)])
                 if wide:
-                    v = f64_to_odd_f32(builder, lanes(i64, src, full, slice_mask))
+                    v64 = lanes(i64, src, full, slice_mask)
+                    # (plain stochastic rounding reads the floor of the fraction: float64
+                    # truncated on float32 gives it for as many random bits as float32
+                    # drops; the variants' first rounding needs the sticky bit)
+                    v = f64_to_odd_f32(builder, v64, odd=bool(variant))
+                    if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
+                        m64 = ir.VectorType(i64, LANES)
+                        a64 = builder.and_(v64, ir.Constant(m64, [(1 << 63) - 1] * LANES))
+                        big = builder.and_(
+                            builder.icmp_unsigned(">=", a64, ir.Constant(m64, [0x47F << 52] * LANES)),
+                            builder.icmp_unsigned("<", a64, ir.Constant(m64, [0x7FF << 52] * LANES)),
+                        )
+                        mark = builder.or_(builder.and_(v, c(-(1 << 31))), c(_BEYOND))
+                        v = builder.select(big, mark, v)
                 else:
                     h = lanes(i16, src, full, slice_mask)
                     bf = builder.shl(builder.zext(h, v32), c(16))
@@ -514,7 +539,7 @@ def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, 
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
     variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
-    unsigned: int = 0, to16: int = 0,
+    unsigned: int = 0, to16: int = 0, beyond: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -561,7 +586,7 @@ def sr_native(
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
                           variant, code_bytes, values16, excess, flush, unsigned,
-                          to16)  # fmt: skip
+                          to16, beyond)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
