@@ -354,12 +354,13 @@ def emit_sr_range(
                     # drops; the variants' first rounding needs the sticky bit)
                     v = f64_to_odd_f32(builder, v64, odd=bool(variant))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
-                        m64 = ir.VectorType(i64, LANES)
-                        a64 = builder.and_(v64, ir.Constant(m64, [(1 << 63) - 1] * LANES))
-                        big = builder.and_(
-                            builder.icmp_unsigned(">=", a64, ir.Constant(m64, [0x47F << 52] * LANES)),
-                            builder.icmp_unsigned("<", a64, ir.Constant(m64, [0x7FF << 52] * LANES)),
-                        )
+
+                        def c64(value):
+                            return ir.Constant(ir.VectorType(i64, LANES), [value] * LANES)
+
+                        a64 = builder.and_(v64, c64((1 << 63) - 1))
+                        low = builder.icmp_unsigned(">=", a64, c64(0x47F << 52))
+                        big = builder.and_(low, builder.icmp_unsigned("<", a64, c64(0x7FF << 52)))
                         mark = builder.or_(builder.and_(v, c(-(1 << 31))), c(_BEYOND))
                         v = builder.select(big, mark, v)
                 else:
