@@ -672,6 +672,16 @@ PUBLIC_COLD = {
         ".astype(np.float32))",
         "fp8kit.fake_convert(big2d, np.float32(2.0) + np.zeros((1024, 1), np.float32), "
         "np.where(np.arange(1024)[:, None] == 9, np.nan, 0.5).astype(np.float32))"),
+    # the eighteenth pass: the unsigned P3109 formats in round_to (encode's kernel, then
+    # decode's), the variants to bfloat16/float16, float64 data -> bfloat16 stochastic
+    "round_to p3109_k8p1ue, then float64 -> p3109_k8p6ue": (
+        "fp8kit.round_to(big, 'p3109_k8p1ue')", "fp8kit.round_to(big64, 'p3109_k8p6ue')"),
+    "round_to bfloat16 stochastic_c, then float16 stochastic_half": (
+        "fp8kit.round_to(big, 'bfloat16', rounding='stochastic_c', seed=1)",
+        "fp8kit.round_to(big, 'float16', rounding='stochastic_half', seed=1)"),
+    "round_to stochastic bfloat16, then float64 data": (
+        "fp8kit.round_to(big, 'bfloat16', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big64, 'bfloat16', rounding='stochastic', seed=1)"),
 }  # fmt: skip
 
 _COLD_CODE = """

@@ -142,6 +142,13 @@ _PUBLIC_COLD = {
     "'float16')",
     "fake_convert_one_nan_row": "fp8kit.fake_convert(big.reshape(1024, 1024), "
     "np.where(np.arange(1024)[:, None] == 9, np.nan, 1.5).astype(np.float32))",
+    # the eighteenth pass: round_to of the unsigned P3109 formats, the variants to 16-bit
+    # formats, float64 data stochastically to bfloat16
+    "round_to_p3109_unsigned_precision_1": "fp8kit.round_to(big, 'p3109_k8p1ue')",
+    "round_to_stochastic_c_to_bfloat16": "fp8kit.round_to(big, 'bfloat16', "
+    "rounding='stochastic_c', seed=1)",
+    "round_to_float64_stochastic_to_bfloat16": "fp8kit.round_to(big.astype(np.float64), "
+    "'bfloat16', rounding='stochastic', seed=1)",
 }
 
 
