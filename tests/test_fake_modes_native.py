@@ -49,10 +49,23 @@ def test_stochastic_rounding_of_the_formats_is_native_where_the_cpu_has_vbmi():
         pytest.skip("no AVX512-VBMI: round_to's stochastic kernel does not look values up")
     assert all(native_rounding(fmt, kw) for fmt in FORMATS for kw in STOCHASTIC)
     # (the variants too since the fifteenth pass, where a bit of the fraction lies below
-    # the random bits: float32 drops 20 for float8_e4m3fn)
+    # the random bits: float32 drops 20 for float8_e4m3fn; since the eighteenth with more
+    # random bits too, while the fixed point below the smallest normal holds the mantissa
+    # and the random bits plus one within 30 bits)
     for mode in ("stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half"):
         assert native_rounding("f8e4m3", dict(rounding=mode, seed=1))
-        assert not native_rounding("f8e4m3", dict(rounding=mode, seed=1, random_bits=20))
+        assert native_rounding("f8e4m3", dict(rounding=mode, seed=1, random_bits=20))
+        assert native_rounding("f8e4m3", dict(rounding=mode, seed=1, random_bits=26))
+        assert not native_rounding("f8e4m3", dict(rounding=mode, seed=1, random_bits=27))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+def test_variants_with_as_many_random_bits_as_dropped_give_the_general_kernels_bits(dt):
+    """The variants with 20 and 24 random bits (float32 drops 20 for float8_e4m3fn): the
+    native passes' bits, every scale."""
+    options = [dict(rounding="stochastic_b", seed=3, random_bits=20),
+               dict(rounding="stochastic_odd", seed=4, random_bits=24)]  # fmt: skip
+    assert_every_scale(data(dt), dt, "f8e4m3", options)
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=IDS)
