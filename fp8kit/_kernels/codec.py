@@ -1097,7 +1097,9 @@ def encode_mode_kernel(
         values16 = kind16 if (to16 == 1 or kind16 == 2 or _hardware_half()) else 0
     # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
     # random bits)
-    unsigned_sr = unsigned and kind == KIND_SR and width == 32 and rbits <= 23
+    # (float64 data rounded to odd on float32 first: up to 21 random bits, the sticky bit
+    # then below the fraction's bits read, 2**-127's too)
+    unsigned_sr = unsigned and kind == KIND_SR and rbits <= (23 if width == 32 else 21)
     vector_sr = vector and (
         kind in (KIND_SR, KIND_VAR) and (not unsigned or unsigned_sr) and fmt.bits <= 16
         and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
@@ -1117,8 +1119,14 @@ def encode_mode_kernel(
         vec_sp = _variant_params(fmt, pl.source, rbits, 1, excess=True)
     excess = int(vec_sp is not None and rbits + (kind == KIND_VAR) > int(vec_sp[4]))
     vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
-    if vector_sr and unsigned_sr:
-        vec_prm = pack_params(p, q, o, None, mode)  # (its q: the unsigned formats' rule)
+    if vector_sr and unsigned_sr:  # (its q: the unsigned formats' rule, on float32 bits)
+        from .stochastic import F64_INPUT
+
+        if width == 32:
+            vec_prm = pack_params(p, q, o, None, mode)
+        elif F64_INPUT:
+            p32, q32 = _params(fmt, "float32", saturate, mode)
+            vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), None, mode)
     if vector_sr and width == 64:
         # float64 truncated on float32 (AVX-512), then float32's kernel: the same codes
         # where random_bits is at most the bits float32 drops (the floor of the fraction at
@@ -1336,6 +1344,7 @@ def encode_mode_kernel(
         code_bytes = 1 if fmt.bits <= 8 else 2
         # (every staged kernel of such a format, so that its dtypes share one function)
         beyond = int(staged and kind == KIND_SR and fmt.maxexp == 128 and F64_INPUT)
+        # (float8_e8m0fnu's float64 data: rounded to odd, see unsigned_sr)
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
                  beyond)  # fmt: skip

@@ -273,9 +273,12 @@ def emit_sr_range(
             code = builder.select(tiny, up(frac), normal)
             code = builder.select(builder.icmp_unsigned(">", code, u_max), u_ovf, code)
             code = builder.select(builder.icmp_unsigned("==", a, u_inf), u_inf_res, code)
-            bad = builder.or_(
-                builder.icmp_unsigned("!=", v, a), builder.icmp_unsigned(">", a, u_inf)
-            )
+            nan = builder.icmp_unsigned(">", a, u_inf)
+            if beyond:  # (float64 data from 2**128 on: overflow)
+                marked = builder.icmp_unsigned("==", a, c(_BEYOND))
+                code = builder.select(marked, u_ovf, code)
+                nan = builder.and_(nan, builder.not_(marked))
+            bad = builder.or_(builder.icmp_unsigned("!=", v, a), nan)
             bad = builder.or_(bad, builder.icmp_unsigned("==", a, zero))
             return builder.select(bad, u_nan, code)
 
@@ -351,8 +354,9 @@ def emit_sr_range(
                     v64 = lanes(i64, src, full, slice_mask)
                     # (plain stochastic rounding reads the floor of the fraction: float64
                     # truncated on float32 gives it for as many random bits as float32
-                    # drops; the variants' first rounding needs the sticky bit)
-                    v = f64_to_odd_f32(builder, v64, odd=bool(variant))
+                    # drops; the variants' first rounding needs the sticky bit, and
+                    # float8_e8m0fnu's rule a nonzero value below float32's subnormals)
+                    v = f64_to_odd_f32(builder, v64, odd=bool(variant or unsigned))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
 
                         def c64(value):
