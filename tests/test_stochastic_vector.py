@@ -608,3 +608,60 @@ def test_float64_beyond_float32s_range_overflows_in_stochastic_rounding_to_bfloa
                                      saturate=sat)  # fmt: skip
             np.testing.assert_array_equal(values, fp8kit.decode(got, fmt, dtype=F64))
         assert (got[beyond] & 0x7FFF == (0x7F80 if sat is False else 0x7F7F)).all()
+
+
+def _swap_mxcsr():
+    """A function setting this thread's MXCSR and returning the old one (x86-64)."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    mod = ir.Module(name="mxcsr")
+    i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
+    load = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i8p]), "llvm.x86.sse.ldmxcsr")
+    store = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i8p]), "llvm.x86.sse.stmxcsr")
+    fn = ir.Function(mod, ir.FunctionType(i32, [i32]), "swap_mxcsr")
+    b = ir.IRBuilder(fn.append_basic_block())
+    slot = b.alloca(i32)
+    b.call(store, [b.bitcast(slot, i8p)])
+    old = b.load(slot)
+    b.store(fn.args[0], slot)
+    b.call(load, [b.bitcast(slot, i8p)])
+    b.ret(old)
+    parsed = llvm.parse_assembly(str(mod))
+    machine = llvm.Target.from_default_triple().create_target_machine()
+    engine = llvm.create_mcjit_compiler(parsed, machine)
+    engine.finalize_object()
+    swap = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint32)(
+        engine.get_function_address("swap_mxcsr")
+    )
+    swap.engine = engine  # (keeps the code alive)
+    return swap
+
+
+@pytest.mark.parametrize("fmt", ["bfloat16", "float8_e8m0fnu"])
+def test_float64_stochastic_rounding_ignores_flush_to_zero(fmt):
+    """float64 data in float32's subnormal range, stochastically to the formats that reach
+    it (bfloat16's subnormals, float8_e8m0fnu's 2**-127): the same codes with this
+    thread's flush-to-zero and denormals-are-zero bits set (as another library may leave
+    them), the float32 subnormals taken by integer operations, not the conversion."""
+    if not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    kernel = encode_mode_kernel(fp8kit.get_format(fmt), F64, True, STOCHASTIC, 16)[0]
+    assert kernel._key[0] == "sr_vec"
+    tiny = np.geomspace(2.0**-151, 2.0**-125, 1500)
+    x = np.concatenate([tiny, -tiny, tiny * (1 + 2.0**-40), [2.0**-127, 2.0**-149, 1e-300]])
+    kw = dict(rounding="stochastic", seed=13)
+    want = fp8kit.encode(x, fmt, **kw)
+    # (subnormal codes, not zeros alone; float8_e8m0fnu: 2**-127, -126 and -125, NaN)
+    assert len({int(c) for c in want}) > (20 if fmt == "bfloat16" else 3)
+    swap = _swap_mxcsr()
+    old = swap(0x1F80 | 0x8040)  # (exceptions masked, flush-to-zero, denormals-are-zero)
+    try:
+        got = fp8kit.encode(x, fmt, **kw)
+        flushed = np.float32(1e-40) * np.float32(1.0)  # (the mode is on)
+    finally:
+        swap(old)
+    assert flushed == 0
+    np.testing.assert_array_equal(got, want)

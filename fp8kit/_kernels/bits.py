@@ -1118,7 +1118,7 @@ def emit_plane_lookup(builder, intp, width, prm, x, out, n, stream=None):
     return builder.zext(builder.call(red, [acc]), i32)
 
 
-def f64_to_odd_f32(builder, v, odd=True):
+def f64_to_odd_f32(builder, v, odd=True, subnormals=False):
     """float32 bits (``<N x i32>``) of the float64 bits ``v`` (``<N x i64>``, N a multiple
     of 8; AVX-512) rounded to odd: vcvtpd2ps toward zero, then the lowest bit set where
     that was inexact (converted back, it differs; a NaN never compares equal and stays a
@@ -1127,7 +1127,10 @@ def f64_to_odd_f32(builder, v, odd=True):
     inexact bit (see :func:`fp8kit._kernels.encode16.f64_byte_kernel`); Inf stays Inf, a
     NaN a NaN of its sign.  ``odd=False``: toward zero alone (truncated: every floor of
     the value at a coarser bit is the truncated bits' own).  (The integer formula on 64-bit
-    lanes took 0.05 s longer to compile.)"""
+    lanes took 0.05 s longer to compile.)  ``subnormals``: results below float32's smallest
+    normal by that integer formula (the float64 significand shifted), which a flush-to-zero
+    or denormals-are-zero mode set by another library cannot change (the conversion, and
+    the exactness test through float32, can): for formats whose values reach them."""
     i8, i32 = ir.IntType(8), ir.IntType(32)
     f32, f64 = ir.FloatType(), ir.DoubleType()
     d8, s8, i8x = ir.VectorType(f64, 8), ir.VectorType(f32, 8), ir.VectorType(i32, 8)
@@ -1146,11 +1149,14 @@ def f64_to_odd_f32(builder, v, odd=True):
         t = builder.call(
             cvt, [d, ir.Constant(s8, None), ir.Constant(i8, 0xFF), ir.Constant(i32, 11)]
         )
-        if not odd:
-            parts.append(builder.bitcast(t, i8x))
-            continue
-        inexact = builder.fcmp_unordered("!=", builder.fpext(t, d8), d)
-        parts.append(builder.or_(builder.bitcast(t, i8x), builder.select(inexact, one, zero)))
+        t = builder.bitcast(t, i8x)
+        if odd:
+            inexact = builder.fcmp_unordered("!=", builder.fpext(builder.bitcast(t, s8), d8), d)
+            t = builder.or_(t, builder.select(inexact, one, zero))
+        if subnormals:
+            d_bits = builder.bitcast(d, ir.VectorType(ir.IntType(64), 8))
+            t = _f32_subnormal_bits(builder, d_bits, t, odd)
+        parts.append(t)
     while len(parts) > 1:  # concatenate: 8 x 8 -> 4 x 16 -> 2 x 32 -> 64 lanes
         width = parts[0].type.count
         both = ir.Constant(ir.VectorType(i32, 2 * width), list(range(2 * width)))
@@ -1158,6 +1164,31 @@ def f64_to_odd_f32(builder, v, odd=True):
             builder.shuffle_vector(a, b, both) for a, b in zip(parts[::2], parts[1::2], strict=True)
         ]
     return parts[0]
+
+
+def _f32_subnormal_bits(builder, bits, t, odd):
+    """``t`` (``<8 x i32>``, float64 ``bits`` converted to float32) where the value is below
+    float32's smallest normal replaced by its float32 subnormal, truncated (rounded to odd
+    with ``odd``), by integer operations: the significand ``m`` shifted right by
+    ``926 - E`` (E its biased exponent; 63 at most, where nothing of ``m`` remains)."""
+    i64v = bits.type
+    i32v = t.type
+
+    def c(value):
+        return ir.Constant(i64v, [value] * 8)
+
+    e = builder.and_(builder.lshr(bits, c(52)), c(0x7FF))
+    frac = builder.and_(bits, c((1 << 52) - 1))
+    m = builder.select(builder.icmp_unsigned("!=", e, c(0)), builder.or_(frac, c(1 << 52)), frac)
+    sh = builder.sub(c(926), e)
+    sh = builder.select(builder.icmp_unsigned(">", sh, c(63)), c(63), sh)
+    sub = builder.trunc(builder.lshr(m, sh), i32v)
+    if odd:
+        lost = builder.and_(m, builder.sub(builder.shl(c(1), sh), c(1)))
+        sub = builder.or_(sub, builder.zext(builder.icmp_unsigned("!=", lost, c(0)), i32v))
+    sign = builder.trunc(builder.lshr(bits, c(32)), i32v)
+    sub = builder.or_(sub, builder.and_(sign, ir.Constant(i32v, [-(1 << 31)] * 8)))
+    return builder.select(builder.icmp_unsigned("<=", e, c(896)), sub, t)
 
 
 def nonzero(builder, n):

@@ -356,7 +356,10 @@ def emit_sr_range(
                     # truncated on float32 gives it for as many random bits as float32
                     # drops; the variants' first rounding needs the sticky bit, and
                     # float8_e8m0fnu's rule a nonzero value below float32's subnormals)
-                    v = f64_to_odd_f32(builder, v64, odd=bool(variant or unsigned))
+                    # (formats spanning float32's range, bfloat16 and float8_e8m0fnu, reach
+                    # its subnormals too: those by integer operations)
+                    v = f64_to_odd_f32(builder, v64, odd=bool(variant or unsigned),
+                                       subnormals=bool(beyond))  # fmt: skip
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
 
                         def c64(value):
