@@ -123,10 +123,10 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
-            if dt == F64 and bits > (21 if fmt.specials == "unsigned" else 23 - fmt.mantissa_bits):
-                # (float64 data: at most the random bits float32 drops, truncated on
-                # float32, whose bits then floor the fraction; the other data take more
-                # too; float8_e8m0fnu's rule up to 21, rounded to odd on float32)
+            if dt == F64 and fmt.specials == "unsigned" and bits > 21:
+                # (float64 data: truncated on float32, whose bits floor the fraction, and
+                # the 32 bits below them where more random bits are read; float8_e8m0fnu's
+                # rule up to 21, rounded to odd on float32)
                 assert vec._key[0] == "mode"
                 continue
             assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
@@ -388,8 +388,10 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
         room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
         assert taken == 2 * sum(room)
     if dt == F64 and (not values or fmt.name in ("bfloat16", "float16")):
-        # (bfloat16, whose range is float32's, too: see the next test)
-        assert taken == 2 * sum(b <= drop for b in every)
+        # (bfloat16, whose range is float32's, too: see the overflow test; more random
+        # bits than float32 drops from the 32 bits below those it keeps, staged beside)
+        room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
+        assert taken == 2 * sum(room)
     if values and dt in (BF16, F16):
         # 16-bit data's values: the codes themselves, or rounded to the other 16-bit dtype
         # (bfloat16 -> float16 values where the CPU converts float32 to float16); a user's
@@ -610,6 +612,67 @@ def test_float64_beyond_float32s_range_overflows_in_stochastic_rounding_to_bfloa
         assert (got[beyond] & 0x7FFF == (0x7F80 if sat is False else 0x7F7F)).all()
 
 
+def _float64_beyond_float32():
+    """float64 values with bits below float32's precision: X64, values at float16's
+    subnormal ties widened and moved by up to 2**-20 of themselves, random normals over
+    2**-30 .. 2**20, as bits."""
+    rng = np.random.default_rng(19)
+    ties = _subnormal_ties().view(np.float32).astype(np.float64)
+    ties = ties * (1 + rng.uniform(0, 2.0**-20, ties.size))
+    normals = rng.standard_normal(50_000) * np.exp2(rng.integers(-30, 20, 50_000))
+    return np.concatenate([X64, ties.view(np.uint64), normals.view(np.uint64)])
+
+
+def _float64_many_bits(fmt, bit_counts, values=False):
+    fmt = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
+    xs = _float64_beyond_float32()
+    table = np.dtype(np.uint64) if values else None
+    planes = values and fmt.bits <= 8
+    out_dt = np.uint64 if values else (np.uint16 if fmt.bits > 8 else np.uint8)
+    for bits in bit_counts:
+        for sat in (True, False):
+            args = (fmt, F64, sat, STOCHASTIC, bits, table)
+            vec = encode_mode_kernel(*args, planes=planes)[0]
+            ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
+            assert vec._key[0] == "sr_vec" and vec._key[-1] == 1, (bits, sat)  # (extra64)
+            got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
+            for kernel, out in ((vec, got), (ref, want)):
+                tab = dummy(np.uint8)
+                if values:
+                    tab = format_planes(fmt, F64) if kernel.planes else decode_table(fmt, F64)
+                    tab = tab if kernel.planes else tab.view(np.uint64)
+                kernel.build()(xs, dummy(np.uint32), tab, out, KEY, 777, 3)
+            assert got.tolist() == want.tolist(), (bits, sat)
+
+
+@pytest.mark.parametrize(("fmt", "bits"), [("float16", 16), ("bfloat16", 20),
+                                           ("float8_e4m3fn", 24), (E6M9, 21)], ids=str)  # fmt: skip
+def test_float64_stochastic_rounding_with_more_random_bits_than_float32_keeps(fmt, bits):
+    """float64 data with more random bits than float32 drops below the format's precision
+    (float16 in the default 16): the fraction's bits beyond float32's come from the 32 bits
+    below those truncated on float32 (staged beside them), in the normal range and below
+    the smallest normal: the Numba kernel's bits (which rounds float64 itself), values
+    with bits below float32's precision at float16's subnormal ties too."""
+    if not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    _float64_many_bits(fmt, (bits,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+                                 "float6_e3m2fn", E6M9], ids=str)  # fmt: skip
+def test_float64_stochastic_rounding_with_many_random_bits_every_case(fmt, values):
+    if values and isinstance(fmt, fp8kit.FloatFormat):
+        pytest.skip("a user's 16-bit format's values: the Numba kernel with the table")
+    f = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
+    sh = 23 - f.mantissa_bits
+    counts = [b for b in (sh + 1, 16, 20, 24, 26, 29, 32) if b > sh]
+    if f.name != "bfloat16":
+        counts = [b for b in counts if f.mantissa_bits + b <= 30]
+    _float64_many_bits(fmt, counts, values)
+
+
 def _swap_mxcsr():
     """A function setting this thread's MXCSR and returning the old one (x86-64)."""
     import ctypes
@@ -665,3 +728,21 @@ def test_float64_stochastic_rounding_ignores_flush_to_zero(fmt):
         swap(old)
     assert flushed == 0
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16",
+                                                         "float64"])  # fmt: skip
+def test_stochastic_round_to_writes_its_output_and_nothing_beyond(dt):
+    """round_to into ``out``, a view ending inside a larger buffer, length no multiple of a
+    vector (the kernels' staged, extra-word and value paths for each dtype): every element
+    written as without ``out``, the rest of the buffer untouched."""
+    x = (np.random.default_rng(20).standard_normal(1000) * 4).astype(dt)
+    for fmt in ("bfloat16", "float16", "float8_e4m3fn", "float8_e8m0fnu"):
+        variant = () if fmt == "float8_e8m0fnu" else (dict(rounding="stochastic_c", seed=2),)
+        for kw in (dict(rounding="stochastic", seed=1), *variant):
+            buf = np.full(x.size + 130, 7, dt)
+            out = buf[:1000]
+            fp8kit.round_to(x, fmt, out=out, **kw)
+            u = f"u{dt.itemsize}"
+            assert (buf[1000:].view(u) == np.full(130, 7, dt).view(u)).all(), (fmt, kw)
+            np.testing.assert_array_equal(out.view(u), fp8kit.round_to(x, fmt, **kw).view(u))

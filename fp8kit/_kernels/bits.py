@@ -1191,6 +1191,32 @@ def _f32_subnormal_bits(builder, bits, t, odd):
     return builder.select(builder.icmp_unsigned("<=", e, c(896)), sub, t)
 
 
+def f64_dropped_bits(builder, bits):
+    """The 32 bits of float64 ``bits`` (``<N x i64>``) right below those it keeps truncated
+    on float32 (:func:`f64_to_odd_f32` with ``odd=False``), as ``<N x i32>``: the
+    significand's 29 lowest where float32 is normal, more where it is subnormal (then the
+    top 32 of those), 0 from float32's overflow on (and Inf, NaN); integer operations only."""
+    vt = bits.type
+    n = vt.count
+
+    def c(value):
+        return ir.Constant(vt, [value] * n)
+
+    e = builder.and_(builder.lshr(bits, c(52)), c(0x7FF))
+    frac = builder.and_(bits, c((1 << 52) - 1))
+    m = builder.select(builder.icmp_unsigned("!=", e, c(0)), builder.or_(frac, c(1 << 52)), frac)
+    # (dropped: 29 where float32 is normal, 926 - E below; their top 32 are m's bits from
+    # 894 - E on, shifted left by E - 894 where fewer than 32 are dropped)
+    right = builder.icmp_unsigned("<=", e, c(894))
+    down = builder.select(right, builder.sub(c(894), e), c(0))
+    down = builder.select(builder.icmp_unsigned(">", down, c(63)), c(63), down)
+    sub = builder.icmp_unsigned("<=", e, c(896))
+    up = builder.select(right, c(0), builder.select(sub, builder.sub(e, c(894)), c(3)))
+    low = builder.select(right, builder.lshr(m, down), builder.shl(m, up))
+    low = builder.select(builder.icmp_unsigned(">", e, c(1150)), c(0), low)
+    return builder.trunc(low, ir.VectorType(ir.IntType(32), n))
+
+
 def nonzero(builder, n):
     """``n``, or 1 where it is 0: a divisor that cannot trap (no rows, no walk, then)."""
     one = ir.Constant(n.type, 1)

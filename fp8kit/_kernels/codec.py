@@ -1143,6 +1143,11 @@ def encode_mode_kernel(
             stochastic_params(fmt, "float32", rbits) if kind == KIND_SR
             else _variant_params(fmt, "float32", rbits, 2)
         )  # fmt: skip
+        if kind == KIND_SR and sp32 is None:
+            # (more random bits than float32 drops, float16 in the default 16: the 32 bits
+            # below those float32 keeps carry into the fraction, staged beside them)
+            sp32 = stochastic_params(fmt, "float32", rbits, excess=True)
+            excess = int(sp32 is not None)
         if (
             F64_INPUT and sp32 is not None
             and fmt.maxexp <= (128 if kind == KIND_SR else 127)
@@ -1344,10 +1349,11 @@ def encode_mode_kernel(
         code_bytes = 1 if fmt.bits <= 8 else 2
         # (every staged kernel of such a format, so that its dtypes share one function)
         beyond = int(staged and kind == KIND_SR and fmt.maxexp == 128 and F64_INPUT)
+        extra64 = int(staged and kind == KIND_SR and bool(excess) and F64_INPUT)
         # (float8_e8m0fnu's float64 data: rounded to odd, see unsigned_sr)
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
-                 beyond)  # fmt: skip
+                 beyond, extra64)  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

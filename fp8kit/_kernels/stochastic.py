@@ -35,6 +35,7 @@ from .bits import (
     block_load,
     block_store,
     cpu_has,
+    f64_dropped_bits,
     f64_to_odd_f32,
     flush_subnormal_codes,
     load_planes,
@@ -119,6 +120,7 @@ def emit_sr_range(
     unsigned=0,
     to16=0,
     beyond=0,
+    extra64=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -151,7 +153,9 @@ def emit_sr_range(
     :func:`fp8kit._kernels.rounding.encode_unsigned_mode`'s stochastic rule, ``rbits`` at
     most 23); ``beyond``: 1 where float64 data from ``2**128`` on always overflow (a format
     whose largest is below it, reaching float32's range: bfloat16): they are staged as
-    :data:`_BEYOND`."""
+    :data:`_BEYOND`; ``extra64``: 1 where ``excess`` takes float64 data too (the 32 bits
+    below those truncated on float32 staged beside them,
+    :func:`fp8kit._kernels.bits.f64_dropped_bits`, carry into the fraction)."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -188,12 +192,16 @@ def emit_sr_range(
         value_size = builder.select(in_64, ir.Constant(intp, 8), ir.Constant(intp, 2))
     else:
         value_size = ir.Constant(intp, 4)
+    if staging and extra64:  # (and float64 data's bits below those)
+        extras = cgutils.alloca_once(builder, i32, size=block)
+        extras.align = 64
     out_size = value_size if to_values else ir.Constant(intp, code_bytes)
     lanes_c = ir.Constant(ir.VectorType(i64, CALLS), list(range(CALLS)))
     lanes_e = ir.Constant(v32, list(range(LANES)))
 
-    def rounded(v, rnd):
-        """encode_stochastic_fast, then _finish_with (the overflow code by sign)"""
+    def rounded(v, rnd, ext=None):
+        """encode_stochastic_fast, then _finish_with (the overflow code by sign); ``ext``:
+        float64 data's 32 bits below ``v``'s (0 for the other data)"""
         a = builder.and_(v, abs_mask)
         t_normal = builder.add(a, rebias)
         # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
@@ -210,6 +218,27 @@ def emit_sr_range(
         elif variant:
             up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
             code = builder.add(builder.lshr(t, sh), up)
+        elif excess and ext is not None:
+            # (float64 data: the fraction's rbits bits are float32's sh and the top
+            # rbits - sh of ``ext``; below the smallest normal those of ``ext`` below the
+            # fixed point's bits from float32, k of them where k > 0)
+            r_b = builder.lshr(rnd, c(32 - rbits)) if rbits < 32 else rnd
+            max_b = c((1 << rbits) - 1 - (1 << 32 if rbits == 32 else 0))
+            dd = builder.sub(c(rbits), sh)  # (>= 1)
+            frac = builder.and_(t_normal, builder.sub(builder.shl(c(1), sh), c(1)))
+            f_b = builder.or_(builder.shl(frac, dd), builder.lshr(ext, builder.sub(c(32), dd)))
+            up = builder.icmp_unsigned(">", r_b, builder.sub(max_b, f_b))
+            normal = builder.add(builder.lshr(t_normal, sh), builder.zext(up, v32))
+            e_a = builder.lshr(a, c(23))
+            e_a = builder.select(builder.icmp_unsigned("<", e_a, c(1)), c(1), e_a)
+            k = builder.add(builder.sub(e_a, builder.lshr(min_normal, c(23))), dd)
+            more = builder.icmp_signed(">", k, zero)
+            k = builder.select(more, k, c(1))
+            k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)  # (small: < 32)
+            fixed = builder.add(fixed, builder.select(
+                more, builder.lshr(ext, builder.sub(c(32), k)), zero))  # fmt: skip
+            tiny = builder.lshr(builder.add(fixed, r_b), c(rbits))
+            code = builder.select(small, tiny, normal)
         elif excess:
             # (more random bits than the sh fraction bits: in the normal range the random
             # part's top sh bits carry; below the smallest normal ``fixed`` has rbits
@@ -370,6 +399,9 @@ def emit_sr_range(
                         big = builder.and_(low, builder.icmp_unsigned("<", a64, c64(0x7FF << 52)))
                         mark = builder.or_(builder.and_(v, c(-(1 << 31))), c(_BEYOND))
                         v = builder.select(big, mark, v)
+                    if extra64:
+                        dst = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
+                        builder.store(f64_dropped_bits(builder, v64), dst, align=64)
                 else:
                     h = lanes(i16, src, full, slice_mask)
                     bf = builder.shl(builder.zext(h, v32), c(16))
@@ -397,7 +429,15 @@ def emit_sr_range(
             if parts > 1:  # (the part moved to the word's top bits)
                 rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
             vcode = ir.VectorType(ir.IntType(8 * code_bytes), LANES)
-            codes = builder.trunc((rounded_unsigned if unsigned else rounded)(v, rnd), vcode)
+            if unsigned:
+                codes = rounded_unsigned(v, rnd)
+            elif staging and extra64:  # (float64 data only: other data's bits are exact)
+                ep = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
+                ext = builder.select(in_64, builder.load(ep, align=64), zero)
+                codes = rounded(v, rnd, ext)
+            else:
+                codes = rounded(v, rnd)
+            codes = builder.trunc(codes, vcode)
             dst = builder.gep(out, [builder.mul(at, out_size)])
 
             def store(result, dst=dst, full=full, slice_mask=slice_mask):
@@ -547,7 +587,7 @@ def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, 
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
     variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
-    unsigned: int = 0, to16: int = 0, beyond: int = 0,
+    unsigned: int = 0, to16: int = 0, beyond: int = 0, extra64: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -594,7 +634,7 @@ def sr_native(
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
                           variant, code_bytes, values16, excess, flush, unsigned,
-                          to16, beyond)  # fmt: skip
+                          to16, beyond, extra64)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
