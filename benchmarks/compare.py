@@ -682,6 +682,9 @@ PUBLIC_COLD = {
     "round_to stochastic bfloat16, then float64 data": (
         "fp8kit.round_to(big, 'bfloat16', rounding='stochastic', seed=1)",
         "fp8kit.round_to(big64, 'bfloat16', rounding='stochastic', seed=1)"),
+    "round_to stochastic float16, then float64 data to float8_e8m0fnu": (
+        "fp8kit.round_to(big64, 'float16', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big64, 'float8_e8m0fnu', rounding='stochastic', seed=1)"),
 }  # fmt: skip
 
 _COLD_CODE = """

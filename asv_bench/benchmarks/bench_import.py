@@ -149,6 +149,8 @@ _PUBLIC_COLD = {
     "rounding='stochastic_c', seed=1)",
     "round_to_float64_stochastic_to_bfloat16": "fp8kit.round_to(big.astype(np.float64), "
     "'bfloat16', rounding='stochastic', seed=1)",
+    "round_to_float64_stochastic_to_float16": "fp8kit.round_to(big.astype(np.float64), "
+    "'float16', rounding='stochastic', seed=1)",
 }
 
 
