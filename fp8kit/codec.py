@@ -354,13 +354,10 @@ def _encode_choice(fmt: FloatFormat, dtype: np.dtype, sat, mode: int, key, rbits
         # offset: the flat index of x[0] (non-zero for a Dask block; keys the random stream)
         extra = (key, _args.current_offset() if is_stochastic(mode) else 0)
         # (deterministic modes; float8_e8m0fnu's own formula, which no flush changes)
-        native = mode_kernel(fmt, dtype, sat, mode, ftz) or unsigned_kernel(
-            fmt, dtype, sat, mode=mode
-        )
-        if native is None and widen:
-            # (P3109's unsigned precision-1 formats, whose smallest normal is a float32
-            # subnormal: the float64 data the plan widens to, as the Numba kernel reads them)
-            native = mode_kernel(fmt, np.dtype(np.float64), sat, mode, ftz)
+        # (on the float64 data the plan widens to, as in nearest-even: P3109's unsigned
+        # precision-1 formats, whose smallest normal is a float32 subnormal)
+        native = mode_kernel(fmt, np.dtype(np.float64) if widen else dtype, sat, mode,
+                             ftz) or unsigned_kernel(fmt, dtype, sat, mode=mode)  # fmt: skip
         if native is not None:
             kernel, extra = native, ()
     return kernel, pl, widen, extra

@@ -512,3 +512,42 @@ def test_stochastic_precision_1_and_e8m0_match_gfloat(name, dtype):
                 in_dtype = want.astype(dtype).astype(np.float64)
             ok = same(got.astype(np.float64), in_dtype)
             assert ok.all(), (name, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float8_e8m0fnu"])
+def test_stochastic_rounding_of_float64_data_matches_gfloat(name):
+    """float64 data, stochastically (the vector kernel: truncated on float32 with the 32
+    bits below staged beside where float16 reads 16 random bits, a marker from 2**128 on,
+    rounded to odd for float8_e8m0fnu): gfloat's StochasticFastest on the float64 values
+    with the same random bits, values with bits far below float32's precision, around
+    the formats' subnormals, their largest and float32's range, both saturations."""
+    from gfloat.formats import format_info_bfloat16, format_info_binary16, format_info_ocp_e8m0
+
+    from fp8kit._kernels.codec import encode_mode_kernel
+    from fp8kit._kernels.rounding import STOCHASTIC, random_words
+
+    fmt = get_format(name)
+    fi = {"float16": format_info_binary16, "bfloat16": format_info_bfloat16}.get(
+        name, format_info_ocp_e8m0
+    )
+    rng = np.random.default_rng(21)
+    v = code_values(fmt)
+    v = np.unique(v[np.isfinite(v) & (v > 0)])
+    frac = rng.uniform(0, 1, v.size - 1)
+    low = rng.uniform(0, 2.0**-30, v.size - 1)  # (bits below float32's)
+    x = np.concatenate([v, v[:-1] + (v[1:] - v[:-1]) * (frac + low), v * (1 + 2.0**-40),
+                        [2.0**128, 1e39, 1e300, 3.4028235677973366e38, 1e-46, 1e-300]])  # fmt: skip
+    if name != "float8_e8m0fnu":
+        x = np.concatenate([x, -x])
+    else:  # (gfloat returns values below 2**-127 unrounded; the exact oracle's tests: 2**-127)
+        x = x[x >= 2.0**-127]
+    for bits in (4, 16):
+        kernel = encode_mode_kernel(fmt, np.dtype(np.float64), True, STOCHASTIC, bits)[0]
+        assert kernel._key[0] == "sr_vec", bits
+        srbits = (random_words(x.size, 5, bits) >> np.uint32(32 - bits)).astype(np.int64)
+        for sat in (True, False):
+            got = fp8kit.round_to(x, fmt, rounding="stochastic", seed=5, random_bits=bits,
+                                  saturate=sat)  # fmt: skip
+            want = gfloat.round_ndarray(fi, x, RoundMode.StochasticFastest, sat, srbits, bits)
+            ok = same(got, want)
+            assert ok.all(), (name, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])

@@ -1166,6 +1166,20 @@ def f64_to_odd_f32(builder, v, odd=True, subnormals=False):
     return parts[0]
 
 
+def _f64_fields(builder, bits):
+    """(biased exponent, significand with its implicit bit where normal) of float64 ``bits``
+    (``<N x i64>``)."""
+    vt = bits.type
+
+    def c(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    e = builder.and_(builder.lshr(bits, c(52)), c(0x7FF))
+    frac = builder.and_(bits, c((1 << 52) - 1))
+    m = builder.select(builder.icmp_unsigned("!=", e, c(0)), builder.or_(frac, c(1 << 52)), frac)
+    return e, m
+
+
 def _f32_subnormal_bits(builder, bits, t, odd):
     """``t`` (``<8 x i32>``, float64 ``bits`` converted to float32) where the value is below
     float32's smallest normal replaced by its float32 subnormal, truncated (rounded to odd
@@ -1177,9 +1191,7 @@ def _f32_subnormal_bits(builder, bits, t, odd):
     def c(value):
         return ir.Constant(i64v, [value] * 8)
 
-    e = builder.and_(builder.lshr(bits, c(52)), c(0x7FF))
-    frac = builder.and_(bits, c((1 << 52) - 1))
-    m = builder.select(builder.icmp_unsigned("!=", e, c(0)), builder.or_(frac, c(1 << 52)), frac)
+    e, m = _f64_fields(builder, bits)
     sh = builder.sub(c(926), e)
     sh = builder.select(builder.icmp_unsigned(">", sh, c(63)), c(63), sh)
     sub = builder.trunc(builder.lshr(m, sh), i32v)
@@ -1202,9 +1214,7 @@ def f64_dropped_bits(builder, bits):
     def c(value):
         return ir.Constant(vt, [value] * n)
 
-    e = builder.and_(builder.lshr(bits, c(52)), c(0x7FF))
-    frac = builder.and_(bits, c((1 << 52) - 1))
-    m = builder.select(builder.icmp_unsigned("!=", e, c(0)), builder.or_(frac, c(1 << 52)), frac)
+    e, m = _f64_fields(builder, bits)
     # (dropped: 29 where float32 is normal, 926 - E below; their top 32 are m's bits from
     # 894 - E on, shifted left by E - 894 where fewer than 32 are dropped)
     right = builder.icmp_unsigned("<=", e, c(894))

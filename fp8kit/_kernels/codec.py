@@ -1119,9 +1119,9 @@ def encode_mode_kernel(
         vec_sp = _variant_params(fmt, pl.source, rbits, 1, excess=True)
     excess = int(vec_sp is not None and rbits + (kind == KIND_VAR) > int(vec_sp[4]))
     vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
-    if vector_sr and unsigned_sr:  # (its q: the unsigned formats' rule, on float32 bits)
-        from .stochastic import F64_INPUT
+    from .stochastic import F64_INPUT  # (float64 data: AVX-512's conversions)
 
+    if vector_sr and unsigned_sr:  # (its q: the unsigned formats' rule, on float32 bits)
         if width == 32:
             vec_prm = pack_params(p, q, o, None, mode)
         elif F64_INPUT:
@@ -1137,8 +1137,6 @@ def encode_mode_kernel(
         # float32's largest, which rounds down to the format's largest where the random
         # number is small, while the value itself always overflows: stochastic rounding
         # marks them (stochastic.emit_sr_range's ``beyond``), the variants keep Numba
-        from .stochastic import F64_INPUT
-
         sp32 = (
             stochastic_params(fmt, "float32", rbits) if kind == KIND_SR
             else _variant_params(fmt, "float32", rbits, 2)
@@ -1338,7 +1336,7 @@ def encode_mode_kernel(
 
     if vector_sr:  # (see above)
         from .native import GenericNativeKernel
-        from .stochastic import F64_INPUT, IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
+        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
         in_kind = IN_F64 if width == 64 else in_kind
@@ -1350,7 +1348,6 @@ def encode_mode_kernel(
         # (every staged kernel of such a format, so that its dtypes share one function)
         beyond = int(staged and kind == KIND_SR and fmt.maxexp == 128 and F64_INPUT)
         extra64 = int(staged and kind == KIND_SR and bool(excess) and F64_INPUT)
-        # (float8_e8m0fnu's float64 data: rounded to odd, see unsigned_sr)
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
                  beyond, extra64)  # fmt: skip

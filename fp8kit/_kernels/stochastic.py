@@ -476,33 +476,48 @@ def variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd):
     whether it dropped a set bit (the remainder's sticky bit) is read from the source bits
     ``a`` by integer operations (a flush-to-zero or denormals-are-zero mode cannot change
     it), the dropped bits counted from the exponent fields of ``a`` and ``min_normal``."""
-    from .rounding import STOCHASTIC_B, STOCHASTIC_C, STOCHASTIC_HALF, STOCHASTIC_ODD
-
     vt = t.type
-    n = vt.count
 
     def c(value):
-        return ir.Constant(vt, [value] * n)
+        return ir.Constant(vt, [value] * vt.count)
 
-    one, zero = c(1), c(0)
+    one = c(1)
     low = builder.and_(t, builder.sub(builder.shl(one, sh), one))
     sticky = _small_sticky(builder, a, small, min_normal, 0)
-    r = builder.lshr(rnd, c(32 - rbits))
+    d = builder.sub(sh, c(rbits))  # (>= 1)
+    rem = builder.and_(low, builder.sub(builder.shl(one, d), one))
+    half = builder.shl(one, builder.sub(d, one))
+    return _variant_carry(builder, variant, rbits, builder.lshr(low, d), rem, half, low,
+                          sticky, rnd)  # fmt: skip
+
+
+def _variant_carry(builder, variant, rbits, f, rem, half, low, sticky, rnd):
+    """1 (``<N x i32>``) where the variant rounds up: ``f`` the fraction floored to
+    ``rbits`` bits, ``rem`` the bits below them (``half``: their half), ``low`` the whole
+    fraction and ``sticky`` whether a set bit lies below it (their inexactness); the
+    fraction rounded to ``rbits`` bits by the variant's tie rule, then up where it and the
+    random number reach ``2**rbits``; stochastic_half up where inexact and the random
+    number's top bit is set."""
+    from .rounding import STOCHASTIC_B, STOCHASTIC_C, STOCHASTIC_HALF, STOCHASTIC_ODD
+
+    vt = f.type
+
+    def c(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    one, zero = c(1), c(0)
+    r = builder.lshr(rnd, c(32 - rbits)) if rbits < 32 else rnd
     if variant == STOCHASTIC_HALF:
         inexact = builder.or_(builder.icmp_unsigned("!=", low, zero), sticky)
         top = builder.icmp_unsigned("!=", builder.lshr(r, c(rbits - 1)), zero)
         return builder.zext(builder.and_(inexact, top), vt)
-    d = builder.sub(sh, c(rbits))  # (>= 1)
-    f = builder.lshr(low, d)
-    rem = builder.and_(low, builder.sub(builder.shl(one, d), one))
-    half = builder.shl(one, builder.sub(d, one))
     at_half = builder.icmp_unsigned("==", rem, half)
     gt = builder.or_(builder.icmp_unsigned(">", rem, half), builder.and_(at_half, sticky))
     tie = builder.and_(at_half, builder.not_(sticky))
     odd = builder.icmp_unsigned("!=", builder.and_(f, one), zero)
     tie_up = {STOCHASTIC_C: odd, STOCHASTIC_B: None, STOCHASTIC_ODD: builder.not_(odd)}[variant]
     upf = builder.or_(gt, tie if tie_up is None else builder.and_(tie, tie_up))
-    max_b = c((1 << rbits) - 1)
+    max_b = c((1 << rbits) - 1 - (1 << 32 if rbits == 32 else 0))
     full = builder.and_(upf, builder.icmp_unsigned("==", f, max_b))
     f_b = builder.add(f, builder.zext(upf, vt))
     up = builder.or_(full, builder.icmp_unsigned(">", r, builder.sub(max_b, f_b)))
@@ -544,13 +559,10 @@ def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, 
     first rounding changes nothing; below the smallest normal (``small``) the fixed point
     ``fixed`` has ``rbits + 1`` fraction bits (the bit below the random bits, and the sticky
     bit read from the source bits ``a``), rounded as :func:`variant_up` does."""
-    from .rounding import STOCHASTIC_B, STOCHASTIC_C, STOCHASTIC_HALF, STOCHASTIC_ODD
-
     vt = t_normal.type
-    n = vt.count
 
     def c(value):
-        return ir.Constant(vt, [value] * n)
+        return ir.Constant(vt, [value] * vt.count)
 
     one, zero = c(1), c(0)
     # (below the smallest normal rbits + 1 <= 30 - mantissa bits: stochastic_params; with
@@ -560,28 +572,13 @@ def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, 
     low_s = builder.and_(fixed, c((1 << b1) - 1))
     code = builder.select(small, builder.lshr(fixed, c(b1)), builder.lshr(t_normal, sh))
     sticky = _small_sticky(builder, a, small, min_normal, builder.sub(c(b1), sh))
-    r = builder.lshr(rnd, c(32 - rbits)) if rbits < 32 else rnd
-    if variant == STOCHASTIC_HALF:
-        inexact = builder.select(
-            small,
-            builder.or_(builder.icmp_unsigned("!=", low_s, zero), sticky),
-            builder.icmp_unsigned("!=", low_n, zero),
-        )
-        top = builder.icmp_unsigned("!=", builder.lshr(r, c(rbits - 1)), zero)
-        return builder.add(code, builder.zext(builder.and_(inexact, top), vt))
-    f = builder.lshr(low_s, one)
-    at_half = builder.icmp_unsigned("!=", builder.and_(low_s, one), zero)
-    gt = builder.and_(at_half, sticky)
-    tie = builder.and_(at_half, builder.not_(sticky))
-    odd = builder.icmp_unsigned("!=", builder.and_(f, one), zero)
-    tie_up = {STOCHASTIC_C: odd, STOCHASTIC_B: None, STOCHASTIC_ODD: builder.not_(odd)}[variant]
-    upf = builder.and_(small, builder.or_(gt, tie if tie_up is None else builder.and_(tie, tie_up)))
-    max_b = c((1 << rbits) - 1 - (1 << 32 if rbits == 32 else 0))
-    full = builder.and_(upf, builder.icmp_unsigned("==", f, max_b))
-    f_b = builder.select(small, builder.add(f, builder.zext(upf, vt)),
-                         builder.shl(low_n, builder.sub(c(rbits), sh)))  # fmt: skip
-    up = builder.or_(full, builder.icmp_unsigned(">", r, builder.sub(max_b, f_b)))
-    return builder.add(code, builder.zext(up, vt))
+    # (the normal range's fraction is exact in rbits bits: nothing below them)
+    f = builder.select(small, builder.lshr(low_s, one),
+                       builder.shl(low_n, builder.sub(c(rbits), sh)))  # fmt: skip
+    rem = builder.select(small, builder.and_(low_s, one), zero)
+    low = builder.select(small, low_s, low_n)
+    return builder.add(code, _variant_carry(builder, variant, rbits, f, rem, one, low, sticky,
+                                            rnd))  # fmt: skip
 
 
 def sr_native(
