@@ -59,7 +59,9 @@ def test_stochastic_rounding_of_the_formats_is_native_where_the_cpu_has_vbmi():
         assert not native_rounding("f8e4m3", dict(rounding=mode, seed=1, random_bits=27))
 
 
-@pytest.mark.parametrize("dt", DTYPES, ids=IDS)
+@pytest.mark.parametrize(
+    "dt", [DTYPES[0]] + [pytest.param(d, marks=pytest.mark.slow) for d in DTYPES[1:]], ids=IDS
+)
 def test_variants_with_as_many_random_bits_as_dropped_give_the_general_kernels_bits(dt):
     """The variants with 20 and 24 random bits (float32 drops 20 for float8_e4m3fn): the
     native passes' bits, every scale."""
