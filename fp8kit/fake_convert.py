@@ -9,7 +9,6 @@ import ml_dtypes
 import numpy as np
 
 from . import _args, _backends, _parallel
-from ._kernels.bits import _INDEFINITE32, _QUIET32
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.decode import format_planes
 from ._kernels.encode16 import fake16_kernel, fake_kernel, fake_scalars, fake_walk_kernel
@@ -201,13 +200,6 @@ def fake_convert(
             rounding=rounding, seed=seed, random_bits=random_bits, flush_subnormals=ftz,
         )  # fmt: skip
         return out if out is not None else res.reshape(())
-    if (
-        _VECTOR_KERNELS and variant == SPEC and arr.size and _args.rounds_in_place(fmt)
-        and _few_nan_operands(arr, sc, sh)
-    ):  # fmt: skip
-        kw = dict(out=out, rounding=rounding, seed=seed, random_bits=random_bits,
-                  flush_subnormals=ftz)  # fmt: skip
-        return _nan_operands(arr, sc, sh, fmt, kw)
     x = np.ascontiguousarray(arr)
     # scale and shift stay their own (small) size: the kernel reads them through strides
     sc32 = np.ascontiguousarray(sc.astype(np.float32))  # exact: scale has data's type
@@ -239,13 +231,13 @@ def fake_convert(
         np.copyto(out, res)
         return out
     target = out if (out is not None and out.flags.c_contiguous) else np.empty(x.shape, arr.dtype)
-    # spec, nearest-even, scales and shifts that are not NaN (no fix of x86's NaN rule
-    # needed): kernels of LLVM vector code, which compile in less than half the time
-    vector = (
-        _VECTOR_KERNELS and not ov and rmode == NEAREST_EVEN and not ftz
-        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
-    )  # fmt: skip
-    if vector and sc_flat.size == 1:  # one scale (a tensor's): 0.16 s against 0.37 s cold
+    # NaN scales or shifts: the walking kernels that fix x86's NaN rule (another kernel of
+    # each, so that the others spend no instruction on it)
+    fix_nan = bool(np.isnan(sc_flat).any() or np.isnan(sh_flat).any())
+    # spec, nearest-even: kernels of LLVM vector code, which compile in less than half the
+    # time
+    vector = _VECTOR_KERNELS and not ov and rmode == NEAREST_EVEN and not ftz
+    if vector and sc_flat.size == 1 and not fix_nan:  # one scale (a tensor's): 0.16 s cold
         scalars = fake_scalars(round_params(fmt), sc_flat[0], None if sh is None else sh_flat[0])
         if arr.dtype == np.float32:
             kernel, bits = fake_kernel(), np.uint32
@@ -259,35 +251,29 @@ def fake_convert(
         return _into(out, target)
     if (
         _VECTOR_KERNELS and not ov and is_stochastic(rmode) and x.size
-        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
         and _rounds_natively(fmt, rmode, rbits, ftz)
     ):  # fmt: skip
-        # stochastic rounding, scales that are not NaN: three native passes (the Numba
-        # kernel compiled in 0.8-0.9 s and ran 1.6x slower; in the deterministic modes its
-        # fused loop is 2x faster than three passes, so they keep it)
+        # stochastic rounding: three native passes (the Numba kernel compiled in 0.8-0.9 s
+        # and ran 1.6x slower; in the deterministic modes its fused loop is 2x faster than
+        # three passes, so they keep it)
         shifts = sh_flat if sh is not None else None
         _in_steps(x, fmt, sc_flat, shifts, shape4, sstr4, target, rounding, rmode, key, rbits,
-                  ftz, target is out)  # fmt: skip
+                  ftz, target is out, fix_nan)  # fmt: skip
         return _into(out, target)
-    walk = fake_walk_kernel(8 * arr.itemsize) if vector and x.size else None
-    if (
-        ov and _VECTOR_KERNELS and x.size
-        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
-    ):  # fmt: skip
-        # the CPU plugin's arithmetic, scales that are not NaN: the same kernel of vector
-        # code with that arithmetic (0.7-0.9 s to compile with Numba)
+    walk = fake_walk_kernel(8 * arr.itemsize, fix_nan=fix_nan) if vector and x.size else None
+    if ov and _VECTOR_KERNELS and x.size:
+        # the CPU plugin's arithmetic: the same kernel of vector code with that arithmetic
+        # (0.7-0.9 s to compile with Numba)
         kind = _KIND[arr.dtype.name]
         node = F32 if (variant == OV_F32 and kind == F16) else kind
-        walk = fake_walk_kernel(8 * arr.itemsize, (kind, node, variant))
+        walk = fake_walk_kernel(8 * arr.itemsize, (kind, node, variant), fix_nan=fix_nan)
     extra = ()
     if (
         _VECTOR_KERNELS and not ov and not is_stochastic(rmode) and x.size
         and (rmode != NEAREST_EVEN or ftz)
-        and not np.isnan(sc_flat).any() and not np.isnan(sh_flat).any()
     ):  # fmt: skip
-        # a deterministic mode (or flushing), scales that are not NaN: the kernel walking
-        # the rows with the mode's codes looked up in the table's byte planes (the Numba
-        # kernel compiled in 0.8-0.9 s)
+        # a deterministic mode (or flushing): the kernel walking the rows with the mode's
+        # codes looked up in the table's byte planes (the Numba kernel compiled in 0.8-0.9 s)
         f32 = np.dtype(np.float32)
         codes, planes = mode_kernel(fmt, f32, True, rmode, ftz), format_planes(fmt, f32)
         if codes is not None and planes is not None and fmt.bits <= 8:
@@ -295,7 +281,8 @@ def fake_convert(
             # (rows of up to 32 elements, such as MX blocks: 32 lanes a block, not 64 of
             # which half would be masked off; measured 10% faster there)
             lanes = 32 if shape4[3] <= 32 else 64
-            walk = fake_walk_kernel(8 * arr.itemsize, stage=("mode", mode, neg_zero, flush, lanes))
+            stage = ("mode", mode, neg_zero, flush, lanes)
+            walk = fake_walk_kernel(8 * arr.itemsize, stage=stage, fix_nan=fix_nan)
             extra = (codes._params, planes)
     if walk is not None:
         # scales in any other layout (per row, per column, per element, MX blocks) and
@@ -326,88 +313,6 @@ def fake_convert(
     return _into(out, target)
 
 
-def _few_nan_operands(arr, sc, sh) -> bool:
-    """Whether some elements have a NaN scale or shift, and few enough (at most 64K, or
-    1/256 of them) for :func:`_nan_operands`: its numpy pass costs ~50 ns per such element,
-    ~100 times a kernel's, so with more of them the general kernel is faster (after its
-    compile, 0.5-0.6 s)."""
-    nan = np.isnan(sc) if sh is None else np.isnan(sc) | np.isnan(sh)
-    count = np.count_nonzero(nan) * (arr.size // max(sc.size, 1))  # (each entry's share)
-    return 0 < count <= max(1 << 16, arr.size >> 8)
-
-
-def _nan_operands(arr, sc, sh, fmt, kw):
-    """FakeConvert (spec) where a scale or shift is NaN, by the native kernels: every
-    element with NaN operands replaced (scale 1, shift 0), then the elements whose scale
-    or shift is NaN written again.  Theirs is a NaN all the way: ``data * scale - shift``
-    is the first NaN operand of each step made quiet (x86's rule, which the general kernel
-    reproduces: :func:`fp8kit._kernels.bits.x86_nan`), the steps after the rounding keep
-    its NaN, so the result is FakeConvert of that NaN with scale 1, computed here in
-    numpy for those elements alone, where they are few (:func:`_few_nan_operands`; the
-    general kernel, which compiles in 0.5-0.6 s, takes the others)."""
-    nan_sc = np.isnan(sc)
-    nan_sh = np.zeros(sc.shape, bool) if sh is None else np.isnan(sh)
-    fine_sc = np.where(nan_sc, sc.dtype.type(1), sc)
-    fine_sh = None if sh is None else np.where(nan_sh, sh.dtype.type(0), sh)
-    res = fake_convert(arr, fine_sc, fine_sh, fmt, **kw)
-    at, entry = _nan_elements(arr.shape, nan_sc | nan_sh)
-    dt = arr.dtype
-
-    def f32_bits(a):  # (as the kernels widen: float16 through the same table)
-        a = np.asarray(a)
-        if a.dtype == np.float16:
-            return f16_lut()[a.view(np.uint16)]
-        return a.astype(np.float32).view(np.uint32)
-
-    def nan_first(r, a, b):  # x86: the first NaN operand made quiet, else r
-        a_nan, b_nan = np.isnan(a.view(np.float32)), np.isnan(b.view(np.float32))
-        return np.where(a_nan, a | _QUIET32, np.where(b_nan, b | _QUIET32, r))
-
-    v = f32_bits(np.ascontiguousarray(arr).reshape(-1)[at])
-    s = f32_bits(sc.reshape(-1)[entry])
-    with np.errstate(all="ignore"):
-        prod = v.view(np.float32) * s.view(np.float32)
-    y = nan_first(np.where(np.isnan(prod), _INDEFINITE32, prod.view(np.uint32)), v, s)
-    if sh is not None:
-        h = f32_bits(sh.reshape(-1)[entry])
-        with np.errstate(all="ignore"):
-            diff = y.view(np.float32) - h.view(np.float32)
-        y = nan_first(np.where(np.isnan(diff), _INDEFINITE32, diff.view(np.uint32)), y, h)
-    # (each NaN came from data of this dtype, or is the default one: exact in it)
-    if dt == np.float32:
-        yd = y.view(np.float32)
-    elif dt == np.float16:
-        half = ((y >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7C00)
-        yd = (half | ((y >> np.uint32(13)) & np.uint32(0x3FF))).astype(np.uint16).view(dt)
-    else:
-        yd = (y >> np.uint32(16)).astype(np.uint16).view(dt)
-    kw = dict(kw, out=None)
-    res.flat[at] = fake_convert(yd, np.ones((), dt), None, fmt, **kw)
-    return res
-
-
-def _nan_elements(shape, nan):
-    """(flat C-order indices of the elements of ``shape`` whose operand entry is set in
-    ``nan`` (broadcast to ``shape``), and the flat index of that entry in ``nan`` for each),
-    from the set entries alone: no pass over every element."""
-    nd = len(shape)  # (>= 1: fake_convert runs 0-d data as 1-d)
-    pad = (1,) * (nd - nan.ndim) + nan.shape
-    hits = np.nonzero(nan.reshape(pad))
-    free = [d for d in range(nd) if pad[d] == 1]  # (the axes a scale entry spans)
-    grid = (hits[0].size,) + tuple(shape[d] for d in free)
-    coords = []
-    for d in range(nd):
-        if pad[d] == 1:
-            k = 1 + free.index(d)
-            c = np.arange(shape[d]).reshape((1,) * k + (shape[d],) + (1,) * (len(grid) - k - 1))
-        else:
-            c = hits[d].reshape((-1,) + (1,) * (len(grid) - 1))
-        coords.append(np.broadcast_to(c, grid))
-    at = np.ravel_multi_index(coords, shape).reshape(-1)
-    entry = np.ravel_multi_index(hits, pad)
-    return at, np.broadcast_to(entry.reshape((-1,) + (1,) * len(free)), grid).reshape(-1)
-
-
 @functools.cache
 def _rounds_natively(fmt: FloatFormat, rmode: int, rbits: int, ftz: bool) -> bool:
     """Whether :func:`fp8kit.round_to` rounds float32 data to ``fmt`` in ``rmode`` (with
@@ -432,7 +337,20 @@ def _rounds_natively(fmt: FloatFormat, rmode: int, rbits: int, ftz: bool) -> boo
 
 
 def _in_steps(
-    x, fmt, sc_flat, sh_flat, shape4, sstr4, target, rounding, rmode, key, rbits, ftz, may_stream
+    x,
+    fmt,
+    sc_flat,
+    sh_flat,
+    shape4,
+    sstr4,
+    target,
+    rounding,
+    rmode,
+    key,
+    rbits,
+    ftz,
+    may_stream,
+    fix_nan=False,
 ):
     """FakeConvert of ``x`` (C-contiguous) into ``target`` in a rounding mode other than
     nearest-even (or flushing) in three native passes: ``x * scale - shift`` clamped to
@@ -441,7 +359,8 @@ def _in_steps(
     :func:`fp8kit.round_to`'s kernels (the same random stream: each element's flat index,
     plus the Dask block's offset, keys its random word), then ``(q + shift) / scale`` in
     the data's type (``"post"``).  The same float32 operations as the general kernel's
-    fused loop; ``sh_flat`` None: no shift; ``may_stream``: see :func:`_walk_consts`."""
+    fused loop; ``sh_flat`` None: no shift; ``may_stream``: see :func:`_walk_consts`;
+    ``fix_nan``: scales or shifts may be NaN (:func:`fake_walk_kernel`)."""
     from .codec import round_to
 
     width = 8 * x.dtype.itemsize
@@ -452,7 +371,7 @@ def _in_steps(
     hf = sc_flat if sh_flat is None else sh_flat
 
     def walk(stage, src, dst):
-        kernel = fake_walk_kernel(width, stage=stage)
+        kernel = fake_walk_kernel(width, stage=stage, fix_nan=fix_nan)
         for lo, hi, shp, sst in _row_pieces(shape4, sstr4, dst):
             k = lo * int(sstr4[3])
             _parallel.launch(kernel, hi - lo, consts, src[lo:hi], sc_flat[k:], hf[k:], shp, sst,

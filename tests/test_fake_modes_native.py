@@ -118,8 +118,8 @@ def test_stochastic_threads_offsets_and_out(threads):
 
 
 def test_stochastic_rounding_takes_the_native_passes_nan_scales_too(monkeypatch):
-    """Stochastic rounding's three native passes (_in_steps), NaN scales included (the
-    NaN rows by x86's rule afterwards); the deterministic modes their fused build."""
+    """Stochastic rounding's three native passes (_in_steps), NaN scales included (with the
+    walking kernels' NaN builds); the deterministic modes their fused build."""
     calls = []
     real = module()._in_steps
     monkeypatch.setattr(module(), "_in_steps", lambda *a: calls.append(a) or real(*a))
@@ -148,9 +148,9 @@ def fused_calls(monkeypatch):
     calls = []
     real = module().fake_walk_kernel
 
-    def record(w, ov=None, stage=None):
+    def record(w, ov=None, stage=None, fix_nan=False):
         calls.append(stage)
-        return real(w, ov, stage)
+        return real(w, ov, stage, fix_nan)
 
     monkeypatch.setattr(module(), "fake_walk_kernel", record)
     return calls

@@ -96,8 +96,8 @@ def test_one_scale_on_16_bit_data_gives_the_general_kernels_bits(fmt, dt, monkey
 
 def test_what_takes_the_one_scale_kernel(monkeypatch):
     """Only float32 data (16-bit data: fake16_kernel), spec mode, nearest-even, no flush and
-    one scale; a NaN scale or shift takes it too (with 1 and 0 in their place, then the NaN
-    elements by x86's rule: :func:`fp8kit.fake_convert._nan_operands`)."""
+    one scale that is not NaN (a NaN scale or shift: the walking kernel's NaN build, so that
+    this one spends no instruction on x86's NaN rule)."""
     calls = []
     real = module().fake_kernel
     monkeypatch.setattr(module(), "fake_kernel", lambda: calls.append(1) or real())
@@ -124,13 +124,18 @@ def test_what_takes_the_one_scale_kernel(monkeypatch):
         fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt), mode="openvino-f32")
         fp8kit.fake_convert(x.astype(dt), np.full((1000,), 3.0, dt))
     assert len(calls16) == 2
-    # a NaN scale or shift: the same kernel (the general kernel's bits: x86's rule, x's NaN
-    # where x is one; test_nan_scales_and_shifts_take_the_native_kernels_...)
+    # a NaN scale or shift: the walking kernel's NaN build (the general kernel's bits: x86's
+    # rule, x's NaN where x is one; test_nan_scales_and_shifts_take_the_native_kernels_...)
+    walks = []
+    real_walk = module().fake_walk_kernel
+    monkeypatch.setattr(
+        module(), "fake_walk_kernel", lambda *a, **k: walks.append(k) or real_walk(*a, **k)
+    )
     got = fp8kit.fake_convert(x, np.float32(np.nan))
-    assert np.isnan(got).all() and len(calls) > 2
-    before = len(calls)
+    assert np.isnan(got).all()
     fp8kit.fake_convert(x, one, np.float32(np.nan))
-    assert len(calls) > before
+    fp8kit.fake_convert(x.astype(np.float16), np.float16(np.nan))
+    assert len(calls) == 2 and len(calls16) == 2 and walks == [{"fix_nan": True}] * 3
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -202,7 +207,9 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
     through the kernel walking the rows."""
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a[0]) or real(*a))
+    monkeypatch.setattr(
+        module(), "fake_walk_kernel", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
     shape, sshape = shapes
     x = X.reshape(shape)
     rng = np.random.default_rng(7)
@@ -217,15 +224,18 @@ def test_a_scale_per_row_gives_the_general_kernels_bits(fmt, shapes, monkeypatch
 
 def test_what_takes_the_walk_kernel(monkeypatch):
     """Scales in any layout (rows of any length, along the last axis) and 16-bit data (the
-    other build), NaN scales or shifts too (replaced, then their elements by x86's NaN
-    rule); mode="openvino", the other rounding modes and flushing take builds of their
+    other build), NaN scales or shifts too (their NaN build: x86's NaN rule);
+    mode="openvino", the other rounding modes and flushing take builds of their
     own (tests/test_fake_openvino_native.py, tests/test_fake_modes_native.py)."""
     calls = []
     real = module().fake_walk_kernel
 
-    def record(w, ov=None, stage=None):
-        calls.append(w if ov is None and stage is None else (w, ov, stage))
-        return real(w, ov, stage)
+    def record(w, ov=None, stage=None, fix_nan=False):
+        if fix_nan:
+            calls.append((w, ov, stage, "fix_nan"))
+        else:
+            calls.append(w if ov is None and stage is None else (w, ov, stage))
+        return real(w, ov, stage, fix_nan)
 
     monkeypatch.setattr(module(), "fake_walk_kernel", record)
     x = X[: 64 * 40].reshape(64, 40)
@@ -237,9 +247,9 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     assert calls == [32, 32, 32, 16]
     nan_rows = rows.copy()
     nan_rows[5] = np.nan
-    fp8kit.fake_convert(x, nan_rows)  # (the rows' build; the NaN row's elements: one scale)
+    fp8kit.fake_convert(x, nan_rows)
     fp8kit.fake_convert(x, rows, nan_rows)
-    assert calls[4:] == [32, 32]
+    assert calls[4:] == [(32, None, None, "fix_nan")] * 2
     del calls[4:]
     for args, kwargs in (
         ((x, rows), dict(rounding="toward_zero")),
@@ -298,7 +308,9 @@ def test_every_scale_layout_gives_the_general_kernels_bits(fmt, shapes, dt, monk
     code (16-bit data), through the kernel walking the rows (fake_walk_kernel)."""
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a[0]) or real(*a))
+    monkeypatch.setattr(
+        module(), "fake_walk_kernel", lambda *a, **k: calls.append(a[0]) or real(*a, **k)
+    )
     shape, sshape = shapes
     if dt == np.float32:
         x = X[: np.prod(shape)].reshape(shape)
@@ -336,31 +348,42 @@ def test_walk_kernel_threads_and_out(threads, monkeypatch):
         np.testing.assert_array_equal(out.view(ubits), want.view(ubits))
 
 
-#: (layouts, (rounding, flush) pairs) of the default run: each general-kernel build it is
+#: (layouts, (mode, rounding, flush) of the default run: each general-kernel build it is
 #: compared with compiles in Numba (~0.4 s); every combination in the slow run.
-_NAN_FAST = ([(), (64, 1), (64, 3, 1)], [("nearest_even", False), ("stochastic", False)])
+_NAN_FAST = (
+    [(), (64, 1), (64, 3, 1)],
+    [("spec", "nearest_even", False), ("spec", "stochastic", False)],
+)
 _NAN_ALL = (
     [(), (64, 1), (1, 96), (64, 96), (64, 3, 1)],
-    [("nearest_even", False), ("toward_zero", False), ("stochastic", False),
-     ("nearest_even", True)],
+    [("spec", "nearest_even", False), ("spec", "toward_zero", False),
+     ("spec", "stochastic", False), ("spec", "nearest_even", True),
+     ("openvino-fp16", "nearest_even", False), ("openvino-f32", "nearest_even", False)],
 )  # fmt: skip
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
 def test_nan_scales_and_shifts_take_the_native_kernels_with_the_general_kernels_bits(dtype):
     """Scales or shifts that are NaN (one, per row, blocks; per column, per element and the
-    other modes in the slow run) run the native kernels with those replaced and the NaN
-    elements written again from x86's NaN rule (0.57 s of Numba compile on a first call ->
-    0.11-0.13 s): every bit of the general kernel's result, NaN payloads and signs
-    included."""
+    other modes in the slow run) run the walking kernels' NaN builds (x86's NaN rule fixed
+    in their vector code; 0.57 s of Numba compile on a first call before): every bit of the
+    general kernel's result, NaN payloads and signs included."""
     _check_nan_operands(dtype, *_NAN_FAST)
+
+
+@pytest.mark.parametrize("mode", ["openvino-fp16", "openvino-f32"])
+def test_nan_scales_and_shifts_in_the_openvino_arithmetic(mode):
+    """mode="openvino": its walking kernel's NaN build (per row; every layout and data
+    type in the slow run)."""
+    _check_nan_operands(np.float32, [(64, 1)], [(mode, "nearest_even", False)])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
 def test_nan_scales_and_shifts_in_every_layout_and_mode(dtype):
     """As above, every layout (one, per row, per column, per element, blocks) in
-    nearest-even, a deterministic mode, stochastic rounding and with flush_subnormals."""
+    nearest-even, a deterministic mode, stochastic rounding, with flush_subnormals and in
+    both OpenVINO arithmetics."""
     _check_nan_operands(dtype, *_NAN_ALL)
 
 
@@ -382,8 +405,8 @@ def _check_nan_operands(dtype, layouts, modes):
         sh = np.array(rng.standard_normal(shape).astype(dt))
         sh.flat[1 if sh.size > 2 else 0] = np.nan
         for shift in (None, sh):
-            for rounding, ftz in modes:
-                kw = dict(rounding=rounding, flush_subnormals=ftz)
+            for mode, rounding, ftz in modes:
+                kw = dict(mode=mode, rounding=rounding, flush_subnormals=ftz)
                 kw["seed"] = 3 if rounding == "stochastic" else None
                 with event.install_recorder("numba:compile") as compiles:
                     got = fp8kit.fake_convert(xs, sc, shift, "f8e4m3", **kw)
@@ -397,16 +420,24 @@ def _check_nan_operands(dtype, layouts, modes):
     assert res is out and np.isnan(out.astype(np.float32)).all()
 
 
-def test_many_nan_operands_keep_the_general_kernel():
-    """The NaN elements' numpy pass costs ~100 times a kernel's per element: where more
-    than 64K elements (and 1/256 of them) have a NaN scale or shift, the general kernel."""
-    few = module()._few_nan_operands
-    x = np.empty((4096, 4096), np.float32)
-    rows = np.full((4096, 1), 2.0, np.float32)
-    assert not few(x, rows, None) and not few(x, rows, rows)
-    rows[5] = np.nan
-    assert few(x, rows, None) and few(x, np.float32(2.0) + 0 * rows, rows)
+def test_many_nan_operands_take_the_native_kernels_too():
+    """However many elements have a NaN scale or shift (every 7th row of 1M elements, or
+    all of them), the walking kernels' NaN builds: no Numba compile, the general kernel's
+    bits, on 2 threads."""
+    from numba.core import event
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((4096, 256)) * 50).astype(np.float32)
+    x[::5, ::3] = np.nan
+    rows = (rng.random((4096, 1)) + 0.5).astype(np.float32)
     rows[::7] = np.nan
-    assert not few(x, rows, None)
-    assert not few(x, np.array(np.nan, np.float32), None)
-    assert few(x[:10], np.array(np.nan, np.float32), None)  # (small arrays: up to 64K)
+    rows[1::7] = -np.nan
+    everywhere = np.array(np.nan, np.float32)
+    for scale, shift in ((rows, None), (rows, rows[::-1] - 1), (everywhere, None),
+                         (np.float32(2.0), everywhere)):  # fmt: skip
+        with fp8kit.num_threads(2), event.install_recorder("numba:compile") as compiles:
+            got = fp8kit.fake_convert(x, scale, shift, "f8e4m3")
+        assert not compiles.buffer
+        with general_kernel():
+            want = fp8kit.fake_convert(x, scale, shift, "f8e4m3")
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

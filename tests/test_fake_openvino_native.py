@@ -1,6 +1,7 @@
 """FakeConvert in the OpenVINO CPU plugin's arithmetic (mode="openvino-fp16" and
 "openvino-f32") runs the kernel of LLVM vector code that walks the rows
-(fp8kit._kernels.encode16.fake_walk_kernel with ``ov``) wherever no scale or shift is NaN.
+(fp8kit._kernels.encode16.fake_walk_kernel with ``ov``; its NaN build where a scale or shift
+is NaN: test_fake_one_scale.py checks that one).
 It must give the general (Numba) kernel's bits, which tests/test_fake_convert_openvino.py
 checks against OpenVINO itself: here both run on every float32 boundary pattern and every
 16-bit pattern, for both formats and variants, the scales of test_fake_one_scale (zeros,
@@ -77,7 +78,9 @@ def test_the_kernels_share_the_plugins_type_and_variant_numbers():
 def test_one_scale_gives_the_general_kernels_bits(fmt, mode, dt, monkeypatch):
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(
+        module(), "fake_walk_kernel", lambda *a, **k: calls.append(a) or real(*a, **k)
+    )
     x = data(dt)
     for scale, shift, s, h in one_scales(dt):
         got, want = both(x, s, h, mode, fmt)
@@ -120,14 +123,18 @@ def test_threads_lengths_and_out(threads):
                 np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-def test_nan_scales_keep_the_general_kernel(monkeypatch):
+def test_nan_scales_take_the_walking_kernels_nan_build(monkeypatch):
     calls = []
     real = module().fake_walk_kernel
-    monkeypatch.setattr(module(), "fake_walk_kernel", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(
+        module(), "fake_walk_kernel", lambda *a, **k: calls.append((a, k)) or real(*a, **k)
+    )
     x = X[:4096].reshape(64, 64)
     rows = np.full((64, 1), 2.0, np.float32)
     rows[3] = np.nan
     got = fp8kit.fake_convert(x, rows, mode="openvino-f32")
+    # (NaN -> -max before the rounding: the NaN rows' elements are the scale's NaN)
     assert np.isnan(got[3]).all() and not np.isnan(got[4]).any()
     fp8kit.fake_convert(x, np.ones_like(rows), rows, mode="openvino-f32")
-    assert not calls
+    assert [k for _, k in calls] == [{"fix_nan": True}] * 2
+    assert [a[1] for a, _ in calls] == [(fake.F32, fake.F32, fake.OV_F32)] * 2

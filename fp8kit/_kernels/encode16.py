@@ -354,7 +354,7 @@ def fake16_kernel() -> Kernel:
 
 def _emit_fake_walk(
     context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, ov=None,
-    stage=None, extra=(),
+    stage=None, extra=(), fix_nan=False,
 ):  # fmt: skip
     """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
     ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
@@ -370,7 +370,8 @@ def _emit_fake_walk(
     ``("mode", mode, neg_zero, flush, lanes)``: the three steps fused, the rounding a
     deterministic mode's codes (:func:`fp8kit._kernels.modes._code_body` from the
     parameters at ``extra[0]``) looked up in the decode table's byte planes
-    (``extra[1]``), ``lanes`` (64, or 32 for short rows) a block."""
+    (``extra[1]``), ``lanes`` (64, or 32 for short rows) a block; ``fix_nan``: scales or
+    shifts may be NaN (:func:`_x86_product`)."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     fused = isinstance(stage, tuple)
@@ -460,7 +461,7 @@ def _emit_fake_walk(
             v = block_load(builder, src, vx, full, lambda: mask)
             if fused:
                 wide = _widen16(builder, v, half) if half_data else v
-                y = _pre_body(builder, wide, w, scale_v, shift_v, has_shift)
+                y = _pre_body(builder, wide, w, scale_v, shift_v, has_shift, fix_nan)
                 codes = builder.trunc(code(y), ir.VectorType(ir.IntType(8), lanes))
                 if lanes < PLANE_BLOCK:  # (a lookup of 64 codes: these twice, half kept)
                     twice = ir.Constant(ir.VectorType(i32, PLANE_BLOCK),
@@ -469,24 +470,24 @@ def _emit_fake_walk(
                 q = plane_values(builder, planes, codes, 32)
                 if lanes < PLANE_BLOCK:
                     q = builder.shuffle_vector(q, q, ir.Constant(v32, list(range(lanes))))
-                res = _post_body(builder, q, scale_v, shift_v, has_shift)
+                res = _post_body(builder, q, scale_v, shift_v, has_shift, fix_nan)
                 res = _narrow16(builder, res, half) if half_data else res
             elif stage == "pre":
                 wide = _widen16(builder, v, half) if half_data else v
-                res = _pre_body(builder, wide, w, scale_v, shift_v, has_shift)
+                res = _pre_body(builder, wide, w, scale_v, shift_v, has_shift, fix_nan)
             elif stage == "post":
-                res = _post_body(builder, v, scale_v, shift_v, has_shift)
+                res = _post_body(builder, v, scale_v, shift_v, has_shift, fix_nan)
                 res = _narrow16(builder, res, half) if half_data else res
             elif ov is not None:
                 wide = v
                 if half_data:
                     wide = _ov_from16(builder, builder.zext(v, v32), ov[0])
-                res = _ov_body(builder, wide, w, scale_v, shift_v, has_shift, *ov)
+                res = _ov_body(builder, wide, w, scale_v, shift_v, has_shift, *ov, fix_nan)
                 res = builder.trunc(res, vx) if half_data else res
             elif half_data:
-                res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half)
+                res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half, fix_nan)
             else:
-                res = _fake_body(builder, v, w, scale_v, shift_v, has_shift)
+                res = _fake_body(builder, v, w, scale_v, shift_v, has_shift, fix_nan)
             with builder.if_else(builder.and_(full, stream), likely=True) as (nt, plain):
                 with nt:  # (whole cache lines of out: see below)
                     ptr = builder.bitcast(dst, res.type.as_pointer())
@@ -505,7 +506,7 @@ def _emit_fake_walk(
             builder.call(fence, [])
 
 
-def _fake_walk_native(width: int, ov=None, stage=None):
+def _fake_walk_native(width: int, ov=None, stage=None, fix_nan=False):
     """The emitter of :func:`fake_walk_kernel`'s native kernel
     (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
     shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
@@ -535,7 +536,7 @@ def _fake_walk_native(width: int, ov=None, stage=None):
 
         def body(inner, a):
             _emit_fake_walk(context, inner, width == 16, *a[:9], ov=ov, stage=stage,
-                            extra=a[9:])  # fmt: skip
+                            extra=a[9:], fix_nan=fix_nan)  # fmt: skip
 
         walk = body_function(builder, "walk", types_, body, prefer_512=True)
         with builder.if_then(builder.icmp_signed("<", r0, r1)):
@@ -546,7 +547,7 @@ def _fake_walk_native(width: int, ov=None, stage=None):
 
 
 @functools.cache
-def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | None:
+def fake_walk_kernel(width: int, ov=None, stage=None, fix_nan=False) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16) data (``consts``: :func:`fake_scalars`, a word 1 for float16 data, a word 1 where
     large outputs may be streamed: see :func:`_emit_fake_walk`) and scales (and
@@ -554,9 +555,10 @@ def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | N
     shift, shape, sstr, out, nchunks)``, the 4-D ``shape`` and scale strides ``sstr`` of
     :func:`fp8kit.fake_convert` (inner stride 0 or 1), ``shift`` the scale array where
     there is none; the chunks split the rows.  A native kernel (no Numba compile); None
-    where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).  The
-    caller checks what :func:`fake_kernel`'s docstring says (nearest-even, spec, no NaN
-    scale).  ``ov``: ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
+    where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).
+    ``fix_nan``: scales or shifts may be NaN (x86's NaN rule fixed: :func:`_x86_product`;
+    another kernel, so that the others spend no instruction on it).  ``ov``:
+    ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
     data of type ``kind`` on nodes of type ``node`` (F32, F16, BF16 of
     :mod:`fp8kit._kernels.fake`) in ``variant`` (OV_FP16 or OV_F32) instead of the
     formula's (:func:`_ov_body`; the Numba kernel took 0.7-0.9 s on a first call).
@@ -572,7 +574,8 @@ def fake_walk_kernel(width: int, ov=None, stage=None) -> GenericNativeKernel | N
         return None
     key = ("fake_walk", width) + (() if ov is None else ("openvino",) + tuple(ov))
     key += () if stage is None else (stage,)
-    return GenericNativeKernel(key, _fake_walk_native(width, ov, stage), _NO_PARAMS)
+    key += ("fix_nan",) if fix_nan else ()
+    return GenericNativeKernel(key, _fake_walk_native(width, ov, stage, fix_nan), _NO_PARAMS)
 
 
 _NO_PARAMS = np.zeros(0, np.uint8)
@@ -1086,20 +1089,48 @@ def _fake_constants(builder, data, intp, vin):
     return [splat(builder, x, vin) for x in words], has_shift
 
 
-def _fake_body(builder, v, w, scale, shift, has_shift):
+def _fake_body(builder, v, w, scale, shift, has_shift, fix_nan=False):
     """FakeConvert's ``(round(x * scale - shift) + shift) / scale`` of the float32 bits
     ``v`` (``<N x i32>``) as float32 bits: ``w`` the constants of :func:`fake_scalars`
     splat over ``v``'s type, ``scale`` and ``shift`` float vectors, ``has_shift`` an i1 (no
     shift: no subtraction and no addition, which would turn -0 into +0); ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` (nearest-even on the bits, the FPU below
-    the smallest normal, saturation, NaN)."""
+    the smallest normal, saturation, NaN); ``fix_nan``: for NaN scales or shifts
+    (:func:`_x86_product`)."""
     vin = v.type
     vf = ir.VectorType(ir.FloatType(), vin.count)
-    y = builder.fmul(builder.bitcast(v, vf), scale)
+    y = _x86_product(builder, builder.bitcast(v, vf), scale, fix_nan)
     y = builder.select(has_shift, builder.fsub(y, shift), y)
     fq = builder.bitcast(_round_bits(builder, builder.bitcast(y, vin), w), vf)
-    fq = builder.select(has_shift, builder.fadd(fq, shift), fq)
+    fq = builder.select(has_shift, _x86_sum(builder, fq, shift, fix_nan), fq)
     return builder.bitcast(builder.fdiv(fq, scale), vin)
+
+
+def _quiet(builder, f):
+    """The float vector ``f`` with its quiet bit set (a NaN made quiet, as x86 returns it)."""
+    vt = ir.VectorType(ir.IntType(32), f.type.count)
+    bits = builder.or_(builder.bitcast(f, vt), ir.Constant(vt, [0x400000] * vt.count))
+    return builder.bitcast(bits, f.type)
+
+
+def _x86_product(builder, a, b, fix_nan):
+    """``a * b`` (float vectors); with ``fix_nan``, the NaN x86 gives where both are NaN
+    (the first operand's, made quiet: :func:`fp8kit._kernels.bits.x86_nan`), which LLVM's
+    choice of operand order would otherwise decide.  Needed only where a scale or shift is
+    NaN: where only the data can be, one operand at most is NaN, and the instruction gives
+    its NaN in either order; the subtraction and division keep their operands' order."""
+    product = builder.fmul(a, b)
+    if not fix_nan:
+        return product
+    return builder.select(builder.fcmp_unordered("uno", a, a), _quiet(builder, a), product)
+
+
+def _x86_sum(builder, a, b, fix_nan):
+    """``a + b`` as :func:`_x86_product` (``a`` first)."""
+    total = builder.fadd(a, b)
+    if not fix_nan:
+        return total
+    return builder.select(builder.fcmp_unordered("uno", a, a), _quiet(builder, a), total)
 
 
 def _round_bits(builder, b, w):
@@ -1126,13 +1157,13 @@ def _round_bits(builder, b, w):
     return builder.or_(r, builder.and_(b, sign_bit))
 
 
-def _fake16_body(builder, h, w, scale, shift, has_shift, half):
+def _fake16_body(builder, h, w, scale, shift, has_shift, half, fix_nan=False):
     """:func:`_fake_body` of bfloat16 or (``half``, an i1) float16 bits ``h``
     (``<N x i16>``), widened to float32 exactly, the result rounded once to the data's type
     (:func:`_narrow16`): computing both types' steps and selecting one costs a few
     instructions per element in a kernel bound by memory, and one compiled kernel serves
     both types."""
-    r = _fake_body(builder, _widen16(builder, h, half), w, scale, shift, has_shift)
+    r = _fake_body(builder, _widen16(builder, h, half), w, scale, shift, has_shift, fix_nan)
     return _narrow16(builder, r, half)
 
 
@@ -1176,24 +1207,26 @@ def _narrow16(builder, r, half):
     return builder.trunc(builder.select(half, hf, bf), ir.VectorType(ir.IntType(16), vt.count))
 
 
-def _pre_body(builder, v, w, scale, shift, has_shift):
+def _pre_body(builder, v, w, scale, shift, has_shift, fix_nan=False):
     """The first step of FakeConvert in the other rounding modes: ``x * scale - shift``
-    clamped to the format's range (a NaN stays NaN), float32 bits of float32 bits ``v``."""
+    clamped to the format's range (a NaN stays NaN), float32 bits of float32 bits ``v``
+    (``fix_nan``: :func:`_x86_product`)."""
     vf = ir.VectorType(ir.FloatType(), v.type.count)
     mx = builder.bitcast(w[_FK_MAX], vf)
     neg_mx = builder.fsub(ir.Constant(vf, [0.0] * v.type.count), mx)
-    y = builder.fmul(builder.bitcast(v, vf), scale)
+    y = _x86_product(builder, builder.bitcast(v, vf), scale, fix_nan)
     y = builder.select(has_shift, builder.fsub(y, shift), y)
     y = builder.select(builder.fcmp_ordered(">", y, mx), mx, y)
     y = builder.select(builder.fcmp_ordered("<", y, neg_mx), neg_mx, y)
     return builder.bitcast(y, v.type)
 
 
-def _post_body(builder, q, scale, shift, has_shift):
-    """The last step: ``(q + shift) / scale`` of the rounded values' float32 bits ``q``."""
+def _post_body(builder, q, scale, shift, has_shift, fix_nan=False):
+    """The last step: ``(q + shift) / scale`` of the rounded values' float32 bits ``q``
+    (``fix_nan``: :func:`_x86_sum`)."""
     vf = ir.VectorType(ir.FloatType(), q.type.count)
     fq = builder.bitcast(q, vf)
-    fq = builder.select(has_shift, builder.fadd(fq, shift), fq)
+    fq = builder.select(has_shift, _x86_sum(builder, fq, shift, fix_nan), fq)
     return builder.bitcast(builder.fdiv(fq, scale), q.type)
 
 
@@ -1273,10 +1306,11 @@ def _ov_store(builder, f, node):
     return builder.bitcast(_ov_from16(builder, h, node), f.type)
 
 
-def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant):
+def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant, fix_nan=False):
     """FakeConvert in the OpenVINO CPU plugin's arithmetic (the ``openvino`` branch of
-    :func:`fp8kit._kernels.fake.fake_convert_kernel`, for scales and shifts that are not
-    NaN): ``x * scale - shift`` clamped to the format's range (NaN -> -max), stored in the
+    :func:`fp8kit._kernels.fake.fake_convert_kernel`; ``fix_nan``: for NaN scales or
+    shifts, the NaN x86 gives, as :func:`_x86_product`): ``x * scale - shift`` clamped to
+    the format's range (NaN -> -max), stored in the
     nodes' type ``node``, rounded to float16 (``variant`` OV_F32: with the software
     conversion's slip), then to the format; times ``1 / scale`` (and, with a shift, minus
     ``-shift``, each stored in the nodes' type); the result in the data's type ``kind``
@@ -1312,7 +1346,11 @@ def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant):
     rr = builder.fdiv(ir.Constant(vf, [1.0] * vt.count), scale)
     plain = builder.fmul(qv, rr)
     neg = _ov_store(builder, builder.fsub(ir.Constant(vf, [0.0] * vt.count), shift), node)
-    shifted = builder.fmul(builder.fsub(qv, neg), _ov_store(builder, rr, node))
+    av = builder.fsub(qv, neg)
+    shifted = builder.fmul(av, _ov_store(builder, rr, node))
+    if fix_nan:  # (a NaN shift's where the scale is NaN too: the first operand's NaN)
+        nan = builder.fcmp_unordered("uno", av, av)
+        shifted = builder.select(nan, _quiet(builder, av), shifted)
     res = builder.bitcast(builder.select(has_shift, shifted, plain), vt)
     if kind == _OV_F32_NODE:
         return res
