@@ -104,12 +104,24 @@ VECTOR_PARAMS = [
 ]  # fmt: skip
 
 
+def sampled(default, every):
+    """Random-bit counts of a matrix test: ``default`` in the default run, ``every`` in the
+    slow one (each count builds a Numba kernel to compare with, ~0.4 s: the counts, not the
+    data, are the matrix's time)."""
+    return pytest.mark.parametrize(
+        "bit_counts",
+        [default, pytest.param(every, marks=pytest.mark.slow)],
+        ids=["sampled", "every"],
+    )
+
+
+@sampled((4, 13, 20), (4, 8, 13, 16, 20))  # (each word split: 4, 2, 1 parts; 20: e4m3's drop)
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 @pytest.mark.parametrize(
     "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
 )
 @pytest.mark.parametrize("name", VECTOR_PARAMS)
-def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
+def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values, bit_counts):
     fmt = fp8kit.get_format(name)
     if values and format_planes(fmt, dt) is None:
         # (no byte planes: no AVX512-VBMI, or float64 values wider than the planes' 16 bits)
@@ -118,7 +130,7 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values):
         assert kernel._key[0] == "mode"  # round_to takes the Numba kernel
         return
     bits_dt, table, xs, cases = _inputs_for(dt, values)
-    for bits in (4, 8, 13, 16, 20):
+    for bits in bit_counts:
         for saturate in (True, False):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
@@ -198,13 +210,15 @@ def test_every_dtype_on_a_generic_cpu(tmp_path):
 VARIANTS = ["stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half"]
 
 
+# (-1, -2: that many below the bits the format drops, where the variants stop being native)
+@sampled(((4, -1), (13, -2), (4, -2), (13, -1)), ((4, 13, -2, -1),) * 4)
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 @pytest.mark.parametrize(
     "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
 )
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn",
                                   "p3109_k8p3se", "float6_e3m2fn"])  # fmt: skip
-def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values):
+def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit_counts):
     """The variants (first rounding the fraction to the random bits, ties by their rule)
     in the native kernel, with the sticky bit of small values read from the source bits:
     the Numba kernel's bits, where the native kernel takes them (a bit of the fraction
@@ -218,8 +232,8 @@ def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values):
     table = np.dtype(bits_dt) if values else None
     xs = {F32: X, F64: X64}.get(dt, X16)
     sh = 23 - fmt.mantissa_bits
-    for mode in VARIANTS:
-        for bits in (4, 13, sh - 2, sh - 1):
+    for mode, counts in zip(VARIANTS, bit_counts, strict=True):
+        for bits in (c if c > 0 else sh + c for c in counts):
             args = (fmt, dt, True, MODES[mode], bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
@@ -347,6 +361,8 @@ E6M9 = fp8kit.FloatFormat(name="u_e6m9", exponent_bits=6, mantissa_bits=9, bias=
 WIDE = ["bfloat16", "float16", E6M9]
 
 
+# (4, 20: a word split in 4 parts and in 1; 13 and 16: what float16 and bfloat16 drop)
+@sampled((4, 13, 16, 20), (4, 8, 12, 13, 16, 20, 32))
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 @pytest.mark.parametrize(
     "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
@@ -354,7 +370,7 @@ WIDE = ["bfloat16", "float16", E6M9]
 @pytest.mark.parametrize(
     "fmt", ["bfloat16", "float16", pytest.param(E6M9, marks=pytest.mark.slow)], ids=str
 )  # (the user's format: float32 data in the default run, below)
-def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
+def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values, bit_counts):
     """Formats of 9-16 bits take the vector kernel too (16-bit codes; bfloat16's and
     float16's values from float32 and float64 data, widened from the codes in the kernel,
     and from 16-bit data, the codes or rounded to the other 16-bit dtype):
@@ -364,7 +380,7 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
     fmt = fp8kit.get_format(fmt) if isinstance(fmt, str) else fmt
     bits_dt, table, xs, cases = _inputs_for(dt, values)
     taken = 0
-    for bits in (4, 8, 12, 13, 16, 20, 32):
+    for bits in bit_counts:
         for saturate in (True, False):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=False)[0]
@@ -383,7 +399,7 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values):
                 assert got.tolist() == want.tolist(), (bits, saturate, offset, size, nchunks)
     # float32 data: every random-bit count (more than the bits dropped too: float32 ->
     # float16 in the default 16); float64 data fewer than the bits float32 drops
-    drop, every = 23 - fmt.mantissa_bits, (4, 8, 12, 13, 16, 20, 32)
+    drop, every = 23 - fmt.mantissa_bits, bit_counts
     if dt == F32 and (not values or fmt.name in ("bfloat16", "float16")):
         # (below the smallest normal the fixed point takes the mantissa and the random
         # bits within 30: bfloat16 has float32's subnormals, the others their own)
@@ -753,4 +769,4 @@ def test_stochastic_round_to_writes_its_output_and_nothing_beyond(dt):
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 def test_vector_stochastic_rounding_to_a_users_16_bit_format(values):
     """A user's 16-bit format from float32 data in the default run (every dtype: slow)."""
-    test_vector_stochastic_rounding_to_16_bit_formats(E6M9, F32, values)
+    test_vector_stochastic_rounding_to_16_bit_formats(E6M9, F32, values, (4, 13, 16, 20))
