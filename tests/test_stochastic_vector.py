@@ -115,6 +115,13 @@ def sampled(default, every):
     )
 
 
+#: The data types of the matrices below: float16 data in the slow run (its bits are staged
+#: as float32 bits, then it shares bfloat16's compiled function; the Numba kernel compared
+#: with is its own, ~0.4 s a random-bit count; test_vector_stochastic_rounding_equals_...
+#: keeps it in the default run).
+DTYPES_F16_SLOW = [F32, BF16, pytest.param(F16, marks=pytest.mark.slow), F64]
+
+
 @sampled((4, 13, 20), (4, 8, 13, 16, 20))  # (each word split: 4, 2, 1 parts; 20: e4m3's drop)
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 @pytest.mark.parametrize(
@@ -213,9 +220,7 @@ VARIANTS = ["stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half"]
 # (-1, -2: that many below the bits the format drops, where the variants stop being native)
 @sampled(((4, -1), (13, -2), (4, -2), (13, -1)), ((4, 13, -2, -1),) * 4)
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
-@pytest.mark.parametrize(
-    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
-)
+@pytest.mark.parametrize("dt", DTYPES_F16_SLOW, ids=["float32", "bfloat16", "float16", "float64"])
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn",
                                   "p3109_k8p3se", "float6_e3m2fn"])  # fmt: skip
 def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit_counts):
@@ -364,9 +369,7 @@ WIDE = ["bfloat16", "float16", E6M9]
 # (4, 20: a word split in 4 parts and in 1; 13 and 16: what float16 and bfloat16 drop)
 @sampled((4, 13, 16, 20), (4, 8, 12, 13, 16, 20, 32))
 @pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
-@pytest.mark.parametrize(
-    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
-)
+@pytest.mark.parametrize("dt", DTYPES_F16_SLOW, ids=["float32", "bfloat16", "float16", "float64"])
 @pytest.mark.parametrize(
     "fmt", ["bfloat16", "float16", pytest.param(E6M9, marks=pytest.mark.slow)], ids=str
 )  # (the user's format: float32 data in the default run, below)
@@ -484,10 +487,13 @@ FLUSHED = ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn", "p3109_k8p3se", 
            "p3109_k8p1se", "bfloat16", "float16"]  # fmt: skip
 
 
-@pytest.mark.parametrize("values", [False, True], ids=["codes", "values"])
 @pytest.mark.parametrize(
-    "dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16", "float64"]
-)
+    ("dt", "values"),
+    [pytest.param(d, v, marks=pytest.mark.slow if v and d in (BF16, F16) else ())
+     for d in (F32, BF16, F16, F64) for v in (False, True)],
+    ids=[f"{d}-{v}" for d in ("float32", "bfloat16", "float16", "float64")
+         for v in ("codes", "values")],
+)  # (16-bit data's values in the slow run)  # fmt: skip
 @pytest.mark.parametrize("name", FLUSHED)
 def test_vector_stochastic_rounding_with_flush_subnormals(name, dt, values):
     """flush_subnormals in the vector kernel (compiled in; the Numba kernel took 0.7 s on a
