@@ -271,6 +271,40 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     ).shape == (0, 32)
 
 
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize(
+    "kw", [{}, dict(rounding="toward_zero"), dict(rounding="stochastic", seed=2)],
+    ids=["nearest_even", "toward_zero", "stochastic"],
+)  # fmt: skip
+def test_long_rows_start_their_blocks_on_a_line_of_out(dt, kw):
+    """Rows of 4 blocks or more start their blocks at the row's first cache line of out (a
+    masked block of the elements before it), so that large outputs stream whatever out's
+    offset from a line: every offset, rows whose starts drift across lines (1000
+    elements), rows around the threshold, small (plain stores) and large (streamed)
+    outputs, in the fused modes and the passes of stochastic rounding; nothing outside
+    written, the general kernel's bits."""
+    dt = np.dtype(dt)
+    u = f"u{dt.itemsize}"
+    per_line = 64 // dt.itemsize
+    data = X if dt == np.float32 else ALL16.astype(np.uint16).view(dt)  # (every code)
+
+    def check(x, offsets):
+        scale = np.linspace(0.25, 3, x.shape[0], dtype=np.float32).astype(dt)[:, None]
+        with general_kernel():
+            want = fp8kit.fake_convert(x, scale, **kw).view(u)
+        for off in offsets:
+            buf = np.full((x.size + 2 * per_line) * dt.itemsize, 0x5A, np.uint8).view(u)
+            out = buf[off : off + x.size].view(dt).reshape(x.shape)
+            fp8kit.fake_convert(x, scale, out=out, **kw)
+            np.testing.assert_array_equal(out.view(u), want, err_msg=f"{x.shape} {off}")
+            assert (buf[:off] == buf[-1]).all() and (buf[off + x.size :] == buf[-1]).all()
+
+    for n in (31, 63, 64, 65, 100, 128, 129, 1000):
+        check(data[: 7 * n].reshape(7, n), range(per_line))
+    rows = (1 << 26) // (1000 * 2 * dt.itemsize) + 1  # (64 MiB of traffic: streamed)
+    check(np.resize(data, (rows, 1000)), (0, 1, per_line - 1))
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_walk_kernel_threads_and_out_per_row(threads, monkeypatch):
     """A large array split between threads by rows, into a non-contiguous out."""

@@ -65,6 +65,7 @@ from . import modes
 from .bits import (
     _X86,
     PLANE_BLOCK,
+    PREFETCH_BYTES,
     STREAM_BYTES,
     block_load,
     block_mask,
@@ -74,6 +75,7 @@ from .bits import (
     chunks,
     cpu_has,
     f64_to_odd_f32,
+    first_lanes,
     half_to_single_bits,
     load_planes,
     masked_access,
@@ -81,6 +83,7 @@ from .bits import (
     permute_bytes,
     plane_values,
     prefer_512,
+    prefetches,
     splat,
     vector_blocks,
     walk_rows,
@@ -396,12 +399,17 @@ def _emit_fake_walk(
     n1, n2, n3 = (at(shape, k) for k in (1, 2, 3))
     # Large outputs are written with non-temporal stores (a plain store first reads the
     # line it writes: a third of the traffic), only where every whole block covers whole
-    # cache lines: out aligned to them and rows a multiple of them (else plain stores would
-    # share lines with streamed ones, which measured very slow); and where the caller
-    # allows it (``consts``' word after the float16 flag): into a new array, whose pages
-    # the first store faults in, streaming measured 15-20% slower (16M float32, rows of
-    # 32: 23.6-24.3 against 19.2-20.8 ms), into an existing one up to 1.4x faster.
+    # cache lines (else plain stores would share lines with streamed ones, which measured
+    # very slow): out aligned to them and rows a multiple of them, or rows of 4 blocks or
+    # more, whose blocks start at the first cache line of out in the row (a masked block
+    # before it; numpy's large arrays start 16 bytes past a line, so without this rows of
+    # several lines never streamed: 4096 x 4096 float32 into out=, 10.0 against 5.6 ms
+    # for one scale); and where the caller allows it (``consts``' word after the float16
+    # flag): into a new array, whose pages the first store faults in, streaming measured
+    # 15-20% slower (16M float32, rows of 32: 23.6-24.3 against 19.2-20.8 ms), into an
+    # existing one up to 1.4x faster.
     out_bytes = (16 if half_data and stage != "pre" else 32) // 8
+    line_elements = STREAM_BYTES // out_bytes  # (at most a block: lanes * out_bytes >= 64)
     total = builder.mul(builder.mul(at(shape, 0), builder.mul(n1, n2)), n3)
     traffic = builder.mul(total, ir.Constant(i64, out_bytes + vx.element.width // 8))
     line = ir.Constant(i64, STREAM_BYTES - 1)
@@ -416,18 +424,41 @@ def _emit_fake_walk(
     # (not the "pre" stage's buffer, which round_to reads next: from the caches; nor in
     # place, where each line was just read into them; nor the OpenVINO arithmetic, bound by
     # its instructions: streamed, 16M float32 took 33 ms against 12-18 ms)
+    out_at = builder.ptrtoint(out, i64)
+    long_rows = builder.icmp_signed(">=", n3, ir.Constant(i64, 4 * lanes))
+    lines_whole = all_of(
+        builder.icmp_unsigned("==", builder.and_(out_at, line), zero),
+        builder.icmp_unsigned(
+            "==", builder.and_(builder.mul(n3, ir.Constant(i64, out_bytes)), line), zero
+        ),
+    )
     stream = all_of(
         ir.Constant(i1, _X86 and stage != "pre" and ov is None),
         builder.icmp_unsigned("!=", may_stream, ir.Constant(may_stream.type, 0)),
         builder.icmp_signed(">=", traffic, ir.Constant(i64, STREAM_MIN_TRAFFIC)),
-        builder.icmp_unsigned("==", builder.and_(builder.ptrtoint(out, i64), line), zero),
-        builder.icmp_unsigned(
-            "==", builder.and_(builder.mul(n3, ir.Constant(i64, out_bytes)), line), zero
-        ),
-        builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), builder.ptrtoint(out, i64)),
+        builder.or_(lines_whole, long_rows),
+        builder.icmp_unsigned("==", builder.and_(out_at, ir.Constant(i64, out_bytes - 1)), zero),
+        builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), out_at),
     )
     st0, st1, st2, st3 = (at(sstr, k) for k in (0, 1, 2, 3))
     per_element = builder.icmp_signed("!=", st3, zero)
+    # (software prefetching of the data, and of the scales where they vary along the rows,
+    # as vector_blocks does; with the line-aligned blocks above, one thread, 16M float32 in
+    # rows of 4096 with a scale each into a new array 19.0-19.4 -> 15.9-16.3 ms, bfloat16
+    # data 32.0-32.8 -> 11.5-12.4 ms, into out= 10.3-10.7 -> 6.6-8.1 ms)
+    i8p = ir.IntType(8).as_pointer()
+    fetch = None
+    if prefetches():  # (a hint: it never faults, past the array's end too)
+        fetch = builder.module.declare_intrinsic(
+            "llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        )
+
+    def prefetch(ptr, size):
+        ahead = builder.gep(builder.bitcast(ptr, i8p), [ir.Constant(intp, PREFETCH_BYTES)])
+        for k in range(0, size, STREAM_BYTES):
+            at = builder.gep(ahead, [ir.Constant(intp, k)])
+            builder.call(fetch, [at] + [ir.Constant(i32, v) for v in (0, 3, 1)])
+
     var = walk_rows(builder, r0, n1, n2)  # (r0's row indices, then counted on)
     names = ("a", "b", "d")
     step = ir.Constant(intp, lanes)
@@ -440,10 +471,26 @@ def _emit_fake_walk(
         s_row = splat(builder, builder.load(builder.gep(scale, [base])), vf)
         h_row = splat(builder, builder.load(builder.gep(shift, [base])), vf)
         start = builder.mul(r, n3)
-        with cgutils.for_range_slice(builder, ir.Constant(intp, 0), n3, step, intp) as (
-            t, _,
-        ):  # fmt: skip
+        # (long rows: the blocks from the row's first cache line of out on, a masked block
+        # of the elements before it at t < 0)
+        past = builder.and_(
+            builder.add(out_at, builder.mul(start, ir.Constant(i64, out_bytes))), line
+        )
+        head = builder.and_(
+            builder.sub(ir.Constant(i64, line_elements),
+                        builder.udiv(past, ir.Constant(i64, out_bytes))),
+            ir.Constant(i64, line_elements - 1),
+        )  # fmt: skip
+        t0 = builder.select(
+            builder.and_(long_rows, builder.icmp_unsigned("!=", head, zero)),
+            builder.sub(head, step), zero,
+        )  # fmt: skip
+        with cgutils.for_range_slice(builder, t0, n3, step, intp) as (t, _):
             mask, full = block_mask(builder, n3, t, lanes)
+            before = builder.icmp_signed("<", t, zero)  # (the head block: lanes -t on)
+            skip = builder.trunc(builder.select(before, builder.neg(t), zero), i32)
+            mask = builder.and_(mask, builder.not_(first_lanes(builder, skip, lanes)))
+            full = builder.and_(full, builder.not_(before))
             # (the scales of the block where they vary along rows: no access otherwise)
             smask = builder.and_(mask, splat(builder, per_element, ir.VectorType(i1, lanes)))
 
@@ -457,6 +504,12 @@ def _emit_fake_walk(
 
             scale_v, shift_v = scales(scale, s_row), scales(shift, h_row)
             src = builder.gep(x, [builder.add(start, t)])
+            if fetch is not None:  # (each cache line of the block's input, read, kept)
+                prefetch(src, lanes * vx.element.width // 8)
+                with builder.if_then(per_element):  # (and the scales along the row)
+                    prefetch(builder.gep(scale, [builder.add(base, t)]), 4 * lanes)
+                    with builder.if_then(has_shift):
+                        prefetch(builder.gep(shift, [builder.add(base, t)]), 4 * lanes)
             dst = builder.gep(out, [builder.add(start, t)])
             v = block_load(builder, src, vx, full, lambda: mask)
             if fused:
