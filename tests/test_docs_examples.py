@@ -104,4 +104,8 @@ def test_examples_run(page, tmp_path):
 
 
 if __name__ == "__main__":
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # (as tests/cuda_sim/conftest.py)
+        from cuda_sim.gil import yield_while_polling
+
+        yield_while_polling()
     sys.exit(1 if run_page(Path(sys.argv[1]).resolve()) else 0)

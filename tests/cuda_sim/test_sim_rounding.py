@@ -136,14 +136,25 @@ def test_issue20_modes_match_the_cpu(mode):
                   fp8kit.encode(x, "float8_e4m3fn", **kw))  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float16, marks=pytest.mark.slow)])
-def test_flush_options_match_the_cpu(dtype):
+FLUSH_OPTIONS = [{"flush_subnormals": True}, {"flush_subnormal_inputs": True},
+                 {"flush_subnormals": True, "rounding": "toward_positive"},
+                 {"flush_subnormal_inputs": True, "rounding": "toward_positive"}]  # fmt: skip
+
+
+# (each option set compiles its element function in the simulator, ~3 s: float32 data with
+# two of them in the default run, all four and float16 data in the slow run)
+@pytest.mark.parametrize(
+    "dtype, options",
+    [(np.float32, FLUSH_OPTIONS[::3]),
+     pytest.param(np.float32, FLUSH_OPTIONS, marks=pytest.mark.slow),
+     pytest.param(np.float16, FLUSH_OPTIONS, marks=pytest.mark.slow)],
+    ids=["float32", "float32-every", "float16-every"],
+)  # fmt: skip
+def test_flush_options_match_the_cpu(dtype, options):
     fi = np.finfo(dtype)
     x = np.array([fi.smallest_subnormal, -fi.smallest_subnormal, fi.smallest_normal, 2.0**-7,
                   -(2.0**-9), 2.0**-6, 1.0, -0.0, np.inf, np.nan], dtype)  # fmt: skip
-    for kw in ({"flush_subnormals": True}, {"flush_subnormal_inputs": True},
-               {"flush_subnormals": True, "rounding": "toward_positive"},
-               {"flush_subnormal_inputs": True, "rounding": "toward_positive"}):  # fmt: skip
+    for kw in options:
         with np.errstate(invalid="ignore"):
             same_bits(host(fp8kit.round_to(to_device(x), "float8_e4m3fn", **kw)),
                       fp8kit.round_to(x, "float8_e4m3fn", **kw))  # fmt: skip
