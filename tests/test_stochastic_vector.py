@@ -536,11 +536,8 @@ def test_vector_stochastic_rounding_with_flush_subnormals(name, dt, values):
 @pytest.mark.parametrize("dt", [F32, BF16, F64], ids=["float32", "bfloat16", "float64"])
 @pytest.mark.parametrize("name", VECTOR)
 def test_vector_stochastic_flush_every_format(name, dt):
-    if dt == F64 and fp8kit.get_format(name).specials == "unsigned":
-        # (float8_e8m0fnu's rule from float32 bits only; it has no subnormals to flush)
-        kernel = encode_mode_kernel(fp8kit.get_format(name), dt, True, STOCHASTIC, 8, flush=True)[0]
-        assert kernel._key[0] == "mode"
-        return
+    # (float8_e8m0fnu from float64 data too since the eighteenth pass: rounded to odd on
+    # float32 up to 21 random bits; it has no subnormals to flush)
     _flush_case(name, dt, False, STOCHASTIC, 8)
     if format_planes(fp8kit.get_format(name), dt) is not None:  # (else round_to: Numba)
         _flush_case(name, dt, True, STOCHASTIC, 8)
