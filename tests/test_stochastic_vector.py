@@ -301,6 +301,29 @@ def _subnormal_ties():
     return rng.permutation(np.concatenate([bits, bits | np.uint32(1 << 31)]))
 
 
+def _float64_ties(fmt, bit_counts):
+    """float64 bits at and next to the ties of the variants' first rounding (the fraction's
+    bit right below the random bits set, none below it) for each count of random bits, in
+    ``fmt``'s normal range and below its smallest normal (where float64 carries bits that
+    float32 drops), tiny values whose only set bits lie far below float32's (their sticky
+    bit), both signs."""
+    rng = np.random.default_rng(19)
+    m, n = fmt.mantissa_bits, 1 << 12
+    vals = []
+    for b in bit_counts:
+        t = (2 * rng.integers(0, 1 << b, n) + 1).astype(np.float64)
+        j = rng.integers(0, 1 << m, n).astype(np.float64)
+        e = rng.integers(fmt.minexp, fmt.maxexp, n)
+        vals.append(np.ldexp(1 + j * 2.0**-m + t * 2.0 ** -(m + b + 1), e))
+        sub = j + t * 2.0 ** -(b + 1)  # (below the smallest normal: its spacing's units)
+        vals.append(np.ldexp(sub, fmt.minexp - m))
+    v = np.concatenate(vals)
+    v = np.concatenate([v, np.nextafter(v, np.inf), np.nextafter(v, -np.inf)])
+    tiny = np.ldexp(1.0, np.array([-100, -140, -149, -160, -300, -1000, -1074]))
+    v = np.concatenate([v, tiny, tiny * 1.5, [np.ldexp(3.0, fmt.minexp - m - 40)]])
+    return rng.permutation(np.concatenate([v, -v])).view(np.uint64)
+
+
 def _variants_many_bits(fmt, dt, values, bit_counts):
     """The vector kernel of every variant against the Numba kernel's bits for
     ``bit_counts`` random bits (those at least the bits the normal range drops)."""
@@ -313,6 +336,8 @@ def _variants_many_bits(fmt, dt, values, bit_counts):
     bits_dt, table, xs, _ = _inputs_for(dt, values)
     if dt == F32:
         xs = np.concatenate([xs[::4], _subnormal_ties()])
+    if dt == F64:
+        xs = np.concatenate([xs[::2], _float64_ties(fmt, bit_counts)])
     out_dt = bits_dt if values else (np.uint8 if fmt.bits <= 8 else np.uint16)
     taken = 0
     for bits in bit_counts:
@@ -340,16 +365,29 @@ def _variants_many_bits(fmt, dt, values, bit_counts):
 @pytest.mark.parametrize(
     ("fmt", "dt", "values"),
     [("float16", F32, False), ("float16", F32, True), ("float16", BF16, False),
-     ("bfloat16", F32, False), ("bfloat16", F16, True)],
+     ("bfloat16", F32, False), ("bfloat16", F16, True), ("float16", F64, False),
+     ("float16", F64, True)],
     ids=str,
 )  # fmt: skip
 def test_vector_stochastic_variants_with_as_many_random_bits_as_dropped_or_more(fmt, dt, values):
     """The variants where the random bits reach the bits the normal range drops (bfloat16
     and float16 in the default 16): the fraction is exact there, and below the smallest
     normal the fixed point has a bit more than the random bits (its sticky bit from the
-    source bits): the Numba kernel's bits, ties of the subnormal range too."""
+    source bits): the Numba kernel's bits, ties of the subnormal range too.  float64 data
+    (float16): the fraction continues into the 32 bits below those float32 keeps, ties in
+    both ranges built from float64 values (the Numba kernel rounds float64 itself)."""
     sh = 23 - fp8kit.get_format(fmt).mantissa_bits
     assert _variants_many_bits(fmt, dt, values, (sh, sh + 1, 19)) == 12
+
+
+@pytest.mark.parametrize("fmt", ["float16", "p3109_k8p7se", "p3109_k8p7uf", "p3109_k7p7ue"])
+def test_float64_variants_from_one_random_bit_below_float32s_drop(fmt):
+    """float64 data in the variants from one random bit fewer than float32 drops on (16,
+    the default, for P3109's precision-7 formats), where the first rounding's round bit is
+    the first of float64's 32 bits below float32's: the Numba kernel's codes, ties in both
+    ranges (their values: the Numba kernel, no byte planes for such float64 values)."""
+    sh = 23 - fp8kit.get_format(fmt).mantissa_bits
+    assert _variants_many_bits(fmt, F64, False, (sh - 1, sh)) == 8
 
 
 @pytest.mark.slow

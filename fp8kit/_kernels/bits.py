@@ -1207,7 +1207,9 @@ def f64_dropped_bits(builder, bits):
     """The 32 bits of float64 ``bits`` (``<N x i64>``) right below those it keeps truncated
     on float32 (:func:`f64_to_odd_f32` with ``odd=False``), as ``<N x i32>``: the
     significand's 29 lowest where float32 is normal, more where it is subnormal (then the
-    top 32 of those), 0 from float32's overflow on (and Inf, NaN); integer operations only."""
+    top 32 of those, the lowest or-ed with whether any below them is set: a sticky bit,
+    which only the stochastic variants read, below their round bit), 0 from float32's
+    overflow on (and Inf, NaN); integer operations only."""
     vt = bits.type
     n = vt.count
 
@@ -1222,7 +1224,9 @@ def f64_dropped_bits(builder, bits):
     down = builder.select(builder.icmp_unsigned(">", down, c(63)), c(63), down)
     sub = builder.icmp_unsigned("<=", e, c(896))
     up = builder.select(right, c(0), builder.select(sub, builder.sub(e, c(894)), c(3)))
-    low = builder.select(right, builder.lshr(m, down), builder.shl(m, up))
+    below = builder.and_(m, builder.sub(builder.shl(c(1), down), c(1)))
+    sticky = builder.zext(builder.icmp_unsigned("!=", below, c(0)), vt)
+    low = builder.select(right, builder.or_(builder.lshr(m, down), sticky), builder.shl(m, up))
     low = builder.select(builder.icmp_unsigned(">", e, c(1150)), c(0), low)
     return builder.trunc(low, ir.VectorType(ir.IntType(32), n))
 

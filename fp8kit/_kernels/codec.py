@@ -978,8 +978,9 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int, excess: b
 
 
 def _variant_params(
-    fmt: FloatFormat, source: str, random_bits: int, spare: int, excess: bool = False
-):
+    fmt: FloatFormat, source: str, random_bits: int, spare: int, excess: bool = False,
+    extra: bool = False,
+):  # fmt: skip
     """:func:`stochastic_params` for the stochastic variants' native kernel, or None: they
     round the fraction to ``random_bits`` first, which needs ``spare`` bits of it below
     those (1; 2 for float64 data rounded to odd on float32), and every source subnormal
@@ -987,10 +988,12 @@ def _variant_params(
     0 in that first step, as a flush-to-zero mode would read it).  ``excess``: for
     ``random_bits`` at least the ``sh`` bits the normal range drops (where the fraction is
     exact in them), the fixed point of smaller values with ``random_bits + 1`` fraction
-    bits (:func:`fp8kit._kernels.stochastic.variant_code_excess`)."""
+    bits (:func:`fp8kit._kernels.stochastic.variant_code_excess`); with ``extra`` (float64
+    data, its 32 bits below float32's staged beside them) from one random bit fewer than
+    ``sh`` on, the round bit then the first of those 32."""
     if excess:
         sp = stochastic_params(fmt, source, random_bits + 1, excess=True)
-        if sp is None or random_bits < int(sp[4]):
+        if sp is None or random_bits + int(extra) < int(sp[4]):
             return None
     else:
         sp = stochastic_params(fmt, source, random_bits)
@@ -1145,6 +1148,14 @@ def encode_mode_kernel(
             # (more random bits than float32 drops, float16 in the default 16: the 32 bits
             # below those float32 keeps carry into the fraction, staged beside them)
             sp32 = stochastic_params(fmt, "float32", rbits, excess=True)
+            excess = int(sp32 is not None)
+        if kind == KIND_VAR and sp32 is None:
+            # (the variants with one random bit fewer than float32 drops, or more: the same
+            # 32 bits continue the fraction, truncated on float32, whose first rounding
+            # then reads its bits below the random bits whole; up to 30 random bits more
+            # than the format's sh, so that the round bit lies above the sticky bit)
+            sp32 = _variant_params(fmt, "float32", rbits, 1, excess=True, extra=True)
+            sp32 = sp32 if sp32 is not None and rbits - int(sp32[4]) <= 30 else None
             excess = int(sp32 is not None)
         if (
             F64_INPUT and sp32 is not None
@@ -1347,7 +1358,7 @@ def encode_mode_kernel(
         code_bytes = 1 if fmt.bits <= 8 else 2
         # (every staged kernel of such a format, so that its dtypes share one function)
         beyond = int(staged and kind == KIND_SR and fmt.maxexp == 128 and F64_INPUT)
-        extra64 = int(staged and kind == KIND_SR and bool(excess) and F64_INPUT)
+        extra64 = int(staged and kind in (KIND_SR, KIND_VAR) and bool(excess) and F64_INPUT)
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
                  beyond, extra64)  # fmt: skip

@@ -214,7 +214,7 @@ def emit_sr_range(
         t = builder.select(small, fixed, t_normal)
         if variant and excess:
             code = variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small,
-                                       min_normal, rnd)  # fmt: skip
+                                       min_normal, rnd, ext)  # fmt: skip
         elif variant:
             up = variant_up(builder, variant, rbits, t, sh, a, small, min_normal, rnd)
             code = builder.add(builder.lshr(t, sh), up)
@@ -387,8 +387,9 @@ def emit_sr_range(
                     # float8_e8m0fnu's rule a nonzero value below float32's subnormals)
                     # (formats spanning float32's range, bfloat16 and float8_e8m0fnu, reach
                     # its subnormals too: those by integer operations)
-                    v = f64_to_odd_f32(builder, v64, odd=bool(variant or unsigned),
-                                       subnormals=bool(beyond))  # fmt: skip
+                    # (the variants with float64's bits below staged beside: truncated)
+                    odd = bool((variant and not extra64) or unsigned)
+                    v = f64_to_odd_f32(builder, v64, odd=odd, subnormals=bool(beyond))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
 
                         def c64(value):
@@ -552,13 +553,19 @@ def _small_sticky(builder, a, small, min_normal, more):
     return builder.and_(small, builder.icmp_unsigned("!=", lost, zero))
 
 
-def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, min_normal, rnd):
+def variant_code_excess(
+    builder, variant, rbits, t_normal, fixed, sh, a, small, min_normal, rnd, ext=None
+):  # fmt: skip
     """The code (``<N x i32>``, before the overflow rules) of the stochastic variant
     ``variant`` with ``rbits`` random bits at least the ``sh`` bits the normal range drops:
     there the fraction (``t_normal``'s ``sh`` low bits) is exact in ``rbits`` bits, so its
     first rounding changes nothing; below the smallest normal (``small``) the fixed point
     ``fixed`` has ``rbits + 1`` fraction bits (the bit below the random bits, and the sticky
-    bit read from the source bits ``a``), rounded as :func:`variant_up` does."""
+    bit read from the source bits ``a``), rounded as :func:`variant_up` does.  ``ext``:
+    float64 data's 32 bits below ``a``'s, truncated on float32
+    (:func:`fp8kit._kernels.bits.f64_dropped_bits`; 0 for the other data): the fraction then
+    continues into them, in both ranges, and the first rounding reads its bits below the
+    random bits whole."""
     vt = t_normal.type
 
     def c(value):
@@ -569,15 +576,50 @@ def variant_code_excess(builder, variant, rbits, t_normal, fixed, sh, a, small, 
     # no such range, formats sharing float32's, ``small`` is never set)
     b1 = min(rbits + 1, 31)
     low_n = builder.and_(t_normal, builder.sub(builder.shl(one, sh), one))
+    if ext is not None:
+        # (below the smallest normal: ext's bits above the fixed point's last, k of them,
+        # appended to it (as emit_sr_range's plain rounding does, one bit further), the
+        # rest sticky; the normal range's fraction is the sh bits and ext's 32, rounded
+        # first at 32 - (rbits - sh) bits of ext, in 64-bit lanes)
+        e_a = builder.lshr(a, c(23))
+        e_a = builder.select(builder.icmp_unsigned("<", e_a, one), one, e_a)
+        k = builder.add(builder.sub(e_a, builder.lshr(min_normal, c(23))),
+                        builder.sub(c(b1), sh))  # fmt: skip
+        more = builder.icmp_signed(">", k, zero)
+        k = builder.select(more, k, one)
+        k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)
+        fixed = builder.add(fixed, builder.select(
+            more, builder.lshr(ext, builder.sub(c(32), k)), zero))  # fmt: skip
+        ext_below = builder.icmp_unsigned(
+            "!=", builder.select(more, builder.shl(ext, k), ext), zero
+        )
     low_s = builder.and_(fixed, c((1 << b1) - 1))
     code = builder.select(small, builder.lshr(fixed, c(b1)), builder.lshr(t_normal, sh))
     sticky = _small_sticky(builder, a, small, min_normal, builder.sub(c(b1), sh))
-    # (the normal range's fraction is exact in rbits bits: nothing below them)
-    f = builder.select(small, builder.lshr(low_s, one),
-                       builder.shl(low_n, builder.sub(c(rbits), sh)))  # fmt: skip
-    rem = builder.select(small, builder.and_(low_s, one), zero)
-    low = builder.select(small, low_s, low_n)
-    return builder.add(code, _variant_carry(builder, variant, rbits, f, rem, one, low, sticky,
+    if ext is None:
+        # (the normal range's fraction is exact in rbits bits: nothing below them)
+        f = builder.select(small, builder.lshr(low_s, one),
+                           builder.shl(low_n, builder.sub(c(rbits), sh)))  # fmt: skip
+        rem = builder.select(small, builder.and_(low_s, one), zero)
+        low = builder.select(small, low_s, low_n)
+        return builder.add(code, _variant_carry(builder, variant, rbits, f, rem, one, low,
+                                                sticky, rnd))  # fmt: skip
+    v64 = ir.VectorType(ir.IntType(64), vt.count)
+
+    def k64(value):
+        return ir.Constant(v64, [value] * vt.count)
+
+    whole = builder.or_(builder.shl(builder.zext(low_n, v64), k64(32)), builder.zext(ext, v64))
+    drop = builder.zext(builder.sub(c(32), builder.sub(c(rbits), sh)), v64)  # (2 .. 33)
+    f_n = builder.trunc(builder.lshr(whole, drop), vt)
+    rem_n = builder.and_(whole, builder.sub(builder.shl(k64(1), drop), k64(1)))
+    half_n = builder.shl(k64(1), builder.sub(drop, k64(1)))
+    sticky = builder.or_(sticky, builder.and_(small, ext_below))
+    f = builder.select(small, builder.lshr(low_s, one), f_n)
+    rem = builder.select(small, builder.zext(builder.and_(low_s, one), v64), rem_n)
+    half = builder.select(small, k64(1), half_n)
+    low = builder.select(small, low_s, builder.or_(low_n, ext))
+    return builder.add(code, _variant_carry(builder, variant, rbits, f, rem, half, low, sticky,
                                             rnd))  # fmt: skip
 
 
