@@ -685,6 +685,14 @@ PUBLIC_COLD = {
     "round_to stochastic float16, then float64 data to float8_e8m0fnu": (
         "fp8kit.round_to(big64, 'float16', rounding='stochastic', seed=1)",
         "fp8kit.round_to(big64, 'float8_e8m0fnu', rounding='stochastic', seed=1)"),
+    "round_to float64 stochastic_c to float16, then stochastic_half to p3109_k8p7se": (
+        "fp8kit.round_to(big64, 'float16', rounding='stochastic_c', seed=1)",
+        "fp8kit.round_to(big64, 'p3109_k8p7se', rounding='stochastic_half', seed=1)"),
+    "fake_convert every 7th row NaN, then openvino": (
+        "fp8kit.fake_convert(big2d, np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5)"
+        ".astype(np.float32))",
+        "fp8kit.fake_convert(big2d, np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5)"
+        ".astype(np.float32), mode='openvino')"),
 }  # fmt: skip
 
 _COLD_CODE = """

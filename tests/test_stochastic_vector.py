@@ -227,7 +227,8 @@ def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit
     """The variants (first rounding the fraction to the random bits, ties by their rule)
     in the native kernel, with the sticky bit of small values read from the source bits:
     the Numba kernel's bits, where the native kernel takes them (a bit of the fraction
-    below the random bits; two for float64 data), and the Numba kernel elsewhere."""
+    below the random bits; for float64 data two, or its bits below float32's staged
+    beside it), and the Numba kernel elsewhere."""
     from fp8kit._kernels.rounding import MODES
 
     fmt = fp8kit.get_format(name)
@@ -242,7 +243,9 @@ def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit
             args = (fmt, dt, True, MODES[mode], bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
-            native = bits < sh - (dt == F64) and (dt != F64 or cpu_has("avx512f"))
+            # (float64 data: rounded to odd on float32 up to sh - 2 bits, then continued
+            # into its 32 bits below float32's: test_float64_variants_from_one_random_...)
+            native = bits < sh and (dt != F64 or cpu_has("avx512f"))
             assert (vec._key[0] == "sr_vec") is native, (mode, bits)
             if native:
                 got = _run(vec, xs, values, fmt, dt, 12345, 3)
@@ -380,7 +383,9 @@ def test_vector_stochastic_variants_with_as_many_random_bits_as_dropped_or_more(
     assert _variants_many_bits(fmt, dt, values, (sh, sh + 1, 19)) == 12
 
 
-@pytest.mark.parametrize("fmt", ["float16", "p3109_k8p7se", "p3109_k8p7uf", "p3109_k7p7ue"])
+@pytest.mark.parametrize(
+    "fmt", ["float16", "p3109_k8p7se", "p3109_k8p7uf", "p3109_k7p7ue", "float8_e4m3fn"]
+)
 def test_float64_variants_from_one_random_bit_below_float32s_drop(fmt):
     """float64 data in the variants from one random bit fewer than float32 drops on (16,
     the default, for P3109's precision-7 formats), where the first rounding's round bit is

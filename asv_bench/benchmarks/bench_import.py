@@ -151,6 +151,11 @@ _PUBLIC_COLD = {
     "'bfloat16', rounding='stochastic', seed=1)",
     "round_to_float64_stochastic_to_float16": "fp8kit.round_to(big.astype(np.float64), "
     "'float16', rounding='stochastic', seed=1)",
+    # the nineteenth pass: FakeConvert with many NaN scales, the variants of float64 data
+    "fake_convert_nan_rows": "fp8kit.fake_convert(big.reshape(1024, 1024), "
+    "np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5).astype(np.float32))",
+    "round_to_float64_stochastic_c_to_float16": "fp8kit.round_to(big.astype(np.float64), "
+    "'float16', rounding='stochastic_c', seed=1)",
 }
 
 
