@@ -324,10 +324,17 @@ def _float64_ties(fmt, bit_counts):
     v = np.concatenate([v, np.nextafter(v, np.inf), np.nextafter(v, -np.inf)])
     tiny = np.ldexp(1.0, np.array([-100, -140, -149, -160, -300, -1000, -1074]))
     v = np.concatenate([v, tiny, tiny * 1.5, [np.ldexp(3.0, fmt.minexp - m - 40)]])
+    # (around float32's largest and 2**128, beyond which a value always overflows)
+    f32max = float(np.finfo(np.float32).max)
+    huge = np.array([f32max, 2.0**128, 2.0**128 - 2.0**75, 1e39, 1e300, np.finfo(np.float64).max])
+    v = np.concatenate([v, huge, np.nextafter(huge, 0), np.nextafter(huge[:-1], np.inf)])
+    # (a value from 2**128 on, truncated on float32, is float32's largest, which rounds down
+    # to bfloat16's largest where the random number is 0: 2**16 of them, each its own word)
+    v = np.concatenate([v, np.repeat([2.0**128, 1e39], 1 << 16)])
     return rng.permutation(np.concatenate([v, -v])).view(np.uint64)
 
 
-def _variants_many_bits(fmt, dt, values, bit_counts):
+def _variants_many_bits(fmt, dt, values, bit_counts, saturate=True):
     """The vector kernel of every variant against the Numba kernel's bits for
     ``bit_counts`` random bits (those at least the bits the normal range drops)."""
     from fp8kit._kernels.rounding import MODES
@@ -345,7 +352,7 @@ def _variants_many_bits(fmt, dt, values, bit_counts):
     taken = 0
     for bits in bit_counts:
         for mode in VARIANTS:
-            args = (fmt, dt, True, MODES[mode], bits, table)
+            args = (fmt, dt, saturate, MODES[mode], bits, table)
             vec = encode_mode_kernel(*args, planes=planes)[0]
             ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
             # (below float16's smallest normal the fixed point holds mantissa + bits + 1)
@@ -384,15 +391,20 @@ def test_vector_stochastic_variants_with_as_many_random_bits_as_dropped_or_more(
 
 
 @pytest.mark.parametrize(
-    "fmt", ["float16", "p3109_k8p7se", "p3109_k8p7uf", "p3109_k7p7ue", "float8_e4m3fn"]
+    "fmt",
+    ["float16", "bfloat16", "p3109_k8p7se", "p3109_k8p7uf", "p3109_k7p7ue", "float8_e4m3fn"],
 )
 def test_float64_variants_from_one_random_bit_below_float32s_drop(fmt):
     """float64 data in the variants from one random bit fewer than float32 drops on (16,
     the default, for P3109's precision-7 formats), where the first rounding's round bit is
     the first of float64's 32 bits below float32's: the Numba kernel's codes, ties in both
-    ranges (their values: the Numba kernel, no byte planes for such float64 values)."""
+    ranges, values beyond float32's range (bfloat16: those from 2**128 on overflow whatever
+    the random number, staged as a marker); their values: the Numba kernel where no byte
+    planes hold such float64 values."""
     sh = 23 - fp8kit.get_format(fmt).mantissa_bits
     assert _variants_many_bits(fmt, F64, False, (sh - 1, sh)) == 8
+    if fmt == "bfloat16":  # (beyond its largest: Inf, not the largest rounded down)
+        assert _variants_many_bits(fmt, F64, False, (sh,), saturate=False) == 4
 
 
 @pytest.mark.slow
