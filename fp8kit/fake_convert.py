@@ -339,21 +339,9 @@ def _rounds_natively(fmt: FloatFormat, rmode: int, rbits: int, ftz: bool) -> boo
 
 
 def _in_steps(
-    x,
-    fmt,
-    sc_flat,
-    sh_flat,
-    shape4,
-    sstr4,
-    target,
-    rounding,
-    rmode,
-    key,
-    rbits,
-    ftz,
-    may_stream,
+    x, fmt, sc_flat, sh_flat, shape4, sstr4, target, rounding, rmode, key, rbits, ftz, may_stream,
     fix_nan=False,
-):
+):  # fmt: skip
     """FakeConvert of ``x`` (C-contiguous) into ``target`` in a rounding mode other than
     nearest-even (or flushing) in three native passes: ``x * scale - shift`` clamped to
     the format's range, in float32 (the row-walking kernel's ``"pre"`` stage; into

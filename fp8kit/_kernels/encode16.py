@@ -374,7 +374,7 @@ def _emit_fake_walk(
     deterministic mode's codes (:func:`fp8kit._kernels.modes._code_body` from the
     parameters at ``extra[0]``) looked up in the decode table's byte planes
     (``extra[1]``), ``lanes`` (64, or 32 for short rows) a block; ``fix_nan``: scales or
-    shifts may be NaN (:func:`_x86_product`)."""
+    shifts may be NaN (:func:`_x86_first_nan`)."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     fused = isinstance(stage, tuple)
@@ -609,7 +609,7 @@ def fake_walk_kernel(width: int, ov=None, stage=None, fix_nan=False) -> GenericN
     :func:`fp8kit.fake_convert` (inner stride 0 or 1), ``shift`` the scale array where
     there is none; the chunks split the rows.  A native kernel (no Numba compile); None
     where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).
-    ``fix_nan``: scales or shifts may be NaN (x86's NaN rule fixed: :func:`_x86_product`;
+    ``fix_nan``: scales or shifts may be NaN (x86's NaN rule fixed: :func:`_x86_first_nan`;
     another kernel, so that the others spend no instruction on it).  ``ov``:
     ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
     data of type ``kind`` on nodes of type ``node`` (F32, F16, BF16 of
@@ -1149,41 +1149,31 @@ def _fake_body(builder, v, w, scale, shift, has_shift, fix_nan=False):
     shift: no subtraction and no addition, which would turn -0 into +0); ``round`` as
     :func:`fp8kit._kernels.bits.round_in_place` (nearest-even on the bits, the FPU below
     the smallest normal, saturation, NaN); ``fix_nan``: for NaN scales or shifts
-    (:func:`_x86_product`)."""
+    (:func:`_x86_first_nan`)."""
     vin = v.type
     vf = ir.VectorType(ir.FloatType(), vin.count)
-    y = _x86_product(builder, builder.bitcast(v, vf), scale, fix_nan)
+    y = builder.bitcast(v, vf)
+    y = _x86_first_nan(builder, y, builder.fmul(y, scale), fix_nan)
     y = builder.select(has_shift, builder.fsub(y, shift), y)
     fq = builder.bitcast(_round_bits(builder, builder.bitcast(y, vin), w), vf)
-    fq = builder.select(has_shift, _x86_sum(builder, fq, shift, fix_nan), fq)
+    fq = builder.select(has_shift, _x86_first_nan(builder, fq, builder.fadd(fq, shift), fix_nan),
+                        fq)  # fmt: skip
     return builder.bitcast(builder.fdiv(fq, scale), vin)
 
 
-def _quiet(builder, f):
-    """The float vector ``f`` with its quiet bit set (a NaN made quiet, as x86 returns it)."""
-    vt = ir.VectorType(ir.IntType(32), f.type.count)
-    bits = builder.or_(builder.bitcast(f, vt), ir.Constant(vt, [0x400000] * vt.count))
-    return builder.bitcast(bits, f.type)
-
-
-def _x86_product(builder, a, b, fix_nan):
-    """``a * b`` (float vectors); with ``fix_nan``, the NaN x86 gives where both are NaN
-    (the first operand's, made quiet: :func:`fp8kit._kernels.bits.x86_nan`), which LLVM's
+def _x86_first_nan(builder, a, result, fix_nan):
+    """``result`` of a commutative operation (fmul, fadd) whose first operand is the float
+    vector ``a``; with ``fix_nan``, ``a`` made quiet where it is NaN: the NaN x86 gives
+    (:func:`fp8kit._kernels.bits.x86_nan`) where both operands are NaN, which LLVM's
     choice of operand order would otherwise decide.  Needed only where a scale or shift is
     NaN: where only the data can be, one operand at most is NaN, and the instruction gives
     its NaN in either order; the subtraction and division keep their operands' order."""
-    product = builder.fmul(a, b)
     if not fix_nan:
-        return product
-    return builder.select(builder.fcmp_unordered("uno", a, a), _quiet(builder, a), product)
-
-
-def _x86_sum(builder, a, b, fix_nan):
-    """``a + b`` as :func:`_x86_product` (``a`` first)."""
-    total = builder.fadd(a, b)
-    if not fix_nan:
-        return total
-    return builder.select(builder.fcmp_unordered("uno", a, a), _quiet(builder, a), total)
+        return result
+    vt = ir.VectorType(ir.IntType(32), a.type.count)
+    quiet = builder.or_(builder.bitcast(a, vt), ir.Constant(vt, [0x400000] * vt.count))
+    nan = builder.fcmp_unordered("uno", a, a)
+    return builder.select(nan, builder.bitcast(quiet, a.type), result)
 
 
 def _round_bits(builder, b, w):
@@ -1263,11 +1253,12 @@ def _narrow16(builder, r, half):
 def _pre_body(builder, v, w, scale, shift, has_shift, fix_nan=False):
     """The first step of FakeConvert in the other rounding modes: ``x * scale - shift``
     clamped to the format's range (a NaN stays NaN), float32 bits of float32 bits ``v``
-    (``fix_nan``: :func:`_x86_product`)."""
+    (``fix_nan``: :func:`_x86_first_nan`)."""
     vf = ir.VectorType(ir.FloatType(), v.type.count)
     mx = builder.bitcast(w[_FK_MAX], vf)
     neg_mx = builder.fsub(ir.Constant(vf, [0.0] * v.type.count), mx)
-    y = _x86_product(builder, builder.bitcast(v, vf), scale, fix_nan)
+    y = builder.bitcast(v, vf)
+    y = _x86_first_nan(builder, y, builder.fmul(y, scale), fix_nan)
     y = builder.select(has_shift, builder.fsub(y, shift), y)
     y = builder.select(builder.fcmp_ordered(">", y, mx), mx, y)
     y = builder.select(builder.fcmp_ordered("<", y, neg_mx), neg_mx, y)
@@ -1276,10 +1267,11 @@ def _pre_body(builder, v, w, scale, shift, has_shift, fix_nan=False):
 
 def _post_body(builder, q, scale, shift, has_shift, fix_nan=False):
     """The last step: ``(q + shift) / scale`` of the rounded values' float32 bits ``q``
-    (``fix_nan``: :func:`_x86_sum`)."""
+    (``fix_nan``: :func:`_x86_first_nan`)."""
     vf = ir.VectorType(ir.FloatType(), q.type.count)
     fq = builder.bitcast(q, vf)
-    fq = builder.select(has_shift, _x86_sum(builder, fq, shift, fix_nan), fq)
+    fq = builder.select(has_shift, _x86_first_nan(builder, fq, builder.fadd(fq, shift), fix_nan),
+                        fq)  # fmt: skip
     return builder.bitcast(builder.fdiv(fq, scale), q.type)
 
 
@@ -1362,7 +1354,7 @@ def _ov_store(builder, f, node):
 def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant, fix_nan=False):
     """FakeConvert in the OpenVINO CPU plugin's arithmetic (the ``openvino`` branch of
     :func:`fp8kit._kernels.fake.fake_convert_kernel`; ``fix_nan``: for NaN scales or
-    shifts, the NaN x86 gives, as :func:`_x86_product`): ``x * scale - shift`` clamped to
+    shifts, the NaN x86 gives, as :func:`_x86_first_nan`): ``x * scale - shift`` clamped to
     the format's range (NaN -> -max), stored in the
     nodes' type ``node``, rounded to float16 (``variant`` OV_F32: with the software
     conversion's slip), then to the format; times ``1 / scale`` (and, with a shift, minus
@@ -1400,10 +1392,8 @@ def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant, fix_na
     plain = builder.fmul(qv, rr)
     neg = _ov_store(builder, builder.fsub(ir.Constant(vf, [0.0] * vt.count), shift), node)
     av = builder.fsub(qv, neg)
-    shifted = builder.fmul(av, _ov_store(builder, rr, node))
-    if fix_nan:  # (a NaN shift's where the scale is NaN too: the first operand's NaN)
-        nan = builder.fcmp_unordered("uno", av, av)
-        shifted = builder.select(nan, _quiet(builder, av), shifted)
+    # (a NaN shift's where the scale is NaN too: the first operand's NaN)
+    shifted = _x86_first_nan(builder, av, builder.fmul(av, _ov_store(builder, rr, node)), fix_nan)
     res = builder.bitcast(builder.select(has_shift, shifted, plain), vt)
     if kind == _OV_F32_NODE:
         return res
