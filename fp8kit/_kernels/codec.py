@@ -1101,8 +1101,9 @@ def encode_mode_kernel(
     # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
     # random bits)
     # (float64 data rounded to odd on float32 first: up to 21 random bits, the sticky bit
-    # then below the fraction's bits read, 2**-127's too)
-    unsigned_sr = unsigned and kind == KIND_SR and rbits <= (23 if width == 32 else 21)
+    # then below the fraction's bits read, 2**-127's too; 22 and 23 truncated on float32,
+    # the bits below staged beside it)
+    unsigned_sr = unsigned and kind == KIND_SR and rbits <= 23
     vector_sr = vector and (
         kind in (KIND_SR, KIND_VAR) and (not unsigned or unsigned_sr) and fmt.bits <= 16
         and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
@@ -1139,9 +1140,8 @@ def encode_mode_kernel(
         # formats reaching 2**127 (bfloat16) a float64 beyond float32's range would become
         # float32's largest, which rounds down to the format's largest where the random
         # number is small, while the value itself always overflows: stochastic rounding
-        # marks them (stochastic.emit_sr_range's ``beyond``), and so do the variants that
-        # continue the fraction into float64's bits (below); those rounding to odd on
-        # float32 keep Numba there
+        # marks them (stochastic.emit_sr_range's ``beyond``), and so do the variants
+        # (rounded to odd on float32, or continuing the fraction into float64's bits below)
         sp32 = (
             stochastic_params(fmt, "float32", rbits) if kind == KIND_SR
             else _variant_params(fmt, "float32", rbits, 2)
@@ -1161,7 +1161,7 @@ def encode_mode_kernel(
             excess = int(sp32 is not None)
         if (
             F64_INPUT and sp32 is not None
-            and fmt.maxexp <= (128 if kind == KIND_SR or excess else 127)
+            and fmt.maxexp <= 128
             and mode_plan(fmt, np.dtype(np.float32), mode)
             == Plan("float32", LOAD_DIRECT, False, "fast")
         ):  # fmt: skip
@@ -1359,9 +1359,9 @@ def encode_mode_kernel(
         params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
         code_bytes = 1 if fmt.bits <= 8 else 2
         # (every staged kernel of such a format, so that its dtypes share one function)
-        beyond = int(staged and (kind == KIND_SR or bool(excess)) and fmt.maxexp == 128
-                     and F64_INPUT)  # fmt: skip
-        extra64 = int(staged and kind in (KIND_SR, KIND_VAR) and bool(excess) and F64_INPUT)
+        beyond = int(staged and fmt.maxexp == 128 and F64_INPUT)
+        extra64 = int(staged and F64_INPUT and (
+            bool(excess) if not unsigned else width == 64 and rbits > 21))  # fmt: skip
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
                  beyond, extra64)  # fmt: skip

@@ -283,7 +283,9 @@ def emit_sr_range(
             p(_Q + k) for k in range(12)
         )
 
-        def rounded_unsigned(v, rnd):
+        def rounded_unsigned(v, rnd, ext=None):
+            """``ext``: float64 data's 32 bits below ``v``'s, truncated (0 for the other
+            data), where more random bits are read than rounding to odd leaves exact"""
             a = builder.and_(v, u_abs)
             r_b = builder.lshr(rnd, c(32 - rbits))
 
@@ -297,6 +299,9 @@ def emit_sr_range(
             # between codes 0 and 1, (a - c0) / c0, on float32's 23 fraction bits
             frac = builder.select(builder.icmp_unsigned(">", a, u_c0),
                                   builder.shl(builder.sub(a, u_c0), c(1)), zero)  # fmt: skip
+            if ext is not None:  # (the 23rd bit there: float64's first below float32's)
+                frac = builder.select(builder.icmp_unsigned("<", a, u_c0), zero,
+                                      builder.or_(frac, builder.lshr(ext, c(31))))  # fmt: skip
             tiny = builder.and_(builder.icmp_unsigned("==", u_rebias, zero),
                                 builder.icmp_unsigned("<", a, u_c1))  # fmt: skip
             code = builder.select(tiny, up(frac), normal)
@@ -308,7 +313,10 @@ def emit_sr_range(
                 code = builder.select(marked, u_ovf, code)
                 nan = builder.and_(nan, builder.not_(marked))
             bad = builder.or_(builder.icmp_unsigned("!=", v, a), nan)
-            bad = builder.or_(bad, builder.icmp_unsigned("==", a, zero))
+            zero_a = builder.icmp_unsigned("==", a, zero)
+            if ext is not None:  # (below float32's subnormals: truncated to 0, not zero)
+                zero_a = builder.and_(zero_a, builder.icmp_unsigned("==", ext, zero))
+            bad = builder.or_(bad, zero_a)
             return builder.select(bad, u_nan, code)
 
     def flushed(code):  # (where flush: the smallest normal's code is 1 << (23 - sh))
@@ -388,7 +396,7 @@ def emit_sr_range(
                     # (formats spanning float32's range, bfloat16 and float8_e8m0fnu, reach
                     # its subnormals too: those by integer operations)
                     # (the variants with float64's bits below staged beside: truncated)
-                    odd = bool((variant and not extra64) or unsigned)
+                    odd = bool((variant or unsigned) and not extra64)
                     v = f64_to_odd_f32(builder, v64, odd=odd, subnormals=bool(beyond))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
 
@@ -430,12 +438,12 @@ def emit_sr_range(
             if parts > 1:  # (the part moved to the word's top bits)
                 rnd = builder.shl(builder.zext(rnd, v32), c(32 - width))
             vcode = ir.VectorType(ir.IntType(8 * code_bytes), LANES)
-            if unsigned:
-                codes = rounded_unsigned(v, rnd)
-            elif staging and extra64:  # (float64 data only: other data's bits are exact)
+            if staging and extra64:  # (float64 data only: other data's bits are exact)
                 ep = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
                 ext = builder.select(in_64, builder.load(ep, align=64), zero)
-                codes = rounded(v, rnd, ext)
+                codes = rounded_unsigned(v, rnd, ext) if unsigned else rounded(v, rnd, ext)
+            elif unsigned:
+                codes = rounded_unsigned(v, rnd)
             else:
                 codes = rounded(v, rnd)
             codes = builder.trunc(codes, vcode)
