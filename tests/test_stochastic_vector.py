@@ -525,15 +525,15 @@ def _flush_case(fmt, dt, values, mode, bits):
     return got
 
 
-def _oracle_codes(x, fmt, seed, bits, **kw):
-    """fp8kit.encode's stochastic codes of ``x``, asserted equal to the exact oracle's with
-    the same random words (``kw``: saturate, flush_subnormals)."""
+def _oracle_codes(x, fmt, seed, bits, rounding="stochastic", **kw):
+    """fp8kit.encode's codes of ``x`` in a stochastic mode, asserted equal to the exact
+    oracle's with the same random words (``kw``: saturate, flush_subnormals)."""
     from fp8kit._kernels.rounding import random_words
     from fp8kit._reference import encode_value
 
-    got = fp8kit.encode(x, fmt, rounding="stochastic", seed=seed, random_bits=bits, **kw)
+    got = fp8kit.encode(x, fmt, rounding=rounding, seed=seed, random_bits=bits, **kw)
     rnd = random_words(x.size, seed, bits)
-    opts = dict(rounding="stochastic", random_bits=bits, **kw)
+    opts = dict(rounding=rounding, random_bits=bits, **kw)
     want = [encode_value(float(v), fmt, rnd=int(r), **opts) for v, r in zip(x, rnd, strict=True)]
     assert np.asarray(got).tolist() == want, (fmt.name, bits, kw)
     return got
@@ -621,6 +621,63 @@ def test_precision_1_formats_round_stochastically_from_float32_bits():
             again = fp8kit.round_to(x, fmt, rounding="stochastic", seed=5, random_bits=9,
                                     flush_subnormals=flush)  # fmt: skip
             np.testing.assert_array_equal(again, fp8kit.decode(got, fmt))
+
+
+def _decisive(bits, n, seed, spans):
+    """``n`` values at which each element's random number decides its rounding (element
+    ``i`` draws ``R_i``, the top ``bits`` of its word): ``b + s * f`` where ``f`` carries
+    exactly with ``R_i``, a tie of the variants' first rounding right below it, both nudged
+    by ``2**-(bits + 20)`` (within float64's precision); ``(b, s)`` from ``spans`` by
+    element."""
+    from fp8kit._kernels.rounding import random_words
+
+    r = (random_words(n, seed, bits) >> np.uint32(32 - bits)).astype(np.float64)
+    i = np.arange(n)
+    nudge = 2.0**-20
+    delta = np.array([0, -0.5, -0.5 + nudge, -0.5 - nudge, -nudge])[i % 5]
+    b, s = (np.array(v)[i // 5 % len(spans)] for v in zip(*spans, strict=True))
+    return b + s * ((2.0**bits - r + delta) * 2.0**-bits)
+
+
+@pytest.mark.parametrize("dt", [F32, BF16, F64], ids=["float32", "bfloat16", "float64"])
+def test_unsigned_precision_1_formats_round_stochastically_in_the_vector_kernel(dt):
+    """P3109's 8-bit unsigned precision-1 formats, whose smallest normal 2**-127 is a
+    float32 subnormal (the plan widens them to float64), round from float32 bits in the
+    vector kernel in every stochastic mode (below float32's smallest normal in integer
+    steps of 2**-127: ``|x| * 2**150`` overflows float32): the exact oracle's codes at
+    values where each element's random number decides, from 0 to the overflow, both
+    saturations, up to the random bits float32 keeps exact (float64 data truncated or
+    rounded to odd on float32: 22 and 20); a first call compiled the Numba kernel (0.5-0.8
+    s)."""
+    from fp8kit._kernels.rounding import MODES
+
+    if dt == F64 and not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    spans = [(0.0, 2.0**-127), (2.0**-127, 2.0**-127), (2.0**-126, 2.0**-126), (1.0, 1.0),
+             (2.0**-100, 2.0**-100), (2.0**124, 2.0**124), (2.0**125, 2.0**125)]  # fmt: skip
+    edges = [0.0, np.inf, np.nan, 2.0**127, 3e38, 1e-46, 2.0**-150, 2.0**-149, 1.5 * 2.0**-149]
+    cases = [("p3109_k8p1ue", "stochastic"), ("p3109_k8p1uf", "stochastic_c"),
+             ("p3109_k8p1ue", "stochastic_b"), ("p3109_k8p1uf", "stochastic_odd"),
+             ("p3109_k8p1ue", "stochastic_half")]  # fmt: skip
+    for j, (name, mode) in enumerate(cases):
+        fmt = fp8kit.get_format(name)
+        sr = mode == "stochastic"
+        most = (22 if sr else 20) if dt == F64 else (23 if sr else 22)
+        for bits in (most, most + 1):
+            kernel = encode_mode_kernel(fmt, dt, True, MODES[mode], bits)[0]
+            assert (kernel._key[0] == "sr_vec") == (bits == most), (name, mode, bits)
+        # (bfloat16 holds a fraction of 7 bits)
+        for bits in (7,) if dt == BF16 else (9, most):
+            x = _decisive(bits, 2000, j, spans)
+            x = np.concatenate([x, -x[:40], edges, -np.array(edges)])
+            with np.errstate(over="ignore"):
+                x = x.astype(dt)
+            for sat in (True, False):
+                _oracle_codes(x, fmt, j, bits, rounding=mode, saturate=sat)
+    # (float64 data, stochastic: 23 random bits read the bit below float32's at 2**-127)
+    if dt == F64:
+        x = _decisive(23, 2000, 9, spans[:2])
+        _oracle_codes(x, fp8kit.get_format("p3109_k8p1ue"), 9, 23)
 
 
 @pytest.mark.parametrize("dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16",

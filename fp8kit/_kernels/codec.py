@@ -1005,6 +1005,31 @@ def _variant_params(
     return sp
 
 
+def _tiny_sr(fmt: FloatFormat, in_dtype: np.dtype, kind: int, random_bits: int) -> bool:
+    """Whether the native stochastic kernel rounds ``in_dtype`` data to ``fmt`` from float32
+    bits by :func:`fp8kit._kernels.stochastic.emit_sr_range`'s ``tiny`` step: P3109's
+    8-bit unsigned precision-1 formats (smallest normal 2**-127, a float32 subnormal, which
+    the plan widens to float64 for), where their fraction stays exact in float32 for the
+    random bits (23 fraction bits down to 2**-150; float64 data truncated on float32, 22
+    of them from 2**-127's position, or rounded to odd for the variants, 2 fewer)."""
+    if kind == KIND_DET or fmt.mantissa_bits or fmt.minexp != -127 or fmt.specials == "unsigned":
+        return False
+    from .native import available
+    from .stochastic import F64_INPUT
+
+    wide = np.dtype(in_dtype) == np.float64
+    most = (22 if kind == KIND_SR else 20) if wide else (23 if kind == KIND_SR else 22)
+    return random_bits <= most and (F64_INPUT or not wide) and available()
+
+
+def _tiny_params(fmt: FloatFormat) -> tuple:
+    """:func:`stochastic_params`' constants for the ``tiny`` step (see :func:`_tiny_sr`):
+    the fixed point below float32's smallest normal (its bits; no scale), the rebias."""
+    rebias = 127 - fmt.bias
+    return (True, np.float32(1.0), np.uint32(1 << 23),
+            np.uint32((-(rebias << 23)) & 0xFFFFFFFF), np.uint32(23))  # fmt: skip
+
+
 @njit(inline="always")
 def load_bits(xs, j, lut, load, one):
     """Element ``j`` of ``xs`` as the source float's bits, by the kernel's ``load`` rule."""
@@ -1058,6 +1083,13 @@ def encode_mode_kernel(
     """
     kind = mode_kind(mode)
     pl = mode_plan(fmt, np.dtype(in_dtype), mode)
+    # (P3109's 8-bit unsigned precision-1 formats, stochastic: from float32 bits in the
+    # native kernel where it takes them, round-to's values through byte planes; the
+    # Numba kernel rounds them widened to float64)
+    tiny = bool(vector and (table_dtype is None or planes)
+                and _tiny_sr(fmt, np.dtype(in_dtype), kind, int(random_bits)))  # fmt: skip
+    if tiny and np.dtype(in_dtype) != np.float64:
+        pl = Plan("float32", _LOADS[np.dtype(in_dtype)], False, "fast")
     p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
@@ -1113,6 +1145,7 @@ def encode_mode_kernel(
     # random bits, two for float64 data rounded to odd; see stochastic.variant_up)
     variant = mode if kind == KIND_VAR else 0
     vec_sp = sp if kind == KIND_SR else _variant_params(fmt, pl.source, rbits, 1)
+    vec_sp = _tiny_params(fmt) if tiny and width == 32 else vec_sp
     if kind == KIND_SR and vec_sp is None and width == 32:
         # (more random bits than the bits dropped: float32 -> float16 in the default 16)
         vec_sp = stochastic_params(fmt, pl.source, rbits, excess=True)
@@ -1159,11 +1192,13 @@ def encode_mode_kernel(
             sp32 = _variant_params(fmt, "float32", rbits, 1, excess=True, extra=True)
             sp32 = sp32 if sp32 is not None and rbits - int(sp32[4]) <= 30 else None
             excess = int(sp32 is not None)
+        if tiny:
+            sp32, excess = _tiny_params(fmt), 0
         if (
             F64_INPUT and sp32 is not None
             and fmt.maxexp <= 128
-            and mode_plan(fmt, np.dtype(np.float32), mode)
-            == Plan("float32", LOAD_DIRECT, False, "fast")
+            and (tiny or mode_plan(fmt, np.dtype(np.float32), mode)
+                 == Plan("float32", LOAD_DIRECT, False, "fast"))
         ):  # fmt: skip
             p32, q32 = _params(fmt, "float32", saturate, mode)
             vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), sp32, mode)
@@ -1172,6 +1207,9 @@ def encode_mode_kernel(
 
         vec_prm = vec_prm if available() else None
     vector_sr = vec_prm is not None
+    if tiny and not vector_sr:  # pragma: no cover - (the Numba kernel: widened to float64)
+        return encode_mode_kernel(fmt, in_dtype, saturate, mode, random_bits, table_dtype,
+                                  flush, planes, vector=False)  # fmt: skip
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
     sig = _encode_signature(
         width, in_bits, out_dtype, lookup and not planes, (_array(np.uint32, True), types.int64)
@@ -1364,7 +1402,7 @@ def encode_mode_kernel(
             bool(excess) if not unsigned else width == 64 and rbits > 21))  # fmt: skip
         flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
-                 beyond, extra64)  # fmt: skip
+                 beyond, extra64, int(tiny))  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
         kernel.planes = lookup and not values16
         return kernel, pl

@@ -121,6 +121,7 @@ def emit_sr_range(
     to16=0,
     beyond=0,
     extra64=0,
+    tiny=0,
 ):
     """Stochastic rounding, in LLVM IR, of the elements with global (C-order) indices
     ``glo .. ghi - 1`` of ``x`` (an i8 pointer; its element 0 has index ``offset``) into
@@ -155,7 +156,11 @@ def emit_sr_range(
     whose largest is below it, reaching float32's range: bfloat16): they are staged as
     :data:`_BEYOND`; ``extra64``: 1 where ``excess`` takes float64 data too (the 32 bits
     below those truncated on float32 staged beside them,
-    :func:`fp8kit._kernels.bits.f64_dropped_bits`, carry into the fraction)."""
+    :func:`fp8kit._kernels.bits.f64_dropped_bits`, carry into the fraction); ``tiny``: 1 for
+    a format whose smallest normal is float32's subnormal 2**-127 (P3109's 8-bit unsigned
+    precision-1 formats, ``sh`` 23): below float32's smallest normal (``prm``'s
+    ``min_normal``) the fixed point is the subnormal's bits doubled (steps of 2**-127 from
+    0, where ``|x| * 2**150`` would overflow float32), by integer operations."""
     intp = context.get_value_type(types.intp)
     i16, i32, i64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
     v32 = ir.VectorType(i32, LANES)
@@ -206,7 +211,10 @@ def emit_sr_range(
         t_normal = builder.add(a, rebias)
         # below the format's smallest normal: |x| * 2**(23 - minexp) truncated (exact;
         # where a is larger the conversion may overflow, and that lane is not selected)
-        fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
+        if tiny:  # (float32's subnormals in units of 2**-150: the format's 2**-127 is 2**23)
+            fixed = builder.shl(a, c(1))
+        else:
+            fixed = builder.fptosi(builder.fmul(builder.bitcast(a, vf), scale), v32)
         small = builder.and_(
             builder.icmp_unsigned("!=", use_magic, zero),
             builder.icmp_unsigned("<", a, min_normal),
@@ -237,16 +245,16 @@ def emit_sr_range(
             k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)  # (small: < 32)
             fixed = builder.add(fixed, builder.select(
                 more, builder.lshr(ext, builder.sub(c(32), k)), zero))  # fmt: skip
-            tiny = builder.lshr(builder.add(fixed, r_b), c(rbits))
-            code = builder.select(small, tiny, normal)
+            below = builder.lshr(builder.add(fixed, r_b), c(rbits))
+            code = builder.select(small, below, normal)
         elif excess:
             # (more random bits than the sh fraction bits: in the normal range the random
             # part's top sh bits carry; below the smallest normal ``fixed`` has rbits
             # fraction bits (stochastic_params' scale), and all of them do)
             top = builder.lshr(rnd, builder.sub(c(32), sh))
             normal = builder.lshr(builder.add(t_normal, top), sh)
-            tiny = builder.lshr(builder.add(fixed, builder.lshr(rnd, c(32 - rbits))), c(rbits))
-            code = builder.select(small, tiny, normal)
+            below = builder.lshr(builder.add(fixed, builder.lshr(rnd, c(32 - rbits))), c(rbits))
+            code = builder.select(small, below, normal)
         else:
             r_b = builder.lshr(rnd, c(32 - rbits))
             inc = builder.shl(r_b, builder.sub(sh, c(rbits)))
@@ -302,9 +310,9 @@ def emit_sr_range(
             if ext is not None:  # (the 23rd bit there: float64's first below float32's)
                 frac = builder.select(builder.icmp_unsigned("<", a, u_c0), zero,
                                       builder.or_(frac, builder.lshr(ext, c(31))))  # fmt: skip
-            tiny = builder.and_(builder.icmp_unsigned("==", u_rebias, zero),
+            at_c0 = builder.and_(builder.icmp_unsigned("==", u_rebias, zero),
                                 builder.icmp_unsigned("<", a, u_c1))  # fmt: skip
-            code = builder.select(tiny, up(frac), normal)
+            code = builder.select(at_c0, up(frac), normal)
             code = builder.select(builder.icmp_unsigned(">", code, u_max), u_ovf, code)
             code = builder.select(builder.icmp_unsigned("==", a, u_inf), u_inf_res, code)
             nan = builder.icmp_unsigned(">", a, u_inf)
@@ -397,7 +405,7 @@ def emit_sr_range(
                     # its subnormals too: those by integer operations)
                     # (the variants with float64's bits below staged beside: truncated)
                     odd = bool((variant or unsigned) and not extra64)
-                    v = f64_to_odd_f32(builder, v64, odd=odd, subnormals=bool(beyond))
+                    v = f64_to_odd_f32(builder, v64, odd=odd, subnormals=bool(beyond or tiny))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
 
                         def c64(value):
@@ -634,7 +642,7 @@ def variant_code_excess(
 def sr_native(
     random_bits: int, split: int, neg_zero: int, staged: int, values: int, kind_at: int,
     variant: int = 0, code_bytes: int = 1, values16: int = 0, excess: int = 0, flush: int = 0,
-    unsigned: int = 0, to16: int = 0, beyond: int = 0, extra64: int = 0,
+    unsigned: int = 0, to16: int = 0, beyond: int = 0, extra64: int = 0, tiny: int = 0,
 ):  # fmt: skip
     """The emitter of the native kernel (:data:`fp8kit._kernels.native.GENERIC_TYPE`)
     of stochastic rounding (:func:`emit_sr_range`), called as the other kernels of
@@ -681,7 +689,7 @@ def sr_native(
         def rounding(inner, a):
             emit_sr_range(context, inner, *a, random_bits, split, neg_zero, staged, values,
                           variant, code_bytes, values16, excess, flush, unsigned,
-                          to16, beyond, extra64)  # fmt: skip
+                          to16, beyond, extra64, tiny)  # fmt: skip
 
         body = body_function(builder, "range", arg_types, rounding)
         with builder.if_then(builder.icmp_signed("<", glo, ghi)):
