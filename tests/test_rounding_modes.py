@@ -348,20 +348,28 @@ def test_bad_flush_arguments_name_the_argument():
 
 
 # ------------------------------------------------------------------------ compiled kernels
-def test_stochastic_variants_share_one_kernel_and_modes_compile_once():
-    # a deterministic mode is compiled in (its masks fold away: 2x faster for toward_zero),
-    # once for every format; the stochastic variants read the mode at run time
+def test_modes_compile_once_for_every_format():
+    """A mode's kernels serve every format (its constants are run-time arguments); the
+    Numba kernel (the native kernels' reference and fallback) serves every mode of a kind,
+    the mode read at run time."""
+    from fp8kit._kernels.codec import encode_mode_kernel
+
     x = np.linspace(-3, 3, 101, dtype=np.float32)
     det = ("to_odd", "nearest_zero", "nearest_away", "toward_negative")
-    for mode in det:
-        fp8kit.encode(x, "float6_e3m2fn", rounding=mode)
-    fp8kit.encode(x, "float6_e3m2fn", rounding="stochastic_c", seed=1, random_bits=RB)
-    before = kcodec.compiled_count()
-    for mode in det:
-        fp8kit.encode(x, "float8_e4m3fn", rounding=mode)
-    for mode in ("stochastic_b", "stochastic_odd", "stochastic_half"):
-        fp8kit.encode(x, "float6_e3m2fn", rounding=mode, seed=1, random_bits=RB)
-    assert kcodec.compiled_count() == before
+    variants = ("stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half")
+    for name in ("float6_e3m2fn", "float8_e4m3fn"):
+        before = kcodec.compiled_count()
+        for mode in det + variants:
+            kw = {"seed": 1, "random_bits": RB} if mode in variants else {}
+            fp8kit.encode(x, name, rounding=mode, **kw)
+        assert (kcodec.compiled_count() == before) == (name == "float8_e4m3fn")
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    for modes, bits in ((det, 32), (variants, RB)):
+        encode_mode_kernel(fmt, x.dtype, True, MODES[modes[0]], bits, vector=False)[0].build()
+        before = kcodec.compiled_count()
+        for mode in modes[1:]:
+            encode_mode_kernel(fmt, x.dtype, True, MODES[mode], bits, vector=False)[0].build()
+        assert kcodec.compiled_count() == before, modes
 
 
 def test_new_modes_in_fake_convert_cast_and_astype():
