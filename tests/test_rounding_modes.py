@@ -362,7 +362,7 @@ def test_modes_compile_once_for_every_format():
         for mode in det + variants:
             kw = {"seed": 1, "random_bits": RB} if mode in variants else {}
             fp8kit.encode(x, name, rounding=mode, **kw)
-        assert (kcodec.compiled_count() == before) == (name == "float8_e4m3fn")
+    assert kcodec.compiled_count() == before
     fmt = fp8kit.get_format("float8_e4m3fn")
     for modes, bits in ((det, 32), (variants, RB)):
         encode_mode_kernel(fmt, x.dtype, True, MODES[modes[0]], bits, vector=False)[0].build()
