@@ -416,7 +416,22 @@ def emit_sr_range(
                         big = builder.and_(low, builder.icmp_unsigned("<", a64, c64(0x7FF << 52)))
                         mark = builder.or_(builder.and_(v, c(-(1 << 31))), c(_BEYOND))
                         v = builder.select(big, mark, v)
-                    if extra64:
+                    if extra64 and unsigned:
+                        # (float8_e8m0fnu reads them below float32's smallest normal
+                        # alone: a block of normal values, the common case, stores zeros)
+                        dst = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
+                        c64 = ir.Constant(ir.VectorType(i64, LANES), [897 << 52] * LANES)
+                        a64 = builder.and_(v64, ir.Constant(v64.type, [(1 << 63) - 1] * LANES))
+                        below = builder.icmp_unsigned("<", a64, c64)
+                        any_below = builder.icmp_unsigned(
+                            "!=", builder.bitcast(below, i64), ir.Constant(i64, 0)
+                        )
+                        with builder.if_else(any_below) as (some, none):
+                            with some:
+                                builder.store(f64_dropped_bits(builder, v64), dst, align=64)
+                            with none:
+                                builder.store(zero, dst, align=64)
+                    elif extra64:
                         dst = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
                         builder.store(f64_dropped_bits(builder, v64), dst, align=64)
                 else:
