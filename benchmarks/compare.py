@@ -688,6 +688,14 @@ PUBLIC_COLD = {
     "round_to float64 stochastic_c to float16, then stochastic_half to p3109_k8p7se": (
         "fp8kit.round_to(big64, 'float16', rounding='stochastic_c', seed=1)",
         "fp8kit.round_to(big64, 'p3109_k8p7se', rounding='stochastic_half', seed=1)"),
+    # the twentieth pass: the last stochastic cases on Numba kernels
+    "round_to p3109_k8p1ue stochastic, then float64 data stochastic_c": (
+        "fp8kit.round_to(big, 'p3109_k8p1ue', rounding='stochastic', seed=1)",
+        "fp8kit.round_to(big64, 'p3109_k8p1uf', rounding='stochastic_c', seed=1)"),
+    "round_to float64 stochastic_c to bfloat16 (8 bits), then float8_e8m0fnu (23 bits)": (
+        "fp8kit.round_to(big64, 'bfloat16', rounding='stochastic_c', seed=1, random_bits=8)",
+        "fp8kit.encode(big64, 'float8_e8m0fnu', rounding='stochastic', seed=1, "
+        "random_bits=23)"),
     "fake_convert every 7th row NaN, then openvino": (
         "fp8kit.fake_convert(big2d, np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5)"
         ".astype(np.float32))",

@@ -156,6 +156,13 @@ _PUBLIC_COLD = {
     "np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5).astype(np.float32))",
     "round_to_float64_stochastic_c_to_float16": "fp8kit.round_to(big.astype(np.float64), "
     "'float16', rounding='stochastic_c', seed=1)",
+    # the twentieth pass: the last stochastic cases on Numba kernels
+    "round_to_p3109_unsigned_precision_1_stochastic": "fp8kit.round_to(big, 'p3109_k8p1ue', "
+    "rounding='stochastic', seed=1)",
+    "round_to_float64_stochastic_c_to_bfloat16_8_bits": "fp8kit.round_to(big.astype(np.float64), "
+    "'bfloat16', rounding='stochastic_c', seed=1, random_bits=8)",
+    "encode_float64_stochastic_e8m0_23_bits": "fp8kit.encode(big.astype(np.float64), "
+    "'float8_e8m0fnu', rounding='stochastic', seed=1, random_bits=23)",
 }
 
 

@@ -1075,11 +1075,10 @@ def encode_mode_kernel(
     starts in a larger array, such as a Dask block; 0 otherwise).  Returns
     ``(kernel, plan)``.  The format's constants are a run-time argument; the random
     bits, ``flush`` and the format's two path flags are compiled in, and the mode's kind
-    (:func:`fp8kit._kernels.rounding.mode_kind`); a deterministic mode is compiled in
-    too (its masks fold away), while the stochastic variants read theirs at run time, so
-    one compiled function serves them all.  ``vector``: stochastic rounding of float32 to
-    an 8-bit format may take :mod:`fp8kit._kernels.stochastic`'s kernel (False: this one, as
-    the tests' reference).
+    (:func:`fp8kit._kernels.rounding.mode_kind`); the mode within its kind is read at run
+    time, so one compiled function serves them all (the native kernels compile it in).
+    ``vector``: stochastic rounding may take :mod:`fp8kit._kernels.stochastic`'s native
+    kernel (False: this one, as the tests' reference).
     """
     kind = mode_kind(mode)
     pl = mode_plan(fmt, np.dtype(in_dtype), mode)
