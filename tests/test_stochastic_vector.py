@@ -29,7 +29,8 @@ KEY.flags.writeable = False  # (as the kernels' signatures take them)
 VECTOR = sorted(
     f.name
     for f in registered_formats().values()
-    if f.bits <= 8 and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr_vec"
+    if f.bits <= 8
+    and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr_vec"
     and not encode_mode_kernel(f, F32, True, STOCHASTIC, 8, vector=False)[1].widen_first
 )
 
