@@ -1382,7 +1382,7 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .native import GenericNativeKernel
+        from .native import LEAN_PASSES, GenericNativeKernel
         from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
 
         in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
@@ -1400,6 +1400,7 @@ def encode_mode_kernel(
                  values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
                  beyond, extra64, int(tiny))  # fmt: skip
         kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
+        kernel.passes = LEAN_PASSES  # (its code: vector IR, no loop to vectorize)
         kernel.planes = lookup and not values16
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)
