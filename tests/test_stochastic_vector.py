@@ -971,3 +971,28 @@ def test_native_stochastic_kernels_compile_by_the_short_pipeline():
     assert lean != native._digest(kernel._key, codegen)
     manager = llvm.create_new_module_pass_manager()
     assert all(hasattr(manager, f"add_{name}_pass") for name in native.LEAN_PASSES)
+
+
+@pytest.mark.parametrize("dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16",
+                                                         "float64"])  # fmt: skip
+def test_every_registered_format_rounds_stochastically_without_numba(dt, monkeypatch):
+    """encode and round_to of every registered format in the stochastic modes (a format
+    one mode, by turns over formats and dtypes) with the default 16 random bits: native
+    kernels only, so a first call of a further format, dtype or mode compiles no Numba
+    kernel (a scan of every format, dtype and mode, encode and round_to, found none)."""
+    if dt == F64 and not cpu_has("avx512f"):
+        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    modes = ["stochastic", *VARIANTS]
+    x = np.array([1.5, -2.25, 3e-39, 1e-45, 1e30, np.inf, np.nan, 0.0, 65504.0, 0.1] * 7)
+    with np.errstate(over="ignore"):
+        x = x.astype(dt)
+
+    def refuse(self, parallel=False):
+        raise AssertionError(f"a Numba kernel was built: {self._key}")
+
+    monkeypatch.setattr(fp8kit._kernels.codec.Kernel, "build", refuse)
+    for i, fmt in enumerate(registered_formats().values()):
+        mode = modes[(i + DT_INDEX[dt]) % len(modes)]
+        mode = "stochastic" if fmt.specials == "unsigned" else mode  # (its only one)
+        fp8kit.encode(x, fmt, rounding=mode, seed=i)
+        fp8kit.round_to(x, fmt, rounding=mode, seed=i)
