@@ -134,6 +134,15 @@ def fresh_kernels(monkeypatch):
     clear()
 
 
+def refuse_numba(monkeypatch):
+    """Make any use of a Numba kernel (fp8kit._kernels.codec.Kernel.build) fail."""
+
+    def refuse(self, parallel=False):
+        raise AssertionError(f"a Numba kernel was built: {self._key}")
+
+    monkeypatch.setattr(fp8kit._kernels.codec.Kernel, "build", refuse)
+
+
 def boundary_probes(fmt, dtype=np.float64):
     """Every finite value of ``fmt``, the midpoints between neighbours (and beyond the
     largest), the float64 neighbours of both, halves and quarters (subnormal ties), specials,

@@ -6,7 +6,14 @@ float8_e8m0fnu, every mode, saturation and input dtype it takes (every bit patte
 
 import numpy as np
 import pytest
-from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, USER_FORMATS, boundary_probes
+from conftest import (
+    ALL_FORMATS,
+    CAST_WARNINGS,
+    FLOAT_DTYPES,
+    USER_FORMATS,
+    boundary_probes,
+    refuse_numba,
+)
 
 import fp8kit
 from fp8kit import get_format
@@ -327,15 +334,6 @@ def test_round_to_nearest_even_fallbacks_exist_where_the_cpu_has_vbmi():
 
 
 # ----------------------- every format and dtype without a Numba kernel: round_to's fallback
-def refuse_numba(monkeypatch):
-    """Make any use of a Numba kernel (fp8kit._kernels.codec.Kernel.build) fail."""
-
-    def refuse(self, parallel=False):
-        raise AssertionError(f"a Numba kernel was built: {self._key}")
-
-    monkeypatch.setattr(fp8kit._kernels.codec.Kernel, "build", refuse)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_format_rounds_and_encodes_without_numba_in_nearest_even(dtype, monkeypatch):
     """round_to, encode, decode and astype of every format, both saturations, nearest-even:

@@ -478,12 +478,15 @@ def test_astype_needs_an_ml_dtypes_type():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16], ids=str)
-@pytest.mark.parametrize("name", ["p3109_k8p1se", "p3109_k8p1sf", "float8_e8m0fnu"])
+@pytest.mark.parametrize(
+    "name", ["p3109_k8p1se", "p3109_k8p1sf", "p3109_k8p1ue", "p3109_k8p1uf", "float8_e8m0fnu"]
+)
 def test_stochastic_precision_1_and_e8m0_match_gfloat(name, dtype):
     """Stochastic rounding to P3109's precision-1 formats (from float32 bits: no ties, so
-    none of nearest-even's widening) and to float8_e8m0fnu (its powers of two) in the
-    vector kernel: gfloat's StochasticFastest with the same random bits, every value,
-    midpoint and a point between, both saturations."""
+    none of nearest-even's widening; the unsigned 8-bit ones, smallest normal 2**-127,
+    by integer steps below float32's smallest normal) and to float8_e8m0fnu (its powers of
+    two) in the vector kernel: gfloat's StochasticFastest with the same random bits, every
+    value, midpoint and a point between, both saturations, up to 23 random bits."""
     from gfloat.formats import format_info_ocp_e8m0
 
     from fp8kit._kernels.rounding import random_words
@@ -493,14 +496,14 @@ def test_stochastic_precision_1_and_e8m0_match_gfloat(name, dtype):
     v = code_values(fmt)
     v = np.unique(v[np.isfinite(v)])
     x = np.concatenate([v, (v[1:] + v[:-1]) / 2, v[1:] * 0.3 + v[:-1] * 0.7])
-    if name != "float8_e8m0fnu":
+    if fmt.signed:  # (gfloat leaves negative input to unsigned formats undefined)
         x = np.concatenate([x, -x])
     with np.errstate(over="ignore"):
         x = x.astype(dtype)
     x = x[np.isfinite(x.astype(np.float64))]
     if name == "float8_e8m0fnu":  # (no zero: 0 gives NaN as in ml_dtypes, gfloat 0; the
         x = x[x.astype(np.float64) != 0]  # powers below float16's underflow to it)
-    for bits in (4, 9, 16):
+    for bits in (4, 9, 16, 23):
         srbits = (random_words(x.size, 3, bits) >> np.uint32(32 - bits)).astype(np.int64)
         for sat in (True, False):
             got = fp8kit.round_to(x, fmt, rounding="stochastic", seed=3, random_bits=bits,
@@ -514,22 +517,24 @@ def test_stochastic_precision_1_and_e8m0_match_gfloat(name, dtype):
             assert ok.all(), (name, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])
 
 
-@pytest.mark.parametrize("name", ["float16", "bfloat16", "float8_e8m0fnu"])
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float8_e8m0fnu", "p3109_k8p1ue"])
 def test_stochastic_rounding_of_float64_data_matches_gfloat(name):
     """float64 data, stochastically (the vector kernel: truncated on float32 with the 32
-    bits below staged beside where float16 reads 16 random bits, a marker from 2**128 on,
-    rounded to odd for float8_e8m0fnu): gfloat's StochasticFastest on the float64 values
-    with the same random bits, values with bits far below float32's precision, around
-    the formats' subnormals, their largest and float32's range, both saturations."""
+    bits below staged beside where float16 reads 16 random bits and float8_e8m0fnu 23, a
+    marker from 2**128 on, rounded to odd for float8_e8m0fnu up to 21 bits; p3109_k8p1ue
+    by integer steps of 2**-127 below float32's smallest normal): gfloat's
+    StochasticFastest on the float64 values with the same random bits, values with bits
+    far below float32's precision, around the formats' subnormals, their largest and
+    float32's range, both saturations; bfloat16 in the variants too (8 random bits:
+    rounded to odd on float32, the marker)."""
     from gfloat.formats import format_info_bfloat16, format_info_binary16, format_info_ocp_e8m0
 
     from fp8kit._kernels.codec import encode_mode_kernel
-    from fp8kit._kernels.rounding import STOCHASTIC, random_words
+    from fp8kit._kernels.rounding import MODES, random_words
 
     fmt = get_format(name)
-    fi = {"float16": format_info_binary16, "bfloat16": format_info_bfloat16}.get(
-        name, format_info_ocp_e8m0
-    )
+    fi = {"float16": format_info_binary16, "bfloat16": format_info_bfloat16,
+          "float8_e8m0fnu": format_info_ocp_e8m0}.get(name) or gfloat_format(fmt)  # fmt: skip
     rng = np.random.default_rng(21)
     v = code_values(fmt)
     v = np.unique(v[np.isfinite(v) & (v > 0)])
@@ -537,17 +542,24 @@ def test_stochastic_rounding_of_float64_data_matches_gfloat(name):
     low = rng.uniform(0, 2.0**-30, v.size - 1)  # (bits below float32's)
     x = np.concatenate([v, v[:-1] + (v[1:] - v[:-1]) * (frac + low), v * (1 + 2.0**-40),
                         [2.0**128, 1e39, 1e300, 3.4028235677973366e38, 1e-46, 1e-300]])  # fmt: skip
-    if name != "float8_e8m0fnu":
+    if fmt.signed:
         x = np.concatenate([x, -x])
-    else:  # (gfloat returns values below 2**-127 unrounded; the exact oracle's tests: 2**-127)
-        x = x[x >= 2.0**-127]
-    for bits in (4, 16):
-        kernel = encode_mode_kernel(fmt, np.dtype(np.float64), True, STOCHASTIC, bits)[0]
-        assert kernel._key[0] == "sr_vec", bits
+    if name == "float8_e8m0fnu":  # (gfloat returns values below 2**-127 unrounded; the
+        x = x[x >= 2.0**-127]  # exact oracle's tests: 2**-127)
+    most = {"float8_e8m0fnu": 23, "p3109_k8p1ue": 22}.get(name, 16)
+    modes = [("stochastic", bits) for bits in sorted({4, 16, most})]
+    if name == "bfloat16":
+        modes += [("stochastic_c", 8), ("stochastic_b", 8), ("stochastic_odd", 8)]
+    gmodes = {"stochastic": "StochasticFastest", "stochastic_c": "Stochastic",
+              "stochastic_b": "StochasticFast", "stochastic_odd": "StochasticOdd"}  # fmt: skip
+    for mode, bits in modes:
+        kernel = encode_mode_kernel(fmt, np.dtype(np.float64), True, MODES[mode], bits)[0]
+        assert kernel._key[0] == "sr_vec", (mode, bits)
         srbits = (random_words(x.size, 5, bits) >> np.uint32(32 - bits)).astype(np.int64)
         for sat in (True, False):
-            got = fp8kit.round_to(x, fmt, rounding="stochastic", seed=5, random_bits=bits,
+            got = fp8kit.round_to(x, fmt, rounding=mode, seed=5, random_bits=bits,
                                   saturate=sat)  # fmt: skip
-            want = gfloat.round_ndarray(fi, x, RoundMode.StochasticFastest, sat, srbits, bits)
+            want = gfloat.round_ndarray(fi, x, getattr(RoundMode, gmodes[mode]), sat, srbits,
+                                        bits)  # fmt: skip
             ok = same(got, want)
-            assert ok.all(), (name, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])
+            assert ok.all(), (name, mode, bits, sat, x[~ok][:4], got[~ok][:4], want[~ok][:4])

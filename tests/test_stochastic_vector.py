@@ -8,6 +8,7 @@ and to values, any chunking, and blocks that start inside an array (Dask blocks)
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import refuse_numba
 
 import fp8kit
 from fp8kit._args import rounding as rounding_arg
@@ -987,10 +988,7 @@ def test_every_registered_format_rounds_stochastically_without_numba(dt, monkeyp
     with np.errstate(over="ignore"):
         x = x.astype(dt)
 
-    def refuse(self, parallel=False):
-        raise AssertionError(f"a Numba kernel was built: {self._key}")
-
-    monkeypatch.setattr(fp8kit._kernels.codec.Kernel, "build", refuse)
+    refuse_numba(monkeypatch)
     for i, fmt in enumerate(registered_formats().values()):
         mode = modes[(i + DT_INDEX[dt]) % len(modes)]
         mode = "stochastic" if fmt.specials == "unsigned" else mode  # (its only one)

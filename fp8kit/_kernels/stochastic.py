@@ -237,14 +237,7 @@ def emit_sr_range(
             f_b = builder.or_(builder.shl(frac, dd), builder.lshr(ext, builder.sub(c(32), dd)))
             up = builder.icmp_unsigned(">", r_b, builder.sub(max_b, f_b))
             normal = builder.add(builder.lshr(t_normal, sh), builder.zext(up, v32))
-            e_a = builder.lshr(a, c(23))
-            e_a = builder.select(builder.icmp_unsigned("<", e_a, c(1)), c(1), e_a)
-            k = builder.add(builder.sub(e_a, builder.lshr(min_normal, c(23))), dd)
-            more = builder.icmp_signed(">", k, zero)
-            k = builder.select(more, k, c(1))
-            k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)  # (small: < 32)
-            fixed = builder.add(fixed, builder.select(
-                more, builder.lshr(ext, builder.sub(c(32), k)), zero))  # fmt: skip
+            fixed = _append_ext(builder, a, min_normal, fixed, ext, dd)[0]
             below = builder.lshr(builder.add(fixed, r_b), c(rbits))
             code = builder.select(small, below, normal)
         elif excess:
@@ -406,12 +399,12 @@ def emit_sr_range(
                     # (the variants with float64's bits below staged beside: truncated)
                     odd = bool((variant or unsigned) and not extra64)
                     v = f64_to_odd_f32(builder, v64, odd=odd, subnormals=bool(beyond or tiny))
+
+                    def c64(value):
+                        return ir.Constant(ir.VectorType(i64, LANES), [value] * LANES)
+
+                    a64 = builder.and_(v64, c64((1 << 63) - 1))
                     if beyond:  # (a finite float64 from 2**128 on: the marker, its sign)
-
-                        def c64(value):
-                            return ir.Constant(ir.VectorType(i64, LANES), [value] * LANES)
-
-                        a64 = builder.and_(v64, c64((1 << 63) - 1))
                         low = builder.icmp_unsigned(">=", a64, c64(0x47F << 52))
                         big = builder.and_(low, builder.icmp_unsigned("<", a64, c64(0x7FF << 52)))
                         mark = builder.or_(builder.and_(v, c(-(1 << 31))), c(_BEYOND))
@@ -420,9 +413,7 @@ def emit_sr_range(
                         # (float8_e8m0fnu reads them below float32's smallest normal
                         # alone: a block of normal values, the common case, stores zeros)
                         dst = builder.bitcast(builder.gep(extras, [e0]), v32.as_pointer())
-                        c64 = ir.Constant(ir.VectorType(i64, LANES), [897 << 52] * LANES)
-                        a64 = builder.and_(v64, ir.Constant(v64.type, [(1 << 63) - 1] * LANES))
-                        below = builder.icmp_unsigned("<", a64, c64)
+                        below = builder.icmp_unsigned("<", a64, c64(897 << 52))
                         any_below = builder.icmp_unsigned(
                             "!=", builder.bitcast(below, i64), ir.Constant(i64, 0)
                         )
@@ -584,6 +575,27 @@ def _small_sticky(builder, a, small, min_normal, more):
     return builder.and_(small, builder.icmp_unsigned("!=", lost, zero))
 
 
+def _append_ext(builder, a, min_normal, fixed, ext, over):
+    """``(fixed, more, k)``: the fixed point ``fixed`` (``<N x i32>``, below the format's
+    smallest normal, truncated from the float32 bits ``a``, with ``over`` fraction bits
+    past the ``sh`` of the normal range) continued into float64's 32 bits below ``a``'s
+    (``ext``): their top ``k`` appended where the fixed point has ``k`` bits more than
+    float32 holds at a's exponent (``more``; k at most 31, 1 where not ``more``)."""
+    vt = a.type
+
+    def c(value):
+        return ir.Constant(vt, [value] * vt.count)
+
+    e_a = builder.lshr(a, c(23))
+    e_a = builder.select(builder.icmp_unsigned("<", e_a, c(1)), c(1), e_a)
+    k = builder.add(builder.sub(e_a, builder.lshr(min_normal, c(23))), over)
+    more = builder.icmp_signed(">", k, c(0))
+    k = builder.select(more, k, c(1))
+    k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)  # (small: < 32)
+    tail = builder.select(more, builder.lshr(ext, builder.sub(c(32), k)), c(0))
+    return builder.add(fixed, tail), more, k
+
+
 def variant_code_excess(
     builder, variant, rbits, t_normal, fixed, sh, a, small, min_normal, rnd, ext=None
 ):  # fmt: skip
@@ -612,15 +624,7 @@ def variant_code_excess(
         # appended to it (as emit_sr_range's plain rounding does, one bit further), the
         # rest sticky; the normal range's fraction is the sh bits and ext's 32, rounded
         # first at 32 - (rbits - sh) bits of ext, in 64-bit lanes)
-        e_a = builder.lshr(a, c(23))
-        e_a = builder.select(builder.icmp_unsigned("<", e_a, one), one, e_a)
-        k = builder.add(builder.sub(e_a, builder.lshr(min_normal, c(23))),
-                        builder.sub(c(b1), sh))  # fmt: skip
-        more = builder.icmp_signed(">", k, zero)
-        k = builder.select(more, k, one)
-        k = builder.select(builder.icmp_signed(">", k, c(31)), c(31), k)
-        fixed = builder.add(fixed, builder.select(
-            more, builder.lshr(ext, builder.sub(c(32), k)), zero))  # fmt: skip
+        fixed, more, k = _append_ext(builder, a, min_normal, fixed, ext, builder.sub(c(b1), sh))
         ext_below = builder.icmp_unsigned(
             "!=", builder.select(more, builder.shl(ext, k), ext), zero
         )
