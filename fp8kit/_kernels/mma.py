@@ -1,0 +1,615 @@
+"""Tensor-core matrix products: the fused dot-add models of :mod:`fp8kit.mma` as Numba code.
+
+One source serves both targets: the ``@njit`` scalar functions below are what the CPU
+kernels call and what :mod:`fp8kit.cuda._mma` compiles for the GPU (numba.cuda compiles
+``@njit`` functions it calls as device functions), so the two give the same bits.
+
+Every step is exact in float64 until the step's own rounding (:func:`round_out`):
+
+* operands arrive as (significand, exponent) pairs, ``x = s * 2**e`` with ``1 <= |s| < 2``
+  or, below the type's smallest normal, ``e`` clamped there and ``|s| < 1`` (MMA-Sim's
+  normalisation); the product of two significands has at most 2 * 24 bits;
+* a term aligned to the step's largest exponent and truncated to ``F`` fractional bits is
+  an integer times ``2**-F`` below ``2**(F + 3)``; a sum of up to 65 such integers stays
+  below 2**53 for ``F <= 43``, so the sum is exact;
+* ``v = S * 2**(emax - F)`` is exact (a power-of-two scaling in float64's range).
+
+NaN and Inf need no branch: they flow through the same float64 arithmetic as in the
+published model (``trunc(inf) = inf``, ``inf * 0 = nan``, ``inf - inf = nan``), and the
+caller writes NaN results as the canonical NaN of the output type.
+
+The fast path (:func:`gemm_fast_f32`) is the same rule for 8-bit (and narrower) operands,
+proven exact in float32 instead: a product of two such values has at most 8 significant
+bits, scaled by a power of two and truncated to ``F <= 13`` fractional bits it is an
+integer below ``2**(F + 2)``, and ``products`` of them (at most 32) sum below ``2**20``.
+Lanes whose step holds a non-finite operand or accumulator take the scalar step instead.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from .bits import as_bits, as_float, fma
+
+# -- model and rounding codes (fp8kit.mma.Instruction names them) ------------------------
+FUSED = 0  # MMA-Sim's T-FDPA: products and c aligned, truncated, summed, rounded once
+FUSED_SCALED = 1  # ST-FDPA: block-scaled, each product times its two scales
+GROUPED = 2  # GST-FDPA: groups of products summed first, then scaled and aligned
+TWO_STAGE = 3  # TR-FDPA (CDNA3 16-bit): products fused, then c at another precision
+PAIRS = 4  # GTR-FDPA (CDNA3 fp8): even and odd products fused apart, then c
+EXACT_SUM = 5  # E-FDPA (CDNA1): the exact sum rounded to fp32
+FTZ_ADD = 6  # CDNA2: fp32 products and additions flushing subnormals
+FMA = 7  # a chain of fused multiply-adds (fp64 units, AMD fp32/fp64)
+EXACT = 8  # not hardware: every product and c summed exactly, rounded once to fp32
+SEQUENTIAL = 9  # not hardware: fp32 fma chain in K order
+PAIRWISE = 10  # not hardware: fp32 products summed by a balanced tree, then c
+
+MODELS = {
+    "fused": FUSED,
+    "fused_scaled": FUSED_SCALED,
+    "grouped": GROUPED,
+    "two_stage": TWO_STAGE,
+    "pairs": PAIRS,
+    "exact_sum": EXACT_SUM,
+    "ftz_add": FTZ_ADD,
+    "fma": FMA,
+    "exact": EXACT,
+    "sequential": SEQUENTIAL,
+    "pairwise": PAIRWISE,
+}
+
+RZ_F32 = 0  # truncate to float32's 23 fractional bits (exponent floor -126)
+RZ_E8M13 = 1  # truncate to 13 fractional bits, float32's exponent range
+RNE_F16 = 2  # nearest-even to float16
+RNE_F32 = 3  # nearest-even to float32
+ROUNDINGS = {"rz_f32": RZ_F32, "rz_e8m13": RZ_E8M13, "rne_f16": RNE_F16, "rne_f32": RNE_F32}
+
+#: Exponent of zero terms where the model takes them out of every maximum.
+NO_EXP = -999
+
+# Layout of the int64 parameter vector the kernels read (one compiled kernel serves every
+# instruction: the model is data read at run time).
+P_MODEL, P_L, P_F, P_F2, P_RHO, P_EZERO, P_GROUP, P_NC, P_BLOCK, P_ESC, P_KINST = range(11)
+P_FLUSH_A, P_FLUSH_B, P_SCALED, P_F32OPS, P_PAIRW, P_ESS, P_LEN = 11, 12, 13, 14, 15, 16, 17
+
+SCRATCH = 80  # doubles of scratch per thread (the exact sum's expansion, the pairwise tree)
+
+
+@njit(inline="always")
+def pow2(k):
+    """``2.0**k`` for an integer ``k`` in float64's normal range, from the bits."""
+    return as_float(np.uint64((k + 1023) & 0x7FF) << np.uint64(52))
+
+
+@njit(inline="always")
+def exponent_of(x):
+    """floor(log2|x|) of a finite nonzero float64 (normal or subnormal)."""
+    e = np.int64((as_bits(x) >> np.uint64(52)) & np.uint64(0x7FF))
+    if e == 0:  # subnormal: scale into the normal range first
+        return (
+            np.int64((as_bits(x * 18014398509481984.0) >> np.uint64(52)) & np.uint64(0x7FF)) - 1077
+        )
+    return e - 1023
+
+
+@njit(inline="always")
+def normalize(x, esub):
+    """MMA-Sim's (s, e): ``x = s * 2**e``, ``1 <= |s| < 2``, or ``e = esub`` and ``|s| < 1``
+    below the smallest normal; zero gives ``(0, esub)``; Inf and NaN give ``(x, -1)`` as C's
+    frexp does."""
+    if x == 0.0:
+        return x, esub
+    if x != x or x - x != 0.0:
+        return x, np.int64(-1)
+    e = exponent_of(x)
+    if e < esub:
+        e = esub
+    return x * pow2(-e), e
+
+
+@njit(inline="always")
+def round_out(v, rho):
+    """A step's exact float64 result rounded to its output: float64 holding a float32 or
+    float16 value (Inf where it overflows, NaN kept)."""
+    if v != v or v == 0.0 or v - v != 0.0:
+        return v
+    a = abs(v)
+    if rho == RNE_F32:
+        return np.float64(np.float32(v))
+    if rho == RNE_F16:
+        e = exponent_of(a)
+        q = pow2((e if e > -14 else -14) - 10)
+        r = np.rint(v / q) * q
+        if abs(r) >= 65536.0:
+            return math.copysign(math.inf, v)
+        return r
+    mbits = 23 if rho == RZ_F32 else 13
+    e = exponent_of(a)
+    q = pow2((e if e > -126 else -126) - mbits)
+    r = np.trunc(v / q) * q
+    return np.float64(np.float32(r))
+
+
+@njit(inline="always")
+def aligned(s, e, emax, f):
+    """One term aligned to ``emax`` and truncated to ``f`` fractional bits, times 2**f."""
+    d = e - emax + f
+    if d < -1000:  # (2**d underflows; the term truncates to zero anyway, Inf and NaN kept)
+        return np.trunc(s * pow2(-1000))
+    return np.trunc(s * pow2(d))
+
+
+@njit
+def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
+    """T-FDPA / ST-FDPA: ``length`` products of row m of A and row n of B^T from k0, and c,
+    aligned to their largest exponent (zero terms take ``p[P_EZERO]``), truncated to F
+    fractional bits, summed exactly and rounded once.  (ssa, esa), (ssb, esb): the two
+    block scales' (s, e), (1, 0) where there are none."""
+    f = p[P_F]
+    ezero = p[P_EZERO]
+    cs, ce = normalize(c, p[P_ESC])
+    if cs == 0.0:
+        ce = ezero
+    emax = ce
+    for i in range(length):
+        s = sa[m, k0 + i] * sb[n, k0 + i] * ssa * ssb
+        e = ea[m, k0 + i] + eb[n, k0 + i] + esa + esb
+        if s == 0.0:
+            e = ezero
+        if e > emax:
+            emax = e
+    total = aligned(cs, ce, emax, f)
+    for i in range(length):
+        s = sa[m, k0 + i] * sb[n, k0 + i] * ssa * ssb
+        e = ea[m, k0 + i] + eb[n, k0 + i] + esa + esb
+        if s == 0.0:
+            e = ezero
+        total += aligned(s, e, emax, f)
+    return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
+
+
+@njit
+def step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b):
+    """GST-FDPA: groups of ``p[P_GROUP]`` products summed in float32 (exact for fp4), each
+    group times its block's two scales with the scales' exponent as the group's, then
+    aligned with c, truncated to F fractional bits, summed, rounded once.  A group whose
+    products are all zero, or whose scale is zero, takes ``p[P_EZERO]``."""
+    f = p[P_F]
+    ezero = p[P_EZERO]
+    g = p[P_GROUP]
+    block = p[P_BLOCK]
+    cs, ce = normalize(c, -126)
+    if cs == 0.0:
+        ce = ezero
+    emax = ce
+    for pass_ in range(2):
+        total = 0.0 if pass_ == 0 else aligned(cs, ce, emax, f)
+        for j in range(0, length, g):
+            acc = np.float32(0.0)
+            allzero = True
+            for i in range(g):
+                prod = np.float32(va[m, k0 + j + i]) * np.float32(vb[n, k0 + j + i])
+                allzero = allzero and prod == 0.0
+                acc += prod
+            kb = (k0 + j) // block
+            s1, e1 = normalize(scale_a[m, kb], p[P_ESS])
+            s2, e2 = normalize(scale_b[n, kb], p[P_ESS])
+            ss = s1 * s2
+            es = e1 + e2
+            if allzero or ss == 0.0:
+                es = ezero
+            if pass_ == 0:
+                if es > emax:
+                    emax = es
+            else:
+                total += aligned(np.float64(acc) * ss, es, emax, f)
+    return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
+
+
+@njit(inline="always")
+def fused_sum(sa, ea, sb, eb, m, n, k0, length, stride, f, overflow_inf):
+    """MMA-Sim's truncated fused sum of products k0, k0+stride, ...: (S, emax) with the sum
+    ``S * 2**-f`` relative to ``2**emax``; zero products take NO_EXP."""
+    emax = np.int64(NO_EXP)
+    for i in range(0, length, stride):
+        s = sa[m, k0 + i] * sb[n, k0 + i]
+        e = ea[m, k0 + i] + eb[n, k0 + i]
+        if overflow_inf and (e + (1 if abs(s) >= 2.0 else 0)) >= 128:
+            s = s * math.inf
+        if s == 0.0:
+            e = NO_EXP
+        if e > emax:
+            emax = e
+    total = 0.0
+    for i in range(0, length, stride):
+        s = sa[m, k0 + i] * sb[n, k0 + i]
+        e = ea[m, k0 + i] + eb[n, k0 + i]
+        if overflow_inf and (e + (1 if abs(s) >= 2.0 else 0)) >= 128:
+            s = s * math.inf
+        if s == 0.0:
+            e = NO_EXP
+        total += aligned(s, e, emax, f)
+    return total * pow2(-f), emax
+
+
+@njit(inline="always")
+def scaled_floor(x, k, bits):
+    """floor(x * 2**k) at ``bits`` fractional bits: floor(x * 2**(k + bits)) * 2**-bits."""
+    d = k + bits
+    if d < -1000:
+        return np.floor(x * pow2(-1000)) * pow2(-bits)
+    return np.floor(x * pow2(d)) * pow2(-bits)
+
+
+@njit
+def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p):
+    """TR-FDPA (CDNA3 16-bit and xf32) and GTR-FDPA (CDNA3 fp8, even and odd products
+    apart): the products fused at F bits, then c and the dot product aligned, rounded
+    down to F2 + 1 and F bits, summed and rounded down to F2 bits, then to fp32."""
+    f = p[P_F]
+    f2 = p[P_F2]
+    if p[P_MODEL] == PAIRS:
+        s_even, e_even = fused_sum(sa, ea, sb, eb, m, n, k0, length, 2, f, False)
+        s_odd, e_odd = fused_sum(sa, ea, sb, eb, m, n, k0 + 1, length - 1, 2, f, False)
+        e_dot = e_even if e_even > e_odd else e_odd
+        s_dot = scaled_floor(s_even, e_even - e_dot, f) + scaled_floor(s_odd, e_odd - e_dot, f)
+    else:
+        s_dot, e_dot = fused_sum(sa, ea, sb, eb, m, n, k0, length, 1, f, True)
+    cs, ce = normalize(c, -126)
+    emax = e_dot if e_dot > ce else ce
+    s_dot = scaled_floor(s_dot, e_dot - emax, f2 + 1)
+    cs = scaled_floor(cs, ce - emax, f)
+    if p[P_MODEL] == PAIRS and ce < emax - f - 1:
+        cs = 0.0
+    s, e = normalize((s_dot + cs) * pow2(emax), -126)
+    s = np.floor(s * pow2(f2)) * pow2(-f2)
+    if s != s or s - s != 0.0:
+        return np.float64(np.float32(s))
+    return np.float64(np.float32(s * pow2(e)))
+
+
+# -- exact sums: Shewchuk's nonoverlapping expansions ------------------------------------
+@njit(inline="always")
+def two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@njit
+def expansion_add(x, buf, count):
+    """Add x to the expansion buf[:count] (increasing magnitude, nonoverlapping) exactly;
+    returns the new count (zero components dropped)."""
+    q = x
+    j = 0
+    for i in range(count):
+        q, h = two_sum(q, buf[i])
+        if h != 0.0:
+            buf[j] = h
+            j += 1
+    if q != 0.0 or j == 0:
+        buf[j] = q
+        j += 1
+    return j
+
+
+@njit
+def expansion_to_f32(buf, count):
+    """The expansion's exact value rounded once to float32 (nearest-even), as float64."""
+    x = buf[count - 1]
+    if count == 1 or x != x or x - x != 0.0:
+        return np.float64(np.float32(x))
+    r = np.float64(np.float32(x))
+    if r == x or r - r != 0.0:
+        return r  # exactly representable (the rest is below half its ulp), or overflow
+    # x lies between two float32 values; only a tie needs the rest's sign to decide
+    other = np.float64(np.float32(x + (x - r)))  # the float32 on the other side of x
+    if abs(x - r) != abs(other - x):
+        return r
+    rest = buf[count - 2]
+    up = r if abs(r) > abs(other) else other  # away from zero
+    down = other if up == r else r
+    if (rest > 0.0) == (x > 0.0):
+        return up
+    return down
+
+
+@njit
+def exact_dot(va, vb, m, n, k0, length, c, buf):
+    """c plus every product of the slice, summed exactly (products split by fma), rounded
+    once to float32; NaN/Inf as IEEE arithmetic gives them."""
+    special = c
+    count = 0
+    if c != 0.0:
+        count = expansion_add(c, buf, count)
+    for i in range(length):
+        a = va[m, k0 + i]
+        b = vb[n, k0 + i]
+        prod = a * b
+        special += prod
+        if prod != 0.0:
+            err = fma(a, b, -prod)
+            count = expansion_add(prod, buf, count)
+            if err != 0.0:
+                count = expansion_add(err, buf, count)
+        if count > SCRATCH - 4:  # (never reached for float32 data: 2**8 bits of range)
+            count = compress(buf, count)
+    if special != special or special - special != 0.0:
+        return np.float64(np.float32(special))
+    if count == 0:
+        return 0.0
+    return expansion_to_f32(buf, count)
+
+
+@njit
+def compress(buf, count):
+    """Shewchuk's compression: the same value in fewer, nonoverlapping components."""
+    q = buf[count - 1]
+    bottom = count - 1
+    for i in range(count - 2, -1, -1):
+        s, h = two_sum(q, buf[i])
+        if h != 0.0:
+            buf[bottom] = s
+            bottom -= 1
+            q = h
+        else:
+            q = s
+    buf[bottom] = q
+    j = 0
+    for i in range(bottom, count):
+        if buf[i] != 0.0 or (j == 0 and i == count - 1):
+            buf[j] = buf[i]
+            j += 1
+    # components now run from the largest down: put them back in increasing order
+    for i in range(j // 2):
+        t = buf[i]
+        buf[i] = buf[j - 1 - i]
+        buf[j - 1 - i] = t
+    return j
+
+
+@njit(inline="always")
+def flush32(x, keep_sign):
+    """x with float32 subnormals (|x| < 2**-126) replaced by zero."""
+    if abs(x) < 1.1754943508222875e-38:
+        return x * 0.0 if keep_sign else 0.0
+    return x
+
+
+@njit(inline="always")
+def ftz_product(va, vb, m, n, k, p):
+    """CDNA2's product: inputs below their smallest normal flushed to +0, the fp32 product
+    flushed likewise keeping its sign."""
+    x = va[m, k]
+    y = vb[n, k]
+    x = 0.0 if abs(x) < pow2(p[P_FLUSH_A]) else x
+    y = 0.0 if abs(y) < pow2(p[P_FLUSH_B]) else y
+    return np.float32(flush32(np.float64(np.float32(x) * np.float32(y)), True))
+
+
+@njit(inline="always")
+def ftz_add(x, y):
+    return np.float32(flush32(np.float64(x + y), True))
+
+
+@njit
+def step_ftz(va, vb, m, n, k0, length, c, p):
+    """CDNA2: products in fp32 from inputs with subnormals flushed, added by pairs (P = 2)
+    or pairs of pairs (P = 4) into c with fp32 additions flushing subnormal results; c is
+    flushed to +0 once, at the instruction's start."""
+    width = p[P_PAIRW]
+    acc = np.float32(flush32(c, False))
+    for j in range(0, length, width):
+        s = ftz_add(ftz_product(va, vb, m, n, k0 + j, p), ftz_product(va, vb, m, n, k0 + j + 1, p))
+        if width == 4:
+            s2 = ftz_add(
+                ftz_product(va, vb, m, n, k0 + j + 2, p), ftz_product(va, vb, m, n, k0 + j + 3, p)
+            )
+            s = ftz_add(s, s2)
+        acc = ftz_add(acc, s)
+    return np.float64(acc)
+
+
+@njit
+def step_fma(va, vb, m, n, k0, length, c, p):
+    """A chain of fused multiply-adds in float64 (or float32 where p[P_F32OPS])."""
+    if p[P_F32OPS]:
+        acc = np.float32(c)
+        for i in range(length):
+            acc = fma(np.float32(va[m, k0 + i]), np.float32(vb[n, k0 + i]), acc)
+        return np.float64(acc)
+    acc = c
+    for i in range(length):
+        acc = fma(va[m, k0 + i], vb[n, k0 + i], acc)
+    return acc
+
+
+@njit
+def pairwise_dot(va, vb, m, n, k0, length, c, buf):
+    """fp32 products summed by a balanced binary tree (a binary counter: partial sums of
+    2**j products meet their equal), the tree's roots from the smallest, then c."""
+    count = 0
+    for i in range(length):
+        v = np.float32(np.float32(va[m, k0 + i]) * np.float32(vb[n, k0 + i]))
+        j = i
+        # the lowest set bits of i + 1 say how many equal-sized sums this one completes
+        while j & 1:
+            count -= 1
+            v = np.float32(np.float32(buf[count]) + v)
+            j >>= 1
+        buf[count] = v
+        count += 1
+    total = np.float32(0.0)
+    first = True
+    for i in range(count - 1, -1, -1):
+        if first:
+            total = np.float32(buf[i])
+            first = False
+        else:
+            total = np.float32(np.float32(buf[i]) + total)
+    if first:
+        return np.float64(np.float32(c))
+    return np.float64(np.float32(np.float32(c) + total))
+
+
+@njit
+def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf):
+    """One instruction step (one fused dot-add of the model) for output (m, n)."""
+    model = p[P_MODEL]
+    if model == FUSED:
+        return step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, 1.0, 0, 1.0, 0)
+    if model == FUSED_SCALED:
+        kb = k0 // p[P_BLOCK]
+        s1, e1 = normalize(scale_a[m, kb], p[P_ESS])
+        s2, e2 = normalize(scale_b[n, kb], p[P_ESS])
+        return step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, s1, e1, s2, e2)
+    if model == GROUPED:
+        return step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b)
+    if model == TWO_STAGE or model == PAIRS:
+        return step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p)
+    if model == FTZ_ADD:
+        return step_ftz(va, vb, m, n, k0, length, c, p)
+    if model == FMA or model == SEQUENTIAL:
+        return step_fma(va, vb, m, n, k0, length, c, p)
+    if model == PAIRWISE:
+        return pairwise_dot(va, vb, m, n, k0, length, c, buf)
+    return exact_dot(va, vb, m, n, k0, length, c, buf)  # EXACT_SUM, EXACT
+
+
+@njit
+def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gscale_b, buf):
+    """One output of the chained product: the instruction over K in steps of L, its result
+    fed back as c; with promotion (p[P_NC] > 0) the instruction's accumulator restarts at
+    +0 every NC elements and is added into an fp32 accumulator (``fma(sa * sb, partial,
+    acc)``, sa * sb rounded to fp32: the group's scales, 1 where there are none)."""
+    length = p[P_L]
+    nc = p[P_NC]
+    if nc == 0:
+        acc = c
+        for k0 in range(0, k, length):
+            acc = step(sa, ea, sb, eb, va, vb, m, n, k0, length, acc, p, scale_a, scale_b, buf)
+        return acc
+    acc32 = np.float32(c)
+    for g in range(k // nc):
+        part = 0.0
+        for k0 in range(g * nc, (g + 1) * nc, length):
+            part = step(sa, ea, sb, eb, va, vb, m, n, k0, length, part, p, scale_a, scale_b, buf)
+        s = np.float32(np.float32(gscale_a[m, g]) * np.float32(gscale_b[n, g]))
+        acc32 = fma(s, np.float32(part), acc32)
+    return np.float64(acc32)
+
+
+@njit(nogil=True, cache=True)
+def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscale_b, out, spec):
+    """Every output of rows of chunk range ``spec`` (see :func:`fp8kit._parallel.chunk_spec`)
+    by the scalar model: out[m, n] for A rows m, B^T rows n."""
+    nchunks = spec & 0xFFFFF
+    first = (spec >> 20) & 0xFFFFF
+    stop = (spec >> 40) & 0xFFFFF
+    if stop == 0:
+        stop = nchunks
+    rows = out.shape[0]
+    buf = np.empty(SCRATCH, np.float64)
+    for m in range(rows * first // nchunks, rows * stop // nchunks):
+        for n in range(out.shape[1]):
+            out[m, n] = output(
+                sa, ea, sb, eb, va, vb, m, n, sa.shape[1], c[m, n], p,
+                scale_a, scale_b, gscale_a, gscale_b, buf,
+            )  # fmt: skip
+
+
+#: Columns of B one pass of the fast kernel keeps in its lane arrays (five arrays of 128
+#: float32/float64 stay in L1 with the rows of B they read).
+LANES = 128
+
+
+@njit(inline="always")
+def pow2_f32(e):
+    """2.0**e as float32 for an integral float32 e in [-126, 127], from the bits."""
+    return as_float(np.uint32(np.uint32(np.int32(e) + 127) << np.uint32(23)))
+
+
+@njit(nogil=True, cache=True)
+def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spec):
+    """The fused model (T-FDPA, F <= 13, <= 32 products, 8-bit or narrower operands) for
+    rows of chunk range ``spec``, lanes across columns of B.
+
+    va, ea: A's values and exponents as float32 (M, K): non-finite values as 0, zero values
+    with exponent -1000 (below every maximum); vb, eb: the same of B (K, N).  bad_a (M, S),
+    bad_b (S, N): whether step s of that row / column holds a non-finite operand; those
+    lanes, and lanes whose accumulator is not finite, take the scalar step on the
+    (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  Zero terms take the
+    exponent p[P_EZERO], which the caller has checked lies at or below every nonzero
+    product's (so it acts as a floor).
+    """
+    nchunks = spec & 0xFFFFF
+    first = (spec >> 20) & 0xFFFFF
+    stop = (spec >> 40) & 0xFFFFF
+    if stop == 0:
+        stop = nchunks
+    rows, cols = out.shape
+    k = va.shape[1]
+    length = p[P_L]
+    f = p[P_F]
+    rho = p[P_RHO]
+    nc = p[P_NC]
+    ezero = np.float32(p[P_EZERO])
+    esc = p[P_ESC]
+    emax = np.empty(LANES, np.float32)
+    scale = np.empty(LANES, np.float32)
+    total = np.empty(LANES, np.float32)
+    acc = np.empty(LANES, np.float64)
+    acc32 = np.empty(LANES, np.float32)
+    dummy = np.ones((1, 1), np.float64)
+    buf = np.empty(SCRATCH, np.float64)
+    ff = np.float32(f)
+    for m in range(rows * first // nchunks, rows * stop // nchunks):
+        for n0 in range(0, cols, LANES):
+            nb = min(LANES, cols - n0)
+            for v in range(nb):
+                acc[v] = 0.0 if nc else c[m, n0 + v]
+                acc32[v] = np.float32(c[m, n0 + v])
+            for s in range(k // length):
+                k0 = s * length
+                for v in range(nb):
+                    emax[v] = np.float32(-1000.0)
+                for i in range(length):
+                    e_a = ea[m, k0 + i]
+                    for v in range(nb):
+                        e = e_a + eb[k0 + i, n0 + v]
+                        emax[v] = e if e > emax[v] else emax[v]
+                for v in range(nb):
+                    x = acc[v]
+                    ec = ezero
+                    if x != 0.0:
+                        ec = np.float32(max(exponent_of(x), esc))
+                    e = emax[v] if emax[v] > ezero else ezero
+                    e = ec if ec > e else e
+                    emax[v] = e
+                    scale[v] = pow2_f32(ff - (e if e > -60.0 else np.float32(-60.0)))
+                    total[v] = 0.0
+                for i in range(length):
+                    a = va[m, k0 + i]
+                    for v in range(nb):
+                        total[v] += np.trunc(a * vb[k0 + i, n0 + v] * scale[v])
+                special = bad_a[m, s]
+                for v in range(nb):
+                    x = acc[v]
+                    if special or bad_b[s, n0 + v] or x - x != 0.0:
+                        acc[v] = step(
+                            sa, esa, sb, esb, sa, sb, m, n0 + v, k0, length, x, p,
+                            dummy, dummy, buf,
+                        )  # fmt: skip
+                        continue
+                    e = np.int64(emax[v])
+                    d = (np.float64(total[v]) + aligned(x, 0, e, f)) * pow2(e - f)
+                    acc[v] = round_out(d, rho) + 0.0
+                if nc and (k0 + length) % nc == 0:
+                    for v in range(nb):
+                        acc32[v] = np.float32(acc32[v] + np.float32(acc[v]))
+                        acc[v] = 0.0
+            for v in range(nb):
+                out[m, n0 + v] = np.float64(acc32[v]) if nc else acc[v]

@@ -1,0 +1,271 @@
+"""Validation and operand preparation for the matrix-product kernels, and their launch.
+
+Everything a kernel needs is computed here once per call in numpy (operand values, MMA-Sim's
+(significand, exponent) pairs, the fast kernel's float32 views, a parameter vector), so the
+kernels in :mod:`fp8kit._kernels.mma` see plain arrays only.  The CUDA twin takes the same
+prepared arrays (:func:`prepare`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from .. import _parallel
+from .._kernels import mma as K
+from ._types import SUB_BYTE, TYPES
+
+#: The accumulators that are not hardware, by name (see :func:`fp8kit.matmul`).
+ACCUMULATORS = ("exact", "fp32", "fp32-pairwise")
+_ACC_MODEL = {"exact": K.EXACT, "fp32": K.SEQUENTIAL, "fp32-pairwise": K.PAIRWISE}
+_FLOATS = (
+    np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+)  # fmt: skip
+
+
+def _dtype_name(x) -> str:
+    return str(np.asarray(x).dtype) if hasattr(x, "dtype") else type(x).__name__
+
+
+def _sub_byte_lut(name: str, shift: int) -> np.ndarray:
+    """Values of the 256 bytes holding one fp6/fp4 code at bits ``shift`` upward (MMA-Sim's
+    uint8 layout: the code is ``(byte & 0x3F) >> shift``)."""
+    codes = ((np.arange(256) & 0x3F) >> shift).astype(np.uint8)
+    return codes.view(TYPES[name].dtype).astype(np.float64)
+
+
+def operand_values(x, type_name: str, arg: str, shape=None, packed=False) -> np.ndarray:
+    """An operand's values as float64 (exact), checking its dtype (and shape)."""
+    t = TYPES[type_name]
+    a = np.asarray(x)
+    if a.dtype == np.uint8 and type_name in SUB_BYTE:
+        e, mnt = SUB_BYTE[type_name]
+        if packed:
+            lut = np.array([np.float64(v) for v in np.arange(16, dtype=np.uint8).view(t.dtype)])
+            v = np.empty(a.shape[:-1] + (a.shape[-1] * 2,), np.float64)
+            v[..., 0::2] = lut[a >> 4]
+            v[..., 1::2] = lut[a & 0xF]
+        else:
+            v = _sub_byte_lut(type_name, 5 - e - mnt)[a]
+    elif a.dtype == t.dtype:
+        if type_name == "ue4m3":  # (MMA-Sim reads ue4m3 scales without their sign bit)
+            a = (a.view(np.uint8) & 0x7F).view(t.dtype)
+        if t.tf32:
+            a = (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+        v = a.astype(np.float64)
+    else:
+        allowed = t.dtype.name + (" or uint8 codes" if type_name in SUB_BYTE else "")
+        raise TypeError(
+            f"{arg} has dtype {a.dtype.name}; this instruction's {type_name} operand takes "
+            f"{allowed}"
+        )
+    if v.ndim != 2:
+        raise ValueError(f"{arg} must be 2-D, got shape {a.shape}")
+    if shape is not None and v.shape != shape:
+        raise ValueError(f"{arg} has shape {v.shape}; expected {shape}")
+    return v
+
+
+def normalized(v: np.ndarray, esub: int) -> tuple[np.ndarray, np.ndarray]:
+    """MMA-Sim's (s, e) of float64 values: ``v = s * 2**e``, ``1 <= |s| < 2``, or ``e =
+    esub`` below the smallest normal; zero (0, esub); Inf and NaN (v, -1)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        m, e = np.frexp(v)
+    e = e.astype(np.int64) - 1
+    e = np.where(np.isfinite(v), e, -1)
+    e = np.maximum(e, np.where(np.isfinite(v), esub, -1))
+    with np.errstate(invalid="ignore"):
+        s = np.where(np.isfinite(v), np.ldexp(v, -e), v)
+    e = np.where(v == 0, esub, e)
+    return np.ascontiguousarray(s), np.ascontiguousarray(e)
+
+
+@dataclass
+class Prepared:
+    """The arrays one product's kernels take (A rows, B^T rows; see the kernels)."""
+
+    sa: np.ndarray
+    ea: np.ndarray
+    sb: np.ndarray
+    eb: np.ndarray
+    va: np.ndarray
+    vb: np.ndarray
+    c: np.ndarray
+    params: np.ndarray
+    scale_a: np.ndarray
+    scale_b: np.ndarray
+    gscale_a: np.ndarray
+    gscale_b: np.ndarray
+    fast: tuple | None  # (va32, ea32, vb32 (K, N), eb32, bad_a, bad_b) or None
+
+
+def _params(model, length, *, f=0, f2=0, rho=0, ezero=0, group=0, nc=0, block=1, esc=-126,
+            flush_a=-126, flush_b=-126, f32ops=0, width=0, ess=-127) -> np.ndarray:  # fmt: skip
+    p = np.zeros(K.P_LEN, np.int64)
+    p[K.P_MODEL], p[K.P_L], p[K.P_F], p[K.P_F2], p[K.P_RHO] = model, length, f, f2, rho
+    p[K.P_EZERO], p[K.P_GROUP], p[K.P_NC], p[K.P_BLOCK], p[K.P_ESC] = ezero, group, nc, block, esc
+    p[K.P_FLUSH_A], p[K.P_FLUSH_B], p[K.P_F32OPS], p[K.P_PAIRW] = flush_a, flush_b, f32ops, width
+    p[K.P_GROUP] = group
+    p[K.P_ESS] = ess
+    return p
+
+
+def instruction_params(inst, nc: int) -> np.ndarray:
+    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
+    model = K.MODELS[inst.model]
+    return _params(
+        model, inst.products, f=inst.frac_bits, f2=inst.frac_bits2,
+        rho=K.ROUNDINGS.get(inst.rounding, 0), ezero=inst.exp_zero, group=inst.group, nc=nc,
+        block=inst.block or 1, esc=TYPES[inst.c_type].esub, flush_a=ta.esub, flush_b=tb.esub,
+        f32ops=int(inst.a_type == "f32"), width=inst.group,
+        ess=TYPES[inst.scale_type].esub if inst.scale_type else -127,
+    )  # fmt: skip
+
+
+def _fast_arrays(va, ea_, vbt, eb_, length):
+    """The fast kernel's float32 views: non-finite values as 0 (those steps are flagged),
+    zero values with exponent -1000; B as K x N; per-step non-finite flags."""
+    k = va.shape[1]
+    fin_a, fin_b = np.isfinite(va), np.isfinite(vbt)
+    va32 = np.where(fin_a, va, 0).astype(np.float32)
+    vb32 = np.ascontiguousarray(np.where(fin_b, vbt, 0).astype(np.float32).T)
+    ea32 = np.where(va32 != 0, ea_, -1000).astype(np.float32)
+    eb32 = np.ascontiguousarray(np.where(vb32.T != 0, eb_, -1000).astype(np.float32).T)
+    bad_a = (~fin_a).reshape(va.shape[0], k // length, length).any(axis=2).astype(np.uint8)
+    bad_b = (~fin_b).reshape(vbt.shape[0], k // length, length).any(axis=2).T.astype(np.uint8)
+    return va32, ea32, vb32, eb32, bad_a, np.ascontiguousarray(bad_b)
+
+
+def _fast_eligible(inst, has_gscale: bool) -> bool:
+    """The float32 proof of the fast kernel holds (see :mod:`fp8kit._kernels.mma`): fused
+    model, both operands 8-bit or narrower, F <= 13, at most 32 products, zero terms' exponent
+    at or below every nonzero product's, and no per-group promotion scales."""
+    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
+    return (
+        inst.model == "fused"
+        and ta.narrow
+        and tb.narrow
+        and inst.frac_bits <= 13
+        and inst.products <= 32
+        and inst.exp_zero <= ta.esub + tb.esub
+        and not has_gscale
+    )
+
+
+def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, gscale_b=None):
+    """Validate and prepare ``a @ b + c`` (a: M x K, b: K x N, c: M x N float64 values) under
+    an instruction or a non-hardware accumulator name."""
+    if isinstance(inst, str):
+        va = _float_values(a, "a")
+        vbt = np.ascontiguousarray(_float_values(b, "b").T)
+        length = va.shape[1]
+        params = _params(_ACC_MODEL[inst], max(length, 1), nc=0)
+        sa = sb = np.zeros((1, 1))
+        ea = eb = np.zeros((1, 1), np.int64)
+        fast = None
+    else:
+        ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
+        va = operand_values(a, inst.a_type, "a", packed=inst.packed)
+        vbt = np.ascontiguousarray(operand_values(b, inst.b_type, "b", packed=inst.packed).T)
+        sa, ea = normalized(va, ta.esub)
+        sb, eb = normalized(vbt, tb.esub)
+        params = instruction_params(inst, nc)
+        fast = None
+        if _fast_eligible(inst, gscale_a is not None) and va.size and vbt.size:
+            fast = _fast_arrays(va, ea, vbt, eb, inst.products)
+    m, n = va.shape[0], vbt.shape[0]
+    ones = np.ones((1, 1))
+    return Prepared(
+        sa, ea, sb, eb, np.ascontiguousarray(va), vbt, c, params,
+        ones if scale_a is None else scale_a, ones if scale_b is None else scale_b,
+        np.ones((m, 1)) if gscale_a is None else gscale_a,
+        np.ones((n, 1)) if gscale_b is None else gscale_b, fast,
+    )  # fmt: skip
+
+
+def _float_values(x, arg) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype not in _FLOATS and not (a.dtype.kind == "V" or "float" in a.dtype.name):
+        raise TypeError(
+            f"{arg} has dtype {a.dtype.name}; the non-hardware accumulators take float arrays "
+            "(float64, float32, float16, bfloat16, float8/6/4 of ml_dtypes)"
+        )
+    if a.ndim != 2:
+        raise ValueError(f"{arg} must be 2-D, got shape {a.shape}")
+    return np.ascontiguousarray(a.astype(np.float64))
+
+
+def launch(prep: Prepared) -> np.ndarray:
+    """Run the CPU kernels: the product's float64 outputs (values of the D type)."""
+    m, n = prep.va.shape[0], prep.vb.shape[0]
+    k = prep.va.shape[1]
+    out = np.empty((m, n), np.float64)
+    if m == 0 or n == 0:
+        return out
+    work = m * n * max(k, 1)
+    if prep.fast is not None:
+        va32, ea32, vb32, eb32, bad_a, bad_b = prep.fast
+        args = (va32, ea32, vb32, eb32, bad_a, bad_b, prep.sa, prep.ea, prep.sb, prep.eb,
+                prep.c, prep.params, out)  # fmt: skip
+        _parallel.launch_compiled(K.gemm_fast_f32, work // 8, *args)
+    else:
+        args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
+                prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, out)  # fmt: skip
+        _parallel.launch_compiled(K.gemm_generic, work // 2, *args)
+    return out
+
+
+def finish(values: np.ndarray, d_type: str, canonical_nan: bool) -> np.ndarray:
+    """float64 outputs as the D type, NaN canonical where the model writes it so."""
+    if d_type == "f16":
+        out = values.astype(np.float16)
+        if canonical_nan:
+            bits = out.view(np.uint16)
+            bits[np.isnan(out)] = 0x7FFF
+        return out
+    if d_type == "f64":
+        return values
+    out = values.astype(np.float32)
+    if canonical_nan:
+        out.view(np.uint32)[np.isnan(out)] = 0x7FFFFFFF
+    return out
+
+
+def c_values(c, c_type: str, shape) -> np.ndarray:
+    t = TYPES[c_type]
+    a = np.asarray(c)
+    if a.dtype != t.dtype:
+        raise TypeError(f"C has dtype {a.dtype.name}; this instruction's C is {t.dtype.name}")
+    if a.shape != shape:
+        raise ValueError(f"C has shape {a.shape}; expected {shape}")
+    return np.ascontiguousarray(a.astype(np.float64))
+
+
+def scales(x, type_name, arg, shape) -> np.ndarray:
+    if x is None:
+        raise ValueError(f"this instruction is block-scaled: {arg} is required, shape {shape}")
+    return np.ascontiguousarray(operand_values(x, type_name, arg, shape=shape))
+
+
+def run_instruction(inst, A, B, C, scale_a=None, scale_b=None) -> np.ndarray:
+    """One instruction: D = A @ B + C (see :meth:`fp8kit.mma.Instruction.__call__`)."""
+    kk = inst.k // (2 if inst.packed and np.asarray(A).dtype == np.uint8 else 1)
+    for arg, x, shape in (("A", A, (inst.m, kk)), ("B", B, (kk, inst.n))):
+        if np.shape(x) != shape:
+            raise ValueError(f"{arg} has shape {np.shape(x)}; {inst.shape_and_type} takes {shape}")
+    c = c_values(C, inst.c_type, (inst.m, inst.n))
+    sa = sb = None
+    if inst.block:
+        nb = inst.k // inst.block
+        sa = scales(scale_a, inst.scale_type, "scale_a", (inst.m, nb))
+        sb = np.ascontiguousarray(scales(scale_b, inst.scale_type, "scale_b", (nb, inst.n)).T)
+    elif scale_a is not None or scale_b is not None:
+        raise ValueError(f"{inst.shape_and_type} is not block-scaled: scale_a/scale_b must be None")
+    prep = prepare(inst, A, B, c, scale_a=sa, scale_b=sb)
+    return finish(launch(prep), inst.d_type, inst.model in _CANONICAL)
+
+
+_CANONICAL = ("fused", "fused_scaled", "grouped", "two_stage", "pairs")
