@@ -20,10 +20,16 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # fp8kit.study is imported on first use: a quarter of fp8kit's own import time (~27 of
     # ~105 ms, measured with -X importtime) for code that only studies use
-    if name == "study":
+    if name in ("study", "mma"):
         import importlib
 
-        return importlib.import_module(".study", __name__)
+        return importlib.import_module(f".{name}", __name__)
+    if name in ("matmul", "scaled_mm"):
+        # (the matrix products are imported on first use too: their kernels' module
+        # registers Numba functions, which the codec's users need not pay for)
+        from . import products
+
+        return getattr(products, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -42,12 +48,15 @@ __all__ = [
     "format_table",
     "get_format",
     "get_num_threads",
+    "matmul",
+    "mma",
     "num_threads",
     "pack",
     "promotion",
     "register_format",
     "registered_formats",
     "round_to",
+    "scaled_mm",
     "set_num_threads",
     "study",
     "unpack",

@@ -30,9 +30,39 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from .bits import as_bits, as_float, fma
+
+
+def _integral(name):
+    """``llvm.<name>`` of one float64 or float32: ``trunc``, ``floor``, or ``rint`` (to
+    nearest-even), an exact rounding to an integral value.  numpy's ``np.trunc``,
+    ``np.floor`` and ``np.rint`` lower to these same intrinsics on the CPU, but numba.cuda
+    has no such ufuncs and its ``math.floor``/``math.trunc`` return a float where the CPU's
+    return an int64 (undefined for Inf and NaN): NVVM compiles the intrinsics to
+    ``cvt.rzi``/``cvt.rmi``/``cvt.rni``, so both targets share one source and its bits."""
+
+    @intrinsic
+    def op(typingctx, x):
+        if x not in (types.float64, types.float32):
+            return None
+
+        def codegen(context, builder, signature, args):
+            t = args[0].type
+            fn = builder.module.declare_intrinsic(f"llvm.{name}", [t], ir.FunctionType(t, [t]))
+            return builder.call(fn, args)
+
+        return x(x), codegen
+
+    return op
+
+
+ftrunc = _integral("trunc")
+ffloor = _integral("floor")
+frint = _integral("rint")
 
 # -- model and rounding codes (fp8kit.mma.Instruction names them) ------------------------
 FUSED = 0  # MMA-Sim's T-FDPA: products and c aligned, truncated, summed, rounded once
@@ -502,7 +532,16 @@ def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gs
     return np.float64(acc32)
 
 
-@njit(nogil=True, cache=True)
+def _kernel(func):
+    """A CPU kernel, cached on disk where a cache location is writable (else compiled in
+    memory: a read-only install still works)."""
+    try:
+        return njit(nogil=True, cache=True)(func)
+    except RuntimeError:
+        return njit(nogil=True)(func)
+
+
+@_kernel
 def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscale_b, out, spec):
     """Every output of rows of chunk range ``spec`` (see :func:`fp8kit._parallel.chunk_spec`)
     by the scalar model: out[m, n] for A rows m, B^T rows n."""
@@ -532,7 +571,7 @@ def pow2_f32(e):
     return as_float(np.uint32(np.uint32(np.int32(e) + 127) << np.uint32(23)))
 
 
-@njit(nogil=True, cache=True)
+@_kernel
 def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spec):
     """The fused model (T-FDPA, F <= 13, <= 32 products, 8-bit or narrower operands) for
     rows of chunk range ``spec``, lanes across columns of B.
