@@ -42,8 +42,9 @@ def _integral(name):
     nearest-even), an exact rounding to an integral value.  numpy's ``np.trunc``,
     ``np.floor`` and ``np.rint`` lower to these same intrinsics on the CPU, but numba.cuda
     has no such ufuncs and its ``math.floor``/``math.trunc`` return a float where the CPU's
-    return an int64 (undefined for Inf and NaN): NVVM compiles the intrinsics to
-    ``cvt.rzi``/``cvt.rmi``/``cvt.rni``, so both targets share one source and its bits."""
+    return an int64 (undefined for Inf and NaN).  NVVM compiles ``llvm.trunc`` and
+    ``llvm.floor`` (to ``cvt.rzi``/``cvt.rmi``) but has no ``llvm.rint``: for the GPU that
+    one is PTX's ``cvt.rni`` (nearest-even).  So both targets share one source and its bits."""
 
     @intrinsic
     def op(typingctx, x):
@@ -52,7 +53,12 @@ def _integral(name):
 
         def codegen(context, builder, signature, args):
             t = args[0].type
-            fn = builder.module.declare_intrinsic(f"llvm.{name}", [t], ir.FunctionType(t, [t]))
+            fnty = ir.FunctionType(t, [t])
+            if name == "rint" and builder.module.triple.startswith("nvptx"):
+                w, reg = ("f64", "d") if x == types.float64 else ("f32", "f")
+                asm = ir.InlineAsm(fnty, f"cvt.rni.{w}.{w} $0, $1;", f"={reg},{reg}")
+                return builder.call(asm, args)
+            fn = builder.module.declare_intrinsic(f"llvm.{name}", [t], fnty)
             return builder.call(fn, args)
 
         return x(x), codegen
@@ -63,6 +69,32 @@ def _integral(name):
 ftrunc = _integral("trunc")
 ffloor = _integral("floor")
 frint = _integral("rint")
+
+
+@intrinsic
+def mul_rn(typingctx, a, b):
+    """``a * b`` (float64 or float32) rounded on its own, never contracted into an FMA.
+
+    The models' other multiplications are exact (powers of two, products of short
+    significands), so fusing one with an addition cannot change a bit; the products of
+    the exact sum and of the fp32 accumulators are not, and NVVM/ptxas fuse a ``mul.f64``
+    with a following ``add.f64`` into one rounding.  For the GPU this is ``mul.rn``, which
+    is never fused (as :mod:`fp8kit.cuda._scalar`'s ``fmul_rn``); on the CPU a plain
+    multiplication (Numba does not contract without fastmath)."""
+    if a != b or a not in (types.float64, types.float32):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if builder.module.triple.startswith("nvptx"):
+            t = args[0].type
+            suffix = "d" if a == types.float64 else "f"
+            fn = builder.module.declare_intrinsic(
+                f"llvm.nvvm.mul.rn.{suffix}", fnty=ir.FunctionType(t, [t, t])
+            )
+            return builder.call(fn, args)
+        return builder.fmul(*args)
+
+    return a(a, b), codegen
 
 # -- model and rounding codes (fp8kit.mma.Instruction names them) ------------------------
 FUSED = 0  # MMA-Sim's T-FDPA: products and c aligned, truncated, summed, rounded once
@@ -152,14 +184,14 @@ def round_out(v, rho):
     if rho == RNE_F16:
         e = exponent_of(a)
         q = pow2((e if e > -14 else -14) - 10)
-        r = np.rint(v / q) * q
+        r = frint(v / q) * q
         if abs(r) >= 65536.0:
             return math.copysign(math.inf, v)
         return r
     mbits = 23 if rho == RZ_F32 else 13
     e = exponent_of(a)
     q = pow2((e if e > -126 else -126) - mbits)
-    r = np.trunc(v / q) * q
+    r = ftrunc(v / q) * q
     return np.float64(np.float32(r))
 
 
@@ -168,8 +200,8 @@ def aligned(s, e, emax, f):
     """One term aligned to ``emax`` and truncated to ``f`` fractional bits, times 2**f."""
     d = e - emax + f
     if d < -1000:  # (2**d underflows; the term truncates to zero anyway, Inf and NaN kept)
-        return np.trunc(s * pow2(-1000))
-    return np.trunc(s * pow2(d))
+        return ftrunc(s * pow2(-1000))
+    return ftrunc(s * pow2(d))
 
 
 @njit
@@ -270,8 +302,8 @@ def scaled_floor(x, k, bits):
     """floor(x * 2**k) at ``bits`` fractional bits: floor(x * 2**(k + bits)) * 2**-bits."""
     d = k + bits
     if d < -1000:
-        return np.floor(x * pow2(-1000)) * pow2(-bits)
-    return np.floor(x * pow2(d)) * pow2(-bits)
+        return ffloor(x * pow2(-1000)) * pow2(-bits)
+    return ffloor(x * pow2(d)) * pow2(-bits)
 
 
 @njit
@@ -295,7 +327,7 @@ def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p):
     if p[P_MODEL] == PAIRS and ce < emax - f - 1:
         cs = 0.0
     s, e = normalize((s_dot + cs) * pow2(emax), -126)
-    s = np.floor(s * pow2(f2)) * pow2(-f2)
+    s = ffloor(s * pow2(f2)) * pow2(-f2)
     if s != s or s - s != 0.0:
         return np.float64(np.float32(s))
     return np.float64(np.float32(s * pow2(e)))
@@ -358,7 +390,7 @@ def exact_dot(va, vb, m, n, k0, length, c, buf):
     for i in range(length):
         a = va[m, k0 + i]
         b = vb[n, k0 + i]
-        prod = a * b
+        prod = mul_rn(a, b)  # (inexact: never fused with the sums below)
         special += prod
         if prod != 0.0:
             err = fma(a, b, -prod)
@@ -463,7 +495,7 @@ def pairwise_dot(va, vb, m, n, k0, length, c, buf):
     2**j products meet their equal), the tree's roots from the smallest, then c."""
     count = 0
     for i in range(length):
-        v = np.float32(np.float32(va[m, k0 + i]) * np.float32(vb[n, k0 + i]))
+        v = mul_rn(np.float32(va[m, k0 + i]), np.float32(vb[n, k0 + i]))  # (not fused)
         j = i
         # the lowest set bits of i + 1 say how many equal-sized sums this one completes
         while j & 1:
@@ -563,6 +595,8 @@ def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscal
 #: Columns of B one pass of the fast kernel keeps in its lane arrays (five arrays of 128
 #: float32/float64 stay in L1 with the rows of B they read).
 LANES = 128
+#: Rows of A one pass of the fast kernel computes together.
+ROWS = 4
 
 
 @njit(inline="always")
@@ -593,62 +627,86 @@ def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spe
     k = va.shape[1]
     length = p[P_L]
     f = p[P_F]
-    rho = p[P_RHO]
     nc = p[P_NC]
     ezero = np.float32(p[P_EZERO])
-    esc = p[P_ESC]
-    emax = np.empty(LANES, np.float32)
-    scale = np.empty(LANES, np.float32)
-    total = np.empty(LANES, np.float32)
-    acc = np.empty(LANES, np.float64)
-    acc32 = np.empty(LANES, np.float32)
+    # four rows of A at a time share each load of B (ROWS x LANES lane arrays)
+    emax = np.empty((ROWS, LANES), np.float32)
+    scale = np.empty((ROWS, LANES), np.float32)
+    total = np.empty((ROWS, LANES), np.float32)
+    acc = np.empty((ROWS, LANES), np.float64)
+    acc32 = np.empty((ROWS, LANES), np.float32)
     dummy = np.ones((1, 1), np.float64)
     buf = np.empty(SCRATCH, np.float64)
     ff = np.float32(f)
-    for m in range(rows * first // nchunks, rows * stop // nchunks):
+    low = np.float32(-60.0)
+    r_first = rows * first // nchunks
+    r_stop = rows * stop // nchunks
+    for m0 in range(r_first, r_stop, ROWS):
+        # rows past the chunk's end repeat its last row (computed, never stored)
+        m1 = min(m0 + 1, r_stop - 1)
+        m2 = min(m0 + 2, r_stop - 1)
+        m3 = min(m0 + 3, r_stop - 1)
         for n0 in range(0, cols, LANES):
             nb = min(LANES, cols - n0)
-            for v in range(nb):
-                acc[v] = 0.0 if nc else c[m, n0 + v]
-                acc32[v] = np.float32(c[m, n0 + v])
+            for r in range(ROWS):
+                mr = min(m0 + r, r_stop - 1)
+                for v in range(nb):
+                    acc[r, v] = 0.0 if nc else c[mr, n0 + v]
+                    acc32[r, v] = np.float32(c[mr, n0 + v])
             for s in range(k // length):
                 k0 = s * length
-                for v in range(nb):
-                    emax[v] = np.float32(-1000.0)
+                emax[:, :nb] = np.float32(-1000.0)
                 for i in range(length):
-                    e_a = ea[m, k0 + i]
+                    e0 = ea[m0, k0 + i]
+                    e1 = ea[m1, k0 + i]
+                    e2 = ea[m2, k0 + i]
+                    e3 = ea[m3, k0 + i]
                     for v in range(nb):
-                        e = e_a + eb[k0 + i, n0 + v]
-                        emax[v] = e if e > emax[v] else emax[v]
-                for v in range(nb):
-                    x = acc[v]
-                    ec = ezero
-                    if x != 0.0:
-                        ec = np.float32(max(exponent_of(x), esc))
-                    e = emax[v] if emax[v] > ezero else ezero
-                    e = ec if ec > e else e
-                    emax[v] = e
-                    scale[v] = pow2_f32(ff - (e if e > -60.0 else np.float32(-60.0)))
-                    total[v] = 0.0
+                        eb_ = eb[k0 + i, n0 + v]
+                        emax[0, v] = max(emax[0, v], e0 + eb_)
+                        emax[1, v] = max(emax[1, v], e1 + eb_)
+                        emax[2, v] = max(emax[2, v], e2 + eb_)
+                        emax[3, v] = max(emax[3, v], e3 + eb_)
+                for r in range(ROWS):
+                    for v in range(nb):
+                        x = acc[r, v]
+                        ec = ezero
+                        if x != 0.0:
+                            ec = np.float32(max(exponent_of(x), p[P_ESC]))
+                        e = max(emax[r, v], ezero, ec)
+                        emax[r, v] = e
+                        scale[r, v] = pow2_f32(ff - max(e, low))
+                        total[r, v] = 0.0
                 for i in range(length):
-                    a = va[m, k0 + i]
+                    a0 = va[m0, k0 + i]
+                    a1 = va[m1, k0 + i]
+                    a2 = va[m2, k0 + i]
+                    a3 = va[m3, k0 + i]
                     for v in range(nb):
-                        total[v] += np.trunc(a * vb[k0 + i, n0 + v] * scale[v])
-                special = bad_a[m, s]
-                for v in range(nb):
-                    x = acc[v]
-                    if special or bad_b[s, n0 + v] or x - x != 0.0:
-                        acc[v] = step(
-                            sa, esa, sb, esb, sa, sb, m, n0 + v, k0, length, x, p,
-                            dummy, dummy, buf,
-                        )  # fmt: skip
-                        continue
-                    e = np.int64(emax[v])
-                    d = (np.float64(total[v]) + aligned(x, 0, e, f)) * pow2(e - f)
-                    acc[v] = round_out(d, rho) + 0.0
+                        b_ = vb[k0 + i, n0 + v]
+                        total[0, v] += np.trunc(a0 * b_ * scale[0, v])
+                        total[1, v] += np.trunc(a1 * b_ * scale[1, v])
+                        total[2, v] += np.trunc(a2 * b_ * scale[2, v])
+                        total[3, v] += np.trunc(a3 * b_ * scale[3, v])
+                for r in range(ROWS):
+                    mr = min(m0 + r, r_stop - 1)
+                    special = bad_a[mr, s]
+                    for v in range(nb):
+                        x = acc[r, v]
+                        if special or bad_b[s, n0 + v] or x - x != 0.0:
+                            acc[r, v] = step(
+                                sa, esa, sb, esb, sa, sb, mr, n0 + v, k0, length, x, p,
+                                dummy, dummy, buf,
+                            )  # fmt: skip
+                            continue
+                        e = np.int64(emax[r, v])
+                        d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)
+                        acc[r, v] = round_out(d, p[P_RHO]) + 0.0
                 if nc and (k0 + length) % nc == 0:
-                    for v in range(nb):
-                        acc32[v] = np.float32(acc32[v] + np.float32(acc[v]))
-                        acc[v] = 0.0
-            for v in range(nb):
-                out[m, n0 + v] = np.float64(acc32[v]) if nc else acc[v]
+                    for r in range(ROWS):
+                        for v in range(nb):
+                            acc32[r, v] = np.float32(acc32[r, v] + np.float32(acc[r, v]))
+                            acc[r, v] = 0.0
+            for r in range(min(ROWS, r_stop - m0)):
+                for v in range(nb):
+                    out[m0 + r, n0 + v] = np.float64(acc32[r, v]) if nc else acc[r, v]

@@ -8,6 +8,7 @@ prepared arrays (:func:`prepare`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -125,20 +126,6 @@ def instruction_params(inst, nc: int) -> np.ndarray:
     )  # fmt: skip
 
 
-def _fast_arrays(va, ea_, vbt, eb_, length):
-    """The fast kernel's float32 views: non-finite values as 0 (those steps are flagged),
-    zero values with exponent -1000; B as K x N; per-step non-finite flags."""
-    k = va.shape[1]
-    fin_a, fin_b = np.isfinite(va), np.isfinite(vbt)
-    va32 = np.where(fin_a, va, 0).astype(np.float32)
-    vb32 = np.ascontiguousarray(np.where(fin_b, vbt, 0).astype(np.float32).T)
-    ea32 = np.where(va32 != 0, ea_, -1000).astype(np.float32)
-    eb32 = np.ascontiguousarray(np.where(vb32.T != 0, eb_, -1000).astype(np.float32).T)
-    bad_a = (~fin_a).reshape(va.shape[0], k // length, length).any(axis=2).astype(np.uint8)
-    bad_b = (~fin_b).reshape(vbt.shape[0], k // length, length).any(axis=2).T.astype(np.uint8)
-    return va32, ea32, vb32, eb32, bad_a, np.ascontiguousarray(bad_b)
-
-
 def _fast_eligible(inst, has_gscale: bool) -> bool:
     """The float32 proof of the fast kernel holds (see :mod:`fp8kit._kernels.mma`): fused
     model, both operands 8-bit or narrower, F <= 13, at most 32 products, zero terms' exponent
@@ -155,9 +142,64 @@ def _fast_eligible(inst, has_gscale: bool) -> bool:
     )
 
 
-def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, gscale_b=None):
+@functools.cache
+def _luts(type_name: str) -> tuple:
+    """Per-code tables of an 8-bit (or narrower) type: values, MMA-Sim's (s, e), the fast
+    kernel's float32 value (non-finite as 0) and exponent (-1000 for zero), non-finite."""
+    t = TYPES[type_name]
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.arange(256, dtype=np.uint8).view(t.dtype).astype(np.float64)
+    s, e = normalized(v, t.esub)
+    fin = np.isfinite(v)
+    v32 = np.where(fin, v, 0).astype(np.float32)
+    e32 = np.where(v32 != 0, e, -1000).astype(np.float32)
+    return v, s, e, v32, e32, ~fin
+
+
+def _prepare_fast(inst, a, b, c):
+    """The fast kernel's arrays by table lookup of the codes (8-bit operands of the
+    instruction's own dtypes), and the scalar step's (s, e) arrays only where a lane will
+    need them (a non-finite operand or C); None if the operands are not such arrays."""
+    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != ta.dtype or b.dtype != tb.dtype or a.ndim != 2 or b.ndim != 2:
+        return None
+    if ta.dtype.itemsize != 1 or tb.dtype.itemsize != 1 or not a.size or not b.size:
+        return None
+    ca = np.ascontiguousarray(a).view(np.uint8)
+    cb = np.ascontiguousarray(b).view(np.uint8)
+    la, lb = _luts(inst.a_type), _luts(inst.b_type)
+    m, k = ca.shape
+    n = cb.shape[1]
+    length = inst.products
+    bad_a = la[5][ca].reshape(m, k // length, length).any(axis=2).astype(np.uint8)
+    bad_b = lb[5][cb].reshape(k // length, length, n).any(axis=1).astype(np.uint8)
+    fast = (la[3][ca], la[4][ca], lb[3][cb], lb[4][cb], bad_a, bad_b)
+    if bad_a.any() or bad_b.any() or not np.isfinite(c).all():
+        cbt = np.ascontiguousarray(cb.T)
+        sa, ea, sb, eb = la[1][ca], la[2][ca], lb[1][cbt], lb[2][cbt]
+    else:
+        sa = sb = np.zeros((1, 1))
+        ea = eb = np.zeros((1, 1), np.int64)
+    return sa, ea, sb, eb, fast
+
+
+def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, gscale_b=None,
+            fast=True):  # fmt: skip
     """Validate and prepare ``a @ b + c`` (a: M x K, b: K x N, c: M x N float64 values) under
-    an instruction or a non-hardware accumulator name."""
+    an instruction or a non-hardware accumulator name.  ``fast=False``: always the scalar
+    kernel's arrays (what the CUDA twin runs)."""
+    quick = None
+    if fast and not isinstance(inst, str) and _fast_eligible(inst, gscale_a is not None):
+        quick = _prepare_fast(inst, a, b, c)
+    if quick is not None:
+        sa, ea, sb, eb, arrays = quick
+        m, n = arrays[0].shape[0], arrays[2].shape[1]
+        ones = np.ones((1, 1))
+        return Prepared(
+            sa, ea, sb, eb, sa, sb, c, instruction_params(inst, nc), ones, ones,
+            np.ones((m, 1)), np.ones((n, 1)), arrays,
+        )  # fmt: skip
     if isinstance(inst, str):
         va = _float_values(a, "a")
         vbt = np.ascontiguousarray(_float_values(b, "b").T)
@@ -174,8 +216,6 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
         sb, eb = normalized(vbt, tb.esub)
         params = instruction_params(inst, nc)
         fast = None
-        if _fast_eligible(inst, gscale_a is not None) and va.size and vbt.size:
-            fast = _fast_arrays(va, ea, vbt, eb, inst.products)
     m, n = va.shape[0], vbt.shape[0]
     ones = np.ones((1, 1))
     return Prepared(
@@ -200,8 +240,8 @@ def _float_values(x, arg) -> np.ndarray:
 
 def launch(prep: Prepared) -> np.ndarray:
     """Run the CPU kernels: the product's float64 outputs (values of the D type)."""
-    m, n = prep.va.shape[0], prep.vb.shape[0]
-    k = prep.va.shape[1]
+    m, n = prep.c.shape
+    k = prep.fast[0].shape[1] if prep.fast is not None else prep.va.shape[1]
     out = np.empty((m, n), np.float64)
     if m == 0 or n == 0:
         return out
