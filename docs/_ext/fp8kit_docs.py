@@ -55,7 +55,7 @@ if str(ROOT) not in sys.path:  # a source checkout, installed or not
 import numpy as np  # noqa: E402
 
 import fp8kit  # noqa: E402
-from fp8kit import promotion, study  # noqa: E402
+from fp8kit import mma, promotion, study  # noqa: E402
 from fp8kit.cast import ALL_CAST_TYPES, CAST_TYPES, MORE_CAST_TYPES  # noqa: E402
 
 BLOCK = re.compile(r"<!-- (?P<name>[^\s/]\S*) -->\n(?P<body>.*?)<!-- /(?P=name) -->", re.S)
@@ -272,7 +272,7 @@ def compare_page_blocks() -> str:
 
 # ---------------------------------------------------------------------------- API reference
 #: The sections of the API reference of the package's own names, in order; the subpackages
-#: ``promotion`` and ``study`` are sections of all their ``__all__``.
+#: ``mma``, ``promotion`` and ``study`` are sections of all their ``__all__``.
 API_SECTIONS = {
     "formats": [
         "FloatFormat",
@@ -285,10 +285,12 @@ API_SECTIONS = {
     "cast": ["cast", "cast_rule", "cast_table"],
     "fake_convert": ["fake_convert"],
     "threads": ["num_threads", "set_num_threads", "get_num_threads"],
+    "matmul": ["matmul", "scaled_mm"],
+    "mma": None,
     "promotion": None,
     "study": None,
 }
-_SUBPACKAGES = {"promotion": promotion, "study": study}
+_SUBPACKAGES = {"mma": mma, "promotion": promotion, "study": study}
 
 
 def home_of(name: str) -> str:
