@@ -18,7 +18,7 @@ NaN and Inf need no branch: they flow through the same float64 arithmetic as in 
 published model (``trunc(inf) = inf``, ``inf * 0 = nan``, ``inf - inf = nan``), and the
 caller writes NaN results as the canonical NaN of the output type.
 
-The fast path (:func:`gemm_fast_f32`) is the same rule for 8-bit (and narrower) operands,
+The fast path (:func:`gemm_fast`) is the same rule for 8-bit (and narrower) operands,
 proven exact in float32 instead: a product of two such values has at most 8 significant
 bits, scaled by a power of two and truncated to ``F <= 13`` fractional bits it is an
 integer below ``2**(F + 2)``, and ``products`` of them (at most 32) sum below ``2**20``.
@@ -95,6 +95,7 @@ def mul_rn(typingctx, a, b):
         return builder.fmul(*args)
 
     return a(a, b), codegen
+
 
 # -- model and rounding codes (fp8kit.mma.Instruction names them) ------------------------
 FUSED = 0  # MMA-Sim's T-FDPA: products and c aligned, truncated, summed, rounded once
@@ -403,12 +404,17 @@ def exact_dot(va, vb, m, n, k0, length, c, buf):
         return np.float64(np.float32(special))
     if count == 0:
         return 0.0
-    return expansion_to_f32(buf, count)
+    return expansion_to_f32(buf, compress(buf, count))
 
 
 @njit
 def compress(buf, count):
-    """Shewchuk's compression: the same value in fewer, nonoverlapping components."""
+    """Shewchuk's Compress (both sweeps): the same value as buf[:count] in nonadjacent
+    components of increasing magnitude, the largest within one ulp of the whole sum (which
+    :func:`expansion_to_f32` needs: a nonoverlapping expansion alone can hold a rest as
+    large as its top component's lowest set bit)."""
+    if count <= 1:
+        return count
     q = buf[count - 1]
     bottom = count - 1
     for i in range(count - 2, -1, -1):
@@ -420,17 +426,15 @@ def compress(buf, count):
         else:
             q = s
     buf[bottom] = q
-    j = 0
-    for i in range(bottom, count):
-        if buf[i] != 0.0 or (j == 0 and i == count - 1):
-            buf[j] = buf[i]
-            j += 1
-    # components now run from the largest down: put them back in increasing order
-    for i in range(j // 2):
-        t = buf[i]
-        buf[i] = buf[j - 1 - i]
-        buf[j - 1 - i] = t
-    return j
+    top = 0
+    for i in range(bottom + 1, count):
+        s, h = two_sum(buf[i], q)
+        if h != 0.0:
+            buf[top] = h
+            top += 1
+        q = s
+    buf[top] = q
+    return top + 1
 
 
 @njit(inline="always")
@@ -599,24 +603,19 @@ LANES = 128
 ROWS = 4
 
 
-@njit(inline="always")
-def pow2_f32(e):
-    """2.0**e as float32 for an integral float32 e in [-126, 127], from the bits."""
-    return as_float(np.uint32(np.uint32(np.int32(e) + 127) << np.uint32(23)))
-
-
 @_kernel
-def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spec):
-    """The fused model (T-FDPA, F <= 13, <= 32 products, 8-bit or narrower operands) for
-    rows of chunk range ``spec``, lanes across columns of B.
+def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c, p, out, spec):
+    """The fused model (T-FDPA) for rows of chunk range ``spec``, lanes across columns of B,
+    in float32 lanes (8-bit operands, F <= 13, <= 32 products: every term and sum exact in
+    float32) or float64 lanes (operands of at most 26 significant bits, sums below 2**53).
 
-    va, ea: A's values and exponents as float32 (M, K): non-finite values as 0, zero values
-    with exponent -1000 (below every maximum); vb, eb: the same of B (K, N).  bad_a (M, S),
-    bad_b (S, N): whether step s of that row / column holds a non-finite operand; those
-    lanes, and lanes whose accumulator is not finite, take the scalar step on the
-    (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  Zero terms take the
-    exponent p[P_EZERO], which the caller has checked lies at or below every nonzero
-    product's (so it acts as a floor).
+    va, ea: A's values and exponents (M, K) in the lanes' type: non-finite values as 0,
+    zero values with exponent -1000 (below every maximum); vb, eb: the same of B (K, N).
+    bad_a (M, S), bad_b (S, N): whether step s of that row / column holds a non-finite
+    operand; those lanes, and lanes whose accumulator is not finite, take the scalar step on
+    the (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  zero_a (M, S),
+    zero_b (S, N): whether step s of the row / column holds a zero, that is whether a
+    product of the step is zero: zero terms take the exponent p[P_EZERO] in the maximum.
     """
     nchunks = spec & 0xFFFFF
     first = (spec >> 20) & 0xFFFFF
@@ -628,17 +627,15 @@ def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spe
     length = p[P_L]
     f = p[P_F]
     nc = p[P_NC]
-    ezero = np.float32(p[P_EZERO])
+    ezero = p[P_EZERO]
     # four rows of A at a time share each load of B (ROWS x LANES lane arrays)
-    emax = np.empty((ROWS, LANES), np.float32)
-    scale = np.empty((ROWS, LANES), np.float32)
-    total = np.empty((ROWS, LANES), np.float32)
+    emax = np.empty((ROWS, LANES), ea.dtype)
+    scale = np.empty((ROWS, LANES), va.dtype)
+    total = np.empty((ROWS, LANES), va.dtype)
     acc = np.empty((ROWS, LANES), np.float64)
     acc32 = np.empty((ROWS, LANES), np.float32)
-    dummy = np.ones((1, 1), np.float64)
-    buf = np.empty(SCRATCH, np.float64)
-    ff = np.float32(f)
-    low = np.float32(-60.0)
+    # products of 8-bit values lie at or above 2**-28, of 16-bit ones at or above 2**-300
+    low = -60 if va.itemsize == 4 else -400
     r_first = rows * first // nchunks
     r_stop = rows * stop // nchunks
     for m0 in range(r_first, r_stop, ROWS):
@@ -655,7 +652,7 @@ def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spe
                     acc32[r, v] = np.float32(c[mr, n0 + v])
             for s in range(k // length):
                 k0 = s * length
-                emax[:, :nb] = np.float32(-1000.0)
+                emax[:, :nb] = -1000.0
                 for i in range(length):
                     e0 = ea[m0, k0 + i]
                     e1 = ea[m1, k0 + i]
@@ -668,14 +665,18 @@ def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spe
                         emax[2, v] = max(emax[2, v], e2 + eb_)
                         emax[3, v] = max(emax[3, v], e3 + eb_)
                 for r in range(ROWS):
+                    mr = min(m0 + r, r_stop - 1)
+                    za = zero_a[mr, s]
                     for v in range(nb):
+                        e = np.int64(emax[r, v])
+                        if za or zero_b[s, n0 + v]:
+                            e = max(e, ezero)
                         x = acc[r, v]
-                        ec = ezero
-                        if x != 0.0:
-                            ec = np.float32(max(exponent_of(x), p[P_ESC]))
-                        e = max(emax[r, v], ezero, ec)
+                        e = max(e, max(exponent_of(x), p[P_ESC]) if x != 0.0 else ezero)
                         emax[r, v] = e
-                        scale[r, v] = pow2_f32(ff - max(e, low))
+                        # (no nonzero product lies below 2**low: the clamp only keeps the
+                        # scale finite in the lanes' type where every product is zero)
+                        scale[r, v] = pow2(f - max(e, low))
                         total[r, v] = 0.0
                 for i in range(length):
                     a0 = va[m0, k0 + i]
@@ -694,10 +695,9 @@ def gemm_fast_f32(va, ea, vb, eb, bad_a, bad_b, sa, esa, sb, esb, c, p, out, spe
                     for v in range(nb):
                         x = acc[r, v]
                         if special or bad_b[s, n0 + v] or x - x != 0.0:
-                            acc[r, v] = step(
-                                sa, esa, sb, esb, sa, sb, mr, n0 + v, k0, length, x, p,
-                                dummy, dummy, buf,
-                            )  # fmt: skip
+                            acc[r, v] = step_fused(
+                                sa, esa, sb, esb, mr, n0 + v, k0, length, x, p, 1.0, 0, 1.0, 0
+                            )
                             continue
                         e = np.int64(emax[r, v])
                         d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)

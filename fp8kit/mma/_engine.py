@@ -38,23 +38,29 @@ def _sub_byte_lut(name: str, shift: int) -> np.ndarray:
     return codes.view(TYPES[name].dtype).astype(np.float64)
 
 
-def operand_values(x, type_name: str, arg: str, shape=None, packed=False) -> np.ndarray:
-    """An operand's values as float64 (exact), checking its dtype (and shape)."""
+def operand_values(
+    x, type_name: str, arg: str, shape=None, packed=False, k_axis=-1, tf32=None
+) -> np.ndarray:
+    """An operand's values as float64 (exact), checking its dtype (and shape); packed
+    e2m1 codes pair along ``k_axis`` (K: A's columns, B's rows, as MMA-Sim packs them);
+    float32 truncated to tf32 where ``tf32`` (the instruction's flag; default the type's)."""
     t = TYPES[type_name]
     a = np.asarray(x)
     if a.dtype == np.uint8 and type_name in SUB_BYTE:
         e, mnt = SUB_BYTE[type_name]
         if packed:
             lut = np.array([np.float64(v) for v in np.arange(16, dtype=np.uint8).view(t.dtype)])
-            v = np.empty(a.shape[:-1] + (a.shape[-1] * 2,), np.float64)
-            v[..., 0::2] = lut[a >> 4]
-            v[..., 1::2] = lut[a & 0xF]
+            ak = np.moveaxis(a, k_axis, -1)
+            v = np.empty(ak.shape[:-1] + (ak.shape[-1] * 2,), np.float64)
+            v[..., 0::2] = lut[ak >> 4]
+            v[..., 1::2] = lut[ak & 0xF]
+            v = np.moveaxis(v, -1, k_axis)
         else:
             v = _sub_byte_lut(type_name, 5 - e - mnt)[a]
     elif a.dtype == t.dtype:
         if type_name == "ue4m3":  # (MMA-Sim reads ue4m3 scales without their sign bit)
             a = (a.view(np.uint8) & 0x7F).view(t.dtype)
-        if t.tf32:
+        if (t.tf32 if tf32 is None else tf32) and a.dtype == np.float32:
             a = (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
         v = a.astype(np.float64)
     else:
@@ -126,62 +132,174 @@ def instruction_params(inst, nc: int) -> np.ndarray:
     )  # fmt: skip
 
 
-def _fast_eligible(inst, has_gscale: bool) -> bool:
-    """The float32 proof of the fast kernel holds (see :mod:`fp8kit._kernels.mma`): fused
-    model, both operands 8-bit or narrower, F <= 13, at most 32 products, zero terms' exponent
-    at or below every nonzero product's, and no per-group promotion scales."""
+def _fast_lanes(inst, has_gscale: bool):
+    """The lane type of the fast kernel for this instruction, or None (see
+    :func:`fp8kit._kernels.mma.gemm_fast`): float32 where its proof holds (both operands 8-bit
+    or narrower, F <= 13, at most 32 products), else float64 for operands of at most 26
+    significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only,
+    without per-group promotion scales."""
     ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
-    return (
-        inst.model == "fused"
-        and ta.narrow
-        and tb.narrow
-        and inst.frac_bits <= 13
-        and inst.products <= 32
-        and inst.exp_zero <= ta.esub + tb.esub
-        and not has_gscale
-    )
+    if inst.model != "fused" or has_gscale or inst.products > 64:
+        return None
+    if ta.narrow and tb.narrow and inst.frac_bits <= 13 and inst.products <= 32:
+        return np.float32
+    if "f64" in (inst.a_type, inst.b_type) or "f32" in (inst.a_type, inst.b_type):
+        return None
+    return np.float64 if inst.frac_bits <= 35 else None
 
 
 @functools.cache
-def _luts(type_name: str) -> tuple:
-    """Per-code tables of an 8-bit (or narrower) type: values, MMA-Sim's (s, e), the fast
-    kernel's float32 value (non-finite as 0) and exponent (-1000 for zero), non-finite."""
+def _luts(type_name: str, lanes) -> tuple:
+    """Per-code tables of an 8-bit (or narrower) type: MMA-Sim's (s, e), and the fast
+    kernel's value (non-finite as 0) and exponent (-1000 for zero) in the lanes' type,
+    whether the code is not finite, whether it is zero."""
     t = TYPES[type_name]
     with np.errstate(invalid="ignore", over="ignore"):
         v = np.arange(256, dtype=np.uint8).view(t.dtype).astype(np.float64)
     s, e = normalized(v, t.esub)
     fin = np.isfinite(v)
-    v32 = np.where(fin, v, 0).astype(np.float32)
-    e32 = np.where(v32 != 0, e, -1000).astype(np.float32)
-    return v, s, e, v32, e32, ~fin
+    v_l = np.where(fin, v, 0).astype(lanes)
+    return s, e, v_l, np.where(v_l != 0, e, -1000).astype(lanes), ~fin, v == 0
 
 
-def _prepare_fast(inst, a, b, c):
-    """The fast kernel's arrays by table lookup of the codes (8-bit operands of the
-    instruction's own dtypes), and the scalar step's (s, e) arrays only where a lane will
-    need them (a non-finite operand or C); None if the operands are not such arrays."""
-    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != ta.dtype or b.dtype != tb.dtype or a.ndim != 2 or b.ndim != 2:
+class _Operand:
+    """An operand's arrays for the fast kernel, by table lookup of 8-bit codes (else
+    computed): lazily, so that (s, e) are built only where the scalar step needs them."""
+
+    def __init__(self, x, type_name, arg, lanes):
+        t = TYPES[type_name]
+        a = np.asarray(x)
+        self.codes = None
+        if a.dtype == t.dtype and t.dtype.itemsize == 1 and a.ndim == 2:
+            self.codes = np.ascontiguousarray(a).view(np.uint8)
+            s, e, v_l, e_l, bad, zero = _luts(type_name, lanes)
+            c = self.codes
+            self.shape = c.shape
+            self.v_l, self.e_l, self.bad, self.zero = v_l[c], e_l[c], bad[c], zero[c]
+            self._se = lambda: (s[c], e[c])
+        else:
+            v = operand_values(x, type_name, arg)
+            self.shape = v.shape
+            s, e = normalized(v, t.esub)
+            fin = np.isfinite(v)
+            self.v_l = np.where(fin, v, 0).astype(lanes)
+            self.e_l = np.where(self.v_l != 0, e, -1000).astype(lanes)
+            self.bad, self.zero = ~fin, v == 0
+            self._se = lambda: (s, e)
+
+    def se(self):
+        return self._se()
+
+
+def _prepare_fast(inst, a, b, c, lanes):
+    """The fast kernel's arrays (values and exponents in the lanes' type, B as K x N, per
+    step flags of non-finite values and of zeros), and the scalar step's (s, e) arrays
+    only where a lane may need them (a non-finite operand or C, or an overflow)."""
+    oa = _Operand(a, inst.a_type, "a", lanes)
+    ob = _Operand(b, inst.b_type, "b", lanes)
+    if len(ob.shape) != 2 or oa.shape[1] != ob.shape[0] or not oa.v_l.size or not ob.v_l.size:
         return None
-    if ta.dtype.itemsize != 1 or tb.dtype.itemsize != 1 or not a.size or not b.size:
-        return None
-    ca = np.ascontiguousarray(a).view(np.uint8)
-    cb = np.ascontiguousarray(b).view(np.uint8)
-    la, lb = _luts(inst.a_type), _luts(inst.b_type)
-    m, k = ca.shape
-    n = cb.shape[1]
+    m, k = oa.shape
+    n = ob.shape[1]
     length = inst.products
-    bad_a = la[5][ca].reshape(m, k // length, length).any(axis=2).astype(np.uint8)
-    bad_b = lb[5][cb].reshape(k // length, length, n).any(axis=1).astype(np.uint8)
-    fast = (la[3][ca], la[4][ca], lb[3][cb], lb[4][cb], bad_a, bad_b)
-    if bad_a.any() or bad_b.any() or not np.isfinite(c).all():
-        cbt = np.ascontiguousarray(cb.T)
-        sa, ea, sb, eb = la[1][ca], la[2][ca], lb[1][cbt], lb[2][cbt]
+
+    def steps_a(mask):
+        return np.ascontiguousarray(mask.reshape(m, k // length, length).any(axis=2), np.uint8)
+
+    def steps_b(mask):
+        return np.ascontiguousarray(mask.reshape(k // length, length, n).any(axis=1), np.uint8)
+
+    bad_a, bad_b = steps_a(oa.bad), steps_b(ob.bad)
+    fast = (oa.v_l, oa.e_l, ob.v_l, ob.e_l, bad_a, bad_b, steps_a(oa.zero), steps_b(ob.zero))
+    # 8-bit products (below 2**32) never take a float32 accumulator past float32's range:
+    # there the scalar step serves only non-finite inputs; a float16 accumulator, or 16-bit
+    # products, can overflow to Inf in any step
+    can_overflow = inst.d_type != "f32" or lanes is not np.float32
+    if can_overflow or bad_a.any() or bad_b.any() or not np.isfinite(c).all():
+        sa, ea = oa.se()
+        sb, eb = ob.se()
+        sb, eb = np.ascontiguousarray(sb.T), np.ascontiguousarray(eb.T)
     else:
         sa = sb = np.zeros((1, 1))
         ea = eb = np.zeros((1, 1), np.int64)
-    return sa, ea, sb, eb, fast
+    return np.ascontiguousarray(sa), np.ascontiguousarray(ea), sb, eb, fast
+
+
+def _fast_lanes(inst, has_gscale: bool):
+    """The lane type of the fast kernel for this instruction, or None (see
+    :func:`fp8kit._kernels.mma.gemm_fast`): float32 where its proof holds (both operands 8-bit
+    or narrower, F <= 13, at most 32 products), else float64 for operands of at most 26
+    significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only,
+    without per-group promotion scales."""
+    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
+    if inst.model != "fused" or has_gscale or inst.products > 64:
+        return None
+    if ta.narrow and tb.narrow and inst.frac_bits <= 13 and inst.products <= 32:
+        return np.float32
+    if "f64" in (inst.a_type, inst.b_type) or "f32" in (inst.a_type, inst.b_type):
+        return None
+    return np.float64 if inst.frac_bits <= 35 else None
+
+
+@functools.cache
+def _luts(type_name: str) -> tuple:
+    """Per-code tables of an 8-bit (or narrower) type: values and MMA-Sim's (s, e)."""
+    t = TYPES[type_name]
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = np.arange(256, dtype=np.uint8).view(t.dtype).astype(np.float64)
+    s, e = normalized(v, t.esub)
+    return v, s, e
+
+
+def _values_and_exponents(x, type_name: str, arg: str):
+    """(values, s, e) of an operand: by table lookup of 8-bit codes, else computed."""
+    t = TYPES[type_name]
+    a = np.asarray(x)
+    if a.dtype == t.dtype and t.dtype.itemsize == 1 and a.ndim == 2:
+        codes = np.ascontiguousarray(a).view(np.uint8)
+        v, s, e = _luts(type_name)
+        return v[codes], s[codes], e[codes]
+    v = operand_values(x, type_name, arg)
+    s, e = normalized(v, t.esub)
+    return v, s, e
+
+
+def _prepare_fast(inst, a, b, c, lanes):
+    """The fast kernel's arrays (values and exponents in the lanes' type, B as K x N, per
+    step flags of non-finite values and of zeros), and the scalar step's (s, e) arrays
+    only where a lane will need them (a non-finite operand or C)."""
+    va, sa, ea = _values_and_exponents(a, inst.a_type, "a")
+    vb, sb, eb = _values_and_exponents(b, inst.b_type, "b")
+    if vb.ndim != 2 or va.shape[1] != vb.shape[0] or not va.size or not vb.size:
+        return None
+    m, k = va.shape
+    n = vb.shape[1]
+    length = inst.products
+    fin_a, fin_b = np.isfinite(va), np.isfinite(vb)
+
+    def steps_a(mask):
+        return np.ascontiguousarray(mask.reshape(m, k // length, length).any(axis=2), np.uint8)
+
+    def steps_b(mask):
+        return np.ascontiguousarray(mask.reshape(k // length, length, n).any(axis=1), np.uint8)
+
+    va_l = np.where(fin_a, va, 0).astype(lanes)
+    vb_l = np.where(fin_b, vb, 0).astype(lanes)
+    fast = (
+        va_l, np.where(va_l != 0, ea, -1000).astype(lanes),
+        vb_l, np.where(vb_l != 0, eb, -1000).astype(lanes),
+        steps_a(~fin_a), steps_b(~fin_b), steps_a(va == 0), steps_b(vb == 0),
+    )  # fmt: skip
+    # 8-bit products (below 2**32) never take a float32 accumulator past float32's range:
+    # there the scalar step serves only non-finite inputs; a float16 accumulator, or 16-bit
+    # products, can overflow to Inf in any step
+    can_overflow = inst.d_type != "f32" or lanes is not np.float32
+    if can_overflow or not (fin_a.all() and fin_b.all() and np.isfinite(c).all()):
+        sb, eb = np.ascontiguousarray(sb.T), np.ascontiguousarray(eb.T)
+    else:
+        sa = sb = np.zeros((1, 1))
+        ea = eb = np.zeros((1, 1), np.int64)
+    return np.ascontiguousarray(sa), np.ascontiguousarray(ea), sb, eb, fast
 
 
 def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, gscale_b=None,
@@ -190,8 +308,11 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
     an instruction or a non-hardware accumulator name.  ``fast=False``: always the scalar
     kernel's arrays (what the CUDA twin runs)."""
     quick = None
-    if fast and not isinstance(inst, str) and _fast_eligible(inst, gscale_a is not None):
-        quick = _prepare_fast(inst, a, b, c)
+    lanes = None
+    if fast and not isinstance(inst, str):
+        lanes = _fast_lanes(inst, gscale_a is not None)
+    if lanes is not None:
+        quick = _prepare_fast(inst, a, b, c, lanes)
     if quick is not None:
         sa, ea, sb, eb, arrays = quick
         m, n = arrays[0].shape[0], arrays[2].shape[1]
@@ -210,8 +331,9 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
         fast = None
     else:
         ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
-        va = operand_values(a, inst.a_type, "a", packed=inst.packed)
-        vbt = np.ascontiguousarray(operand_values(b, inst.b_type, "b", packed=inst.packed).T)
+        va = operand_values(a, inst.a_type, "a", packed=inst.packed, tf32=inst.tf32)
+        vbt = operand_values(b, inst.b_type, "b", packed=inst.packed, k_axis=0, tf32=inst.tf32)
+        vbt = np.ascontiguousarray(vbt.T)
         sa, ea = normalized(va, ta.esub)
         sb, eb = normalized(vbt, tb.esub)
         params = instruction_params(inst, nc)
@@ -247,10 +369,8 @@ def launch(prep: Prepared) -> np.ndarray:
         return out
     work = m * n * max(k, 1)
     if prep.fast is not None:
-        va32, ea32, vb32, eb32, bad_a, bad_b = prep.fast
-        args = (va32, ea32, vb32, eb32, bad_a, bad_b, prep.sa, prep.ea, prep.sb, prep.eb,
-                prep.c, prep.params, out)  # fmt: skip
-        _parallel.launch_compiled(K.gemm_fast_f32, work // 8, *args)
+        args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params, out)
+        _parallel.launch_compiled(K.gemm_fast, work // 8, *args)
     else:
         args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
                 prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, out)  # fmt: skip
@@ -292,8 +412,11 @@ def scales(x, type_name, arg, shape) -> np.ndarray:
 
 def run_instruction(inst, A, B, C, scale_a=None, scale_b=None) -> np.ndarray:
     """One instruction: D = A @ B + C (see :meth:`fp8kit.mma.Instruction.__call__`)."""
-    kk = inst.k // (2 if inst.packed and np.asarray(A).dtype == np.uint8 else 1)
-    for arg, x, shape in (("A", A, (inst.m, kk)), ("B", B, (kk, inst.n))):
+
+    def kk(x):  # (packed e2m1 codes: two a byte along K)
+        return inst.k // (2 if inst.packed and np.asarray(x).dtype == np.uint8 else 1)
+
+    for arg, x, shape in (("A", A, (inst.m, kk(A))), ("B", B, (kk(B), inst.n))):
         if np.shape(x) != shape:
             raise ValueError(f"{arg} has shape {np.shape(x)}; {inst.shape_and_type} takes {shape}")
     c = c_values(C, inst.c_type, (inst.m, inst.n))
