@@ -54,6 +54,7 @@ numpydoc_validation_exclude = {
     r"\.__\w+__$",
     r"^fp8kit\.FloatFormat\.(?!code_value$)\w+$",  # properties
     r"^fp8kit\.promotion\.[A-Z][A-Z0-9_]*$",  # presets and type lists
+    r"^fp8kit\.mma\.[A-Z][A-Z0-9_]*$",  # the lists of architectures and kinds
     r"^fp8kit\.study\.DelayedScaling\.history$",
     r"^fp8kit\.study\.Scaling\.label$",
 }

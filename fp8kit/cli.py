@@ -70,13 +70,36 @@ summary:
   row.  --json has the summary under "summary"; --csv has its lines after the rows, marked
   summary in the first column, kind.
 
+GEMM outputs (--activations ACTS):
+  Each 2-D weight w (out_features, K) is also multiplied by its inputs x (tokens, K) as a
+  quantized layer computes y = x @ w.T: w and x quantized to each format with each scaling
+  (channel: per output channel of w and per token of x; block:N: MX blocks along K; delayed
+  does not apply), multiplied by fp8kit.matmul under each accumulator.  One row per (layer,
+  format, scaling, accumulator): SQNR, RMSE and max rel of y against the float64 product of
+  the original values, and (acc) against the exact product of the quantized values: the
+  accumulator's own error.  Then the layers pooled per format, scaling and accumulator.
+  ACTS: a .npy, .npz or .safetensors file whose tensors are named after the weights
+  (shape (tokens, K) or (..., K); a file of one tensor pairs with the only 2-D weight), or
+  synthetic:N (N seeded Gaussian tokens per weight with a few outlier channels, --seed).
+  Every 2-D weight needs samples (leave others out with --exclude).
+  --accumulators NAME...: exact, fp32, fp32-pairwise, hopper-fast, hopper-promote<N>, ada,
+  ada-promote<N>, blackwell, blackwell-promote<N>, blackwell-mx (default: hopper-fast
+  hopper-promote128 exact).  hopper-fast is Hopper's wgmma chained along K (fast
+  accumulation); -promote<N> adds its partial sums into fp32 every N elements of K
+  (DeepSeek-V3, cuBLAS's slow accumulation); MX blocks need promotion every N dividing the
+  block, or blackwell-mx (block:32): combinations an accumulator cannot compute are
+  skipped with a note on stderr.  --json has the rows under "gemm", --csv as lines of
+  kind gemm and gemm-summary, --plot adds a panel.
+
 exit status: 0 on success, 1 for a bad file, format or scaling, 2 for a usage error.
 
 examples:
   fp8kit study
   fp8kit study path/to/checkpoint/ --exclude '*norm*' --csv results.csv
   fp8kit study weights.npy --formats float8_e4m3fn float8_e5m2 --scaling tensor channel block:32
-  fp8kit study model.safetensors --top 5 --plot report.pdf --json results.json"""
+  fp8kit study model.safetensors --top 5 --plot report.pdf --json results.json
+  fp8kit study model.safetensors --activations synthetic:64 --scaling tensor channel
+  fp8kit study model.safetensors --activations inputs.npz --accumulators hopper-fast ada exact"""
 
 
 def _positive_int(text: str) -> int:
@@ -128,7 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="divide amax-based scales by 2**M (default 0)")  # fmt: skip
     p.add_argument("--pow2", action="store_true",
                    help="round amax-based scales down to powers of two")  # fmt: skip
-    p.add_argument("--seed", type=int, default=0, help="seed of the demo data (default 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the demo data and of synthetic:N (default 0)")  # fmt: skip
+    p.add_argument("--activations", metavar="ACTS",
+                   help="also measure each 2-D weight's GEMM output y = x @ w.T with these "
+                   "inputs: a .npy, .npz or .safetensors file of samples (tokens, K) named "
+                   "after the weights, or synthetic:N (see below)")  # fmt: skip
+    p.add_argument("--accumulators", nargs="+", metavar="NAME", default=None,
+                   help="accumulators of the GEMMs with --activations (default: hopper-fast "
+                   "hopper-promote128 exact; see below)")  # fmt: skip
     # output: table, summary, files, figure, progress
     p.add_argument("--json", metavar="FILE",
                    help="write every row and the summary as JSON")  # fmt: skip
@@ -197,6 +228,7 @@ def _skipped_line(skipped: dict[str, str]) -> str:
 def _study(args: argparse.Namespace) -> int:
     from . import study
     from .study import report
+    from .study.gemm import summarize_gemm
     from .study.io import StudyInputError
     from .study.plot import PlotUnavailable, check_plot_path, plot_study, require_matplotlib
     from .study.progress import StudyProgress
@@ -207,10 +239,16 @@ def _study(args: argparse.Namespace) -> int:
         if args.plot:
             check_plot_path(args.plot)  # fail before the sweep, not after it
             require_matplotlib()
+        accumulators = _accumulators(args)
         tensors, inputs, source = _load(args)
         skipped = inputs.skipped if inputs is not None else {}
         if skipped:
             print(f"{PROG} study: {_skipped_line(skipped)}", file=sys.stderr)
+        acts = None
+        if args.activations is not None:  # read (or drawn) before the sweep: errors first
+            from .study.io import load_activations
+
+            acts = load_activations(args.activations, tensors, seed=args.seed)
         bar = StudyProgress(
             tensors, len(formats) * len(specs), stream=sys.stderr, enabled=args.progress,
             delay=1.0 if args.progress is None else 0.0,
@@ -228,8 +266,25 @@ def _study(args: argparse.Namespace) -> int:
                 )  # fmt: skip
         finally:
             bar.close()
+        gemm_rows = gemm_skipped = None
+        if acts is not None:
+            from .study.gemm import gemm_sweep
+
+            layers = {name: (tensors[name], x) for name, x in acts.items()}
+            again = num_threads(args.threads) if args.threads else contextlib.nullcontext()
+            with again:
+                gemm_rows, gemm_skipped = gemm_sweep(
+                    layers, formats, specs, accumulators, margin=args.margin, pow2=args.pow2
+                )
+            for line in gemm_skipped:
+                print(f"{PROG} study: GEMM skipped: {line}", file=sys.stderr)
         seconds = time.perf_counter() - start
         print(report.format_report(rows, top=args.top, markdown=args.markdown))
+        if gemm_rows:
+            print()
+            print(report.format_gemm_report(gemm_rows, top=args.top, markdown=args.markdown))
+        elif gemm_rows is not None:
+            print(f"{PROG} study: no GEMM rows: every combination was skipped", file=sys.stderr)
         settings = dict(
             fp8kit_version=__version__, source=source, formats=formats, scalings=specs,
             channel_axis=args.channel_axis, block_axis=args.block_axis, margin=args.margin,
@@ -240,18 +295,40 @@ def _study(args: argparse.Namespace) -> int:
                            if hasattr(v, "source_dtype")},
             seconds=round(seconds, 3),
         )  # fmt: skip
+        if gemm_rows is not None:
+            settings.update(activations=args.activations, accumulators=accumulators)
+            settings["gemm"] = dict(
+                rows=report.gemm_records(gemm_rows),
+                summary=[g.as_dict() for g in summarize_gemm(gemm_rows)],
+                skipped=gemm_skipped,
+            )
         files = inputs.files if inputs is not None else None
         if args.json:
             Path(args.json).write_text(report.to_json(rows, files=files, **settings))
         if args.csv:
-            Path(args.csv).write_text(report.to_csv(rows, files=files))
+            Path(args.csv).write_text(report.to_csv(rows, files=files, gemm=gemm_rows))
         if args.plot:
-            plot_study(rows, tensors, args.plot, title=f"fp8kit study: {_describe(source)}")
+            plot_study(rows, tensors, args.plot, title=f"fp8kit study: {_describe(source)}",
+                       gemm=gemm_rows or None)  # fmt: skip
     except (_Failure, StudyInputError, PlotUnavailable, ValueError, TypeError) as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
     return 0
+
+
+def _accumulators(args: argparse.Namespace) -> list[str] | None:
+    """The checked accumulator names of --activations (None without it)."""
+    if args.activations is None:
+        if args.accumulators is not None:
+            raise _Failure("--accumulators applies to the GEMMs of --activations; none given")
+        return None
+    from .study.gemm import DEFAULT_ACCUMULATORS, parse_accumulator
+
+    names = list(args.accumulators or DEFAULT_ACCUMULATORS)
+    for name in names:
+        parse_accumulator(name, "--accumulators")
+    return names
 
 
 COMPILE_NOTICE = "compiling kernels (first run only)..."

@@ -82,9 +82,18 @@ class Instruction:
     tf32 : bool
         float32 inputs are truncated to tf32 first.
 
+    Notes
+    -----
     Nothing overflows silently: a step whose exact result is beyond the output type's range
     gives Inf; NaN and Inf inputs give what IEEE arithmetic of the model gives, NaN as the
     output's canonical NaN (``0x7FFFFFFF``, ``0x7FFF``) for the fused models.
+
+    Examples
+    --------
+    >>> from fp8kit import mma
+    >>> ada = mma.instruction("Ada Lovelace", "mma", "m16n8k32.f32.e4m3.e4m3.f32")
+    >>> ada.model, ada.products, ada.frac_bits, ada.exp_zero
+    ('fused', 16, 13, -132)
     """
 
     arch: str
@@ -123,6 +132,15 @@ class Instruction:
     def replace(self, **changes) -> Instruction:
         """A copy with some parameters changed (a hypothesis to test against hardware).
 
+        Parameters
+        ----------
+        **changes
+            Fields and their new values.
+
+        Returns
+        -------
+        Instruction
+
         Examples
         --------
         >>> from fp8kit import mma
@@ -141,7 +159,8 @@ class Instruction:
             m x k and k x n arrays of the instruction's A and B types (ml_dtypes dtypes such
             as ``float8_e4m3fn``, ``float4_e2m1fn``; float32 for tf32).  fp6/fp4 operands
             may also be uint8 codes as MMA-Sim stores them (bits 5:0 / 5:2, or two e2m1
-            codes per byte, high nibble first, for ``kind::mxf4*``: then A is m x k/2).
+            codes per byte along K, high nibble first, for ``kind::mxf4*``: then A is
+            m x k/2 and B is k/2 x n).
         C : array_like
             m x n of the C type (float32, float16 or float64).
         scale_a, scale_b : array_like, optional
@@ -310,6 +329,15 @@ def _cached(arch, kind, name):
 
 def list_instructions(arch: str | None = None, kind: str | None = None) -> list[tuple]:
     """Every instruction modelled, as ``(arch, kind, shape_and_type)`` tuples.
+
+    Parameters
+    ----------
+    arch, kind : str, optional
+        Only those of this architecture / kind (see :func:`instruction`).
+
+    Returns
+    -------
+    list of tuple
 
     Examples
     --------

@@ -4,9 +4,12 @@ Metrics (:func:`error_metrics`), scaling recipes (:func:`scale_for`, :func:`mx_s
 :class:`DelayedScaling`), scaled quantization through FakeConvert's fused kernel
 (:func:`quantize`) and sweeps over formats and recipes (:func:`sweep`), which the
 ``fp8kit study`` command prints; the model-level summary of a sweep (:func:`summarize`) and
-its rows as records (:func:`records`) or a pandas DataFrame (:func:`to_dataframe`).
+its rows as records (:func:`records`) or a pandas DataFrame (:func:`to_dataframe`); and
+the error of a layer's output ``x @ w.T`` computed from quantized operands by tensor-core
+accumulators (:func:`gemm_error`).
 """
 
+from .gemm import GemmError, gemm_error
 from .metrics import ErrorMetrics, error_metrics
 from .report import SummaryRow, records, summarize, to_dataframe
 from .scaling import DelayedScaling, mx_scales, quantize, scale_for
@@ -15,12 +18,14 @@ from .sweep import Scaling, SweepRow, TensorFile, demo_tensors, parse_scaling, s
 __all__ = [
     "DelayedScaling",
     "ErrorMetrics",
+    "GemmError",
     "Scaling",
     "SummaryRow",
     "SweepRow",
     "TensorFile",
     "demo_tensors",
     "error_metrics",
+    "gemm_error",
     "mx_scales",
     "parse_scaling",
     "quantize",

@@ -41,6 +41,7 @@ __all__ = [
     "StudyInputError",
     "StudyInputs",
     "checkpoint_order",
+    "load_activations",
     "load_inputs",
     "load_tensors",
     "read_safetensors",
@@ -777,3 +778,72 @@ def load_tensors(
             + (f"; skipped {', '.join(skipped)}" if skipped else "")
         )
     return {prefix + k: v for k, v in tensors.items()}, [prefix + s for s in skipped]
+
+
+# ------------------------------------------------- layer inputs (fp8kit study --activations)
+_SYNTHETIC = re.compile(r"^synthetic:(\d+)$")
+
+
+def load_activations(
+    source: str | os.PathLike, weights: dict[str, Any], *, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """The input samples (tokens, K) of every 2-D weight (out_features, K) of ``weights``.
+
+    ``source`` is a ``.npy``, ``.npz`` or ``.safetensors`` file whose tensors are named
+    after the weights they feed (a ``FILE:`` prefix of a weight's name may be left out),
+    each of shape (tokens, K) or (..., K), flattened to (tokens, K); a file of one tensor
+    pairs with the only 2-D weight whatever their names.  ``synthetic:N`` draws N seeded
+    tokens per weight (:func:`fp8kit.study.gemm.synthetic_activations`).
+
+    Raises
+    ------
+    StudyInputError
+        An unreadable file, a spec that is neither a file nor ``synthetic:N``, no 2-D
+        weight, a weight without samples (named), or samples whose K differs from the
+        weight's (both shapes named).
+    """
+    from .gemm import synthetic_activations
+
+    text = os.fspath(source)
+    shapes = {n: tuple(w.shape) for n, w in weights.items() if len(w.shape) == 2}
+    if not shapes:
+        raise StudyInputError(
+            f"--activations {text}: no 2-D tensor among the inputs (weights are (out_features, K))"
+        )
+    if text.startswith("synthetic"):
+        m = _SYNTHETIC.match(text)
+        if m is None or int(m.group(1)) < 1:
+            raise StudyInputError(
+                f"--activations {text!r}: expected synthetic:N with N a positive number of "
+                "tokens, or a .npy, .npz or .safetensors file"
+            )
+        n = int(m.group(1))
+        return {name: synthetic_activations(name, s[1], n, seed) for name, s in shapes.items()}
+    tensors, skipped = load_tensors(text)
+    single = next(iter(tensors.values())) if len(tensors) == 1 and len(shapes) == 1 else None
+    out = {}
+    for name, (rows, k) in shapes.items():
+        key = name if name in tensors else name.rsplit(":", 1)[-1]
+        if key in tensors:
+            x = tensors[key]
+        elif single is not None:
+            x, key = single, next(iter(tensors))
+        else:
+            why = (
+                f"its tensor {key!r} is not float16, bfloat16, float32 or float64 data"
+                if key in skipped
+                else "no tensor of that name"
+            )
+            shown = ", ".join(list(tensors)[:5]) + (", ..." if len(tensors) > 5 else "")
+            raise StudyInputError(
+                f"--activations {text}: no input samples for weight {name!r}: {why} (it has "
+                f"{shown}); leave the weight out with --exclude"
+            )
+        shape = tuple(x.shape)
+        if not shape or shape[-1] != k:
+            raise StudyInputError(
+                f"--activations {text}: samples {key!r} have shape {shape} but weight "
+                f"{name!r} has shape {(rows, k)}: the last dimensions (K) must match"
+            )
+        out[name] = np.asarray(x).reshape(-1, k)
+    return out

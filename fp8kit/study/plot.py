@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -148,7 +149,9 @@ def _wrap_format(name: str) -> str:
     return f"{head}\n{tail}" if sep and tail else name
 
 
-def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *, title=None):
+def study_figure(
+    rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *, title=None, gemm=None
+):
     """The study figure as a matplotlib Figure (laid out, not saved); see :func:`plot_study`.
 
     Raises
@@ -170,13 +173,17 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
     cols, _, xlabel = _groups(rows)
     if xlabel == "tensor":  # tensor names may stand up below the heat map: room for them
         heat_h += min(28, max(len(c) for c in cols)) * 0.6 * 7.5 / 72
-    fig = figure(figsize=(_WIDTH, top_h + heat_h + 0.5), layout="constrained", dpi=DPI)
+    gemm_rows, gemm_h = _gemm_rows(gemm) if gemm else (None, 0.0)
+    fig = figure(figsize=(_WIDTH, top_h + heat_h + gemm_h + 0.5), layout="constrained", dpi=DPI)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)  # a canvas with a renderer (text extents), without pyplot
     if title:
         fig.suptitle(title, fontsize=12)
-    top, bottom = fig.subfigures(2, 1, height_ratios=[top_h, heat_h])
+    if gemm_rows:
+        top, bottom, lowest = fig.subfigures(3, 1, height_ratios=[top_h, heat_h, gemm_h])
+    else:
+        top, bottom = fig.subfigures(2, 1, height_ratios=[top_h, heat_h])
     gs = top.add_gridspec(2, 2, width_ratios=[1, 1.2], height_ratios=[2.9, rug_h])
     ax_bar = top.add_subplot(gs[:, 0])
     ax_hist = top.add_subplot(gs[0, 1])
@@ -198,10 +205,64 @@ def study_figure(rows: Sequence[SweepRow], tensors: Mapping[str, np.ndarray], *,
         ax_bar.set_ylabel("SQNR (dB), all tensors pooled")
     ax_bar.set_title("SQNR per format and scaling", fontsize=10)
     heat = _heat_image(bottom, ax_heat, by, formats, scalings, rows, heat_h)
+    if gemm_rows:
+        ax_gemm = lowest.subplots()
+        gemm_heat = _gemm_heat(lowest, ax_gemm, gemm_rows, gemm_h)
     fig.draw_without_rendering()  # one layout: the sizes of the axes, in points
     (_lying_bars if lying else _bars)(fig, ax_bar, by, formats, scalings)
     _heat_labels(fig, ax_heat, heat)
+    if gemm_rows:
+        _heat_labels(fig, ax_gemm, gemm_heat)
     return fig
+
+
+def _gemm_rows(gemm) -> tuple[dict, float]:
+    """GEMM rows (:class:`fp8kit.study.gemm.GemmRow`) as rows of a heat map, one row of it
+    per (format, "scaling · accumulator"), with the pooled SQNR of the accumulation alone
+    per row; and the panel's height (inches)."""
+    rows, acc = [], {}
+    for g in gemm:
+        r = g.result
+        row = SweepRow(tensor=g.tensor, shape=(r.out_features, r.k), dtype="",
+                       format=r.w_format, scaling=f"{r.w_scaling} · {r.accumulator}",
+                       metrics=r.error, scale_min=math.nan, scale_max=math.nan)  # fmt: skip
+        rows.append(row)
+        acc.setdefault((row.format, row.scaling), []).append(r.accumulation)
+    acc_db = {c: ErrorMetrics.pooled(ms).sqnr_db for c, ms in acc.items()}
+    height = max(2.6, 0.15 * len(acc_db) + 1.9)
+    cols, _, xlabel = _groups(rows)
+    if xlabel == "tensor":
+        height += min(28, max(len(c) for c in cols)) * 0.6 * 7.5 / 72
+    return {"rows": rows, "acc_db": acc_db}, height
+
+
+def _gemm_heat(sub, ax, gemm: dict, height: float) -> dict:
+    """The GEMM panel: the SQNR of each layer's output y = x @ w.T for every format,
+    scaling and accumulator (a heat map like the tensors' one); each row's label adds the
+    accumulator's own pooled SQNR (against the exact product of the quantized values)."""
+    rows = gemm["rows"]
+    by: dict[tuple[str, str], list[SweepRow]] = {}
+    for r in rows:
+        by.setdefault((r.format, r.scaling), []).append(r)
+    formats = list(dict.fromkeys(r.format for r in rows))
+    scalings = list(dict.fromkeys(r.scaling for r in rows))
+    heat = _heat_image(sub, ax, by, formats, scalings, rows, height)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    combos = heat["combos"]
+    ax.set_yticks(
+        range(len(combos)),
+        [f"{t} (acc {_fmt_db(gemm['acc_db'].get(c, math.nan))})" for t, c in
+         zip(labels, combos, strict=True)],
+        fontsize=heat["ysize"],
+    )  # fmt: skip
+    what = "layer" if heat["xlabel"] != "tensor" else "weight"
+    ax.set_title(
+        f"GEMM outputs y = x @ w.T: SQNR per {what} (dB), against the float64 product of the "
+        "original values\n(colour: against the row's pooled SQNR, red below;  acc: the "
+        "accumulator's own SQNR, against the exact quantized product)",
+        fontsize=9.5,
+    )
+    return heat
 
 
 def _levels(by, formats, scalings) -> tuple[np.ndarray, float, float]:
@@ -505,6 +566,7 @@ def plot_study(
     *,
     title: str | None = None,
     dpi: int = DPI,
+    gemm: Sequence[Any] | None = None,
 ) -> None:
     """Write the study figure: PNG (at ``dpi``), PDF or SVG by the path's extension.
 
@@ -530,6 +592,9 @@ def plot_study(
         The figure's title.
     dpi : int, default 200
         Resolution of a PNG.
+    gemm : sequence of GemmRow, optional
+        GEMM-output rows (``fp8kit study --activations``): a fourth panel below, the SQNR
+        of each layer's output for every format, scaling and accumulator.
 
     Raises
     ------
@@ -539,5 +604,5 @@ def plot_study(
         An unsupported extension, or no rows.
     """
     kind = check_plot_path(path)
-    fig = study_figure(rows, tensors, title=title)
+    fig = study_figure(rows, tensors, title=title, gemm=gemm)
     fig.savefig(os.fspath(path), dpi=dpi, format=kind)

@@ -11,15 +11,18 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .gemm import GemmRow, summarize_gemm, worst_gemm
 from .metrics import ErrorMetrics
 from .sweep import SweepRow
 
 __all__ = [
     "COLUMNS",
     "SummaryRow",
+    "format_gemm_report",
     "format_report",
     "format_summary",
     "format_table",
+    "gemm_records",
     "records",
     "summarize",
     "to_csv",
@@ -575,7 +578,12 @@ def to_json(
     return json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n"
 
 
-def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) -> str:
+def to_csv(
+    rows: Sequence[SweepRow],
+    *,
+    files: Mapping[str, str] | None = None,
+    gemm: Sequence[Any] | None = None,
+) -> str:
     """CSV text: one line per row, then one per (format, scaling) of the summary.
 
     The first column, ``kind``, is ``tensor`` for a row of :func:`sweep` and ``summary``
@@ -590,6 +598,10 @@ def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) 
         Rows from :func:`sweep`.
     files : mapping of str to str, optional
         Tensor name to the file it was read from: a ``file`` column after ``tensor``.
+    gemm : sequence of GemmRow, optional
+        GEMM-output rows (``fp8kit study --activations``): after the summary, one line of
+        kind ``gemm`` per row and one of kind ``gemm-summary`` per (format, scaling,
+        accumulator), with their own columns (``accumulator``, ``acc_sqnr_db``, ...).
 
     Returns
     -------
@@ -614,6 +626,11 @@ def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) 
         lines.append(d)
     for s in summarize(rows):
         lines.append({"kind": "summary", **s.as_dict()})
+    for d in gemm_records(gemm or []):
+        d["notes"] = "; ".join(d["notes"])
+        lines.append({"kind": "gemm", **d})
+    for g in summarize_gemm(gemm or []):
+        lines.append({"kind": "gemm-summary", **g.as_dict()})
     fields = list(dict.fromkeys(k for d in lines for k in d))
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
@@ -621,3 +638,93 @@ def to_csv(rows: Sequence[SweepRow], *, files: Mapping[str, str] | None = None) 
     for d in lines:
         writer.writerow({k: ("" if v is None else v) for k, v in d.items()})
     return buf.getvalue() if rows else ""
+
+
+# ---------------------------------------------------- GEMM outputs (fp8kit study --activations)
+#: (header, right-aligned) of the GEMM table's columns.
+GEMM_COLUMNS = (
+    ("tensor", False),
+    ("tokens", True),
+    ("format", False),
+    ("scaling", False),
+    ("accumulator", False),
+    ("SQNR dB", True),
+    ("RMSE", True),
+    ("max rel", True),
+    ("acc SQNR dB", True),
+    ("acc max rel", True),
+    ("notes", False),
+)
+#: (header, right-aligned) of the GEMM summary's columns.
+GEMM_SUMMARY_COLUMNS = (
+    ("format", False),
+    ("scaling", False),
+    ("accumulator", False),
+    ("layers", True),
+    ("outputs", True),
+    ("SQNR dB", True),
+    ("RMSE", True),
+    ("max rel", True),
+    ("acc SQNR dB", True),
+    ("worst layer", False),
+    ("its SQNR dB", True),
+)
+
+
+def gemm_records(rows: Iterable[GemmRow]) -> list[dict[str, Any]]:
+    """The GEMM rows as flat dicts: ``tensor``, then :meth:`GemmError.as_dict`."""
+    return [r.as_dict() for r in rows]
+
+
+def gemm_cells(row: GemmRow) -> list[str]:
+    """The GEMM table's cells of one row."""
+    r = row.result
+    return [
+        row.tensor,
+        str(r.tokens),
+        r.w_format,
+        r.w_scaling,
+        r.accumulator,
+        _num(r.error.sqnr_db, ".2f"),
+        _num(r.error.rmse),
+        _num(r.error.max_rel_error),
+        _num(r.accumulation.sqnr_db, ".2f"),
+        _num(r.accumulation.max_rel_error),
+        "; ".join(r.notes),
+    ]
+
+
+def format_gemm_report(
+    rows: Sequence[GemmRow], *, top: int | None = None, markdown: bool = False
+) -> str:
+    """What ``fp8kit study --activations`` prints after the tensor report: the GEMM
+    output of every layer under every format, scaling and accumulator (or, with ``top``,
+    the ``top`` worst layers of each), then those pooled over the layers."""
+    nlayers = len({r.tensor for r in rows})
+    intro = (
+        "GEMM outputs y = x @ w.T (SQNR, RMSE, max rel: against the float64 product of the "
+        "original values; acc: against the exact product of the quantized values, the "
+        "accumulator's own error)"
+    )
+    shown = list(rows)
+    if top is not None:
+        shown = worst_gemm(rows, top)
+        what = "layer" if top == 1 else "layers"
+        intro += f"; the {top} worst {what} of {nlayers} per format, scaling and accumulator"
+    table = [[h for h, _ in GEMM_COLUMNS]] + [gemm_cells(r) for r in shown]
+    if not any(t[-1] for t in table[1:]):
+        table = [t[:-1] for t in table]
+    right = [r for _, r in GEMM_COLUMNS][: len(table[0])]
+    parts = [intro + ":\n", _render(table, right, markdown)]
+    summary = [[h for h, _ in GEMM_SUMMARY_COLUMNS]]
+    for g in summarize_gemm(rows):
+        summary.append([
+            g.format, g.scaling, g.accumulator, str(g.layers), str(g.error.count),
+            _num(g.error.sqnr_db, ".2f"), _num(g.error.rmse), _num(g.error.max_rel_error),
+            _num(g.accumulation.sqnr_db, ".2f"), "-" if g.worst_tensor is None else g.worst_tensor,
+            _num(g.worst_sqnr_db, ".2f"),
+        ])  # fmt: skip
+    what = "layer" if nlayers == 1 else "layers"
+    parts.append(f"\nGEMM summary: all {nlayers} {what} pooled (SQNR over all outputs):\n")
+    parts.append(_render(summary, [r for _, r in GEMM_SUMMARY_COLUMNS], markdown))
+    return "\n".join(parts)
