@@ -12,8 +12,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import _backends
 from . import mma as _mma
 from .mma import _engine
+from .mma._types import TYPES
 
 __all__ = ["HARDWARE", "matmul", "scaled_mm"]
 
@@ -135,6 +137,22 @@ def matmul(
     200712.0
     """
     inst = _instruction(instruction)
+    gpu = None
+    if _backends.kind_of(a, b, c, scale_a, scale_b) == "cuda":
+        # GPU arrays: prepared here (O(MK + KN)), multiplied on the GPU by the same scalar
+        # code (fp8kit.cuda._mma), the result a device array
+        from .cuda import _mma as gpu
+
+        def host(x, type_name=None):
+            return (
+                None if x is None else gpu.to_host(x, TYPES[type_name].dtype if type_name else None)
+            )
+
+        strs = isinstance(inst, str)
+        a, b = host(a, None if strs else inst.a_type), host(b, None if strs else inst.b_type)
+        c = host(c)
+        st = None if strs or not inst.block else inst.scale_type
+        scale_a, scale_b = host(scale_a, st), host(scale_b, st)
     av, bv = np.asarray(a), np.asarray(b)
     if av.ndim != 2 or bv.ndim != 2:
         raise ValueError(f"a and b must be 2-D; got shapes {av.shape} and {bv.shape}")
@@ -205,27 +223,40 @@ def matmul(
         allowed = "float64" if c_type == "f64" else "float32, float16, bfloat16"
         raise ValueError(f"out_dtype {od.name} is not supported here; allowed: {allowed}")
     prep = _engine.prepare(inst, av, bv, cv, nc=nc, scale_a=sa, scale_b=sb, gscale_a=ga,
-                           gscale_b=gb)  # fmt: skip
-    values = _engine.launch(prep)
+                           gscale_b=gb, fast=gpu is None)  # fmt: skip
+    # (K = 0: no step runs, the result is c)
+    if k == 0:
+        values = cv.astype(np.float64)
+    else:
+        values = _engine.launch(prep) if gpu is None else gpu.launch_device(prep)
     d_type = "f32" if isinstance(inst, str) or nc else inst.d_type
     canonical = isinstance(inst, str) or nc or inst.model in _engine._CANONICAL
     if epilogue is not None:
         values = _epilogue(values.astype(np.float32), *epilogue).astype(np.float64)
         d_type = "f32"
     d = _engine.finish(values, d_type, bool(canonical))
-    if od == d.dtype:
-        return d
-    out = d.astype(od)
-    if canonical and od != np.float64:
-        out.view(np.uint16)[np.isnan(out)] = 0x7FFF
+    out = d if od == d.dtype else _as_out(d, od, bool(canonical))
+    return out if gpu is None else gpu.to_device(out)
+
+
+def _as_out(d: np.ndarray, od: np.dtype, canonical: bool) -> np.ndarray:
+    """The instruction's result as ``out_dtype`` (nearest-even), NaN canonical."""
+    with np.errstate(over="ignore", invalid="ignore"):  # (beyond float16's range: Inf)
+        out = d.astype(od)
+    if canonical and od != np.float64:  # (f16 results as float32 too: 0x7FFFFFFF)
+        nan = np.isnan(out.astype(np.float32))
+        if od.itemsize == 4:
+            out.view(np.uint32)[nan] = 0x7FFFFFFF
+        else:
+            out.view(np.uint16)[nan] = 0x7FFF
     return out
 
 
 def _epilogue(acc32, sa, sb) -> np.ndarray:
     """cuBLAS's alpha epilogue: ``RN32(acc * RN32(sa * sb) + 0)``: the float64 product of
     two float32 values is exact, rounded once; an exact zero product gives +0."""
-    alpha = (sa.astype(np.float32) * sb.astype(np.float32)).astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # (Inf and NaN as IEEE gives them)
+        alpha = (sa.astype(np.float32) * sb.astype(np.float32)).astype(np.float64)
         y = (acc32.astype(np.float64) * alpha + 0.0).astype(np.float32)
     return y
 
@@ -290,6 +321,11 @@ def _split_indices(k: int, s: int, scheme: str, tile: int) -> list[np.ndarray]:
 
 def _combine(parts: list[np.ndarray], scheme: str) -> np.ndarray:
     """The splits' fp32 partials combined in cuBLAS's order (round to nearest)."""
+    with np.errstate(invalid="ignore", over="ignore"):  # (Inf - Inf is NaN, as on the GPU)
+        return _combine_in_order(parts, scheme)
+
+
+def _combine_in_order(parts: list[np.ndarray], scheme: str) -> np.ndarray:
     s = len(parts)
     if scheme in ("serial", "contiguous") or s == 1:
         acc = parts[0]
@@ -394,7 +430,10 @@ def scaled_mm(
             raise ValueError(f"{arg} must be a matrix, got shape {x.shape}")
     fa, fb = _FP8[av.dtype], _FP8[bv.dtype]
     if fa == fb == "e5m2":
-        raise ValueError("two float8_e5m2 operands are not supported (torch refuses them)")
+        raise ValueError(
+            "a and b are both float8_e5m2: torch refuses two float8_e5m2 operands (one of "
+            "them must be float8_e4m3fn)"
+        )
     m, k = av.shape
     if bv.shape[0] != k:
         raise ValueError(f"a ({av.shape}) and b ({bv.shape}) cannot be multiplied")
@@ -410,10 +449,12 @@ def scaled_mm(
             f"out_dtype {od.name} is not supported; allowed: float32, bfloat16, float16, "
             "float8_e4m3fn, float8_e5m2"
         )
-    if od == ml_dtypes.float8_e5m2 and fa == fb == "e4m3":
+    if od == ml_dtypes.float8_e5m2 and fa == fb == "e4m3" and m and n and k:
+        # (torch returns an empty or zero result before cuBLAS sees the call)
         raise ValueError(
-            f"e4m3 x e4m3 -> float8_e5m2 is refused by cuBLASLt on {hardware} "
-            "(CUBLAS_STATUS_NOT_SUPPORTED)"
+            f"out_dtype float8_e5m2 with a and b both float8_e4m3fn is refused by cuBLASLt "
+            f"on {hardware} (CUBLAS_STATUS_NOT_SUPPORTED); allowed there: float32, bfloat16, "
+            "float16, float8_e4m3fn"
         )
     sa, sb = np.asarray(scale_a), np.asarray(scale_b)
     if sa.size != 1 or sb.size != 1:
@@ -444,16 +485,17 @@ def scaled_mm(
         s, scheme = int(splitk[0]), splitk[1]
         if s > 1 and scheme not in spec["schemes"]:
             raise ValueError(
-                f"split layout {scheme!r} is not one of {hardware}'s kernels "
-                f"({', '.join(spec['schemes'])})"
+                f"splitk={splitk!r}: {scheme!r} is not a split layout of {hardware}'s "
+                f"kernels; valid: {', '.join(spec['schemes'])}"
             )
     else:
         raise ValueError(f"splitk must be 1 or (S, scheme), got {splitk!r}")
     inst = _hw_instruction(hardware, fa, fb)
     fast = bool(use_fast_accum)
     if m == 0 or n == 0 or k == 0:
-        acc = np.zeros((m, n), np.float32)
-    elif s == 1:
+        # torch returns before cuBLAS: an empty result, or +0 for every scale (K = 0)
+        return np.zeros((m, n), od)
+    if s == 1:
         kp = -(-k // (inst.k if fast else SLOW_CHUNK)) * (inst.k if fast else SLOW_CHUNK)
         idx = np.where(np.arange(kp) < k, np.arange(kp), -1)
         acc = _chain(av, bv, idx, inst, fast)
@@ -478,16 +520,20 @@ def _to_out(y: np.ndarray, od: np.dtype, bias, scale_result) -> np.ndarray:
     float8 outputs scaled by scale_result, saturated (NaN kept) and rounded to
     nearest-even; NaN canonical."""
     if bias is not None:
-        y = (y + bias.astype(np.float32).reshape(1, -1)).astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):
+            y = (y + bias.astype(np.float32).reshape(1, -1)).astype(np.float32)
     if od in _FP8:
         if scale_result is not None:
-            y = (y.astype(np.float64) * np.float64(np.float32(scale_result))).astype(np.float32)
+            with np.errstate(invalid="ignore", over="ignore"):
+                y = (y.astype(np.float64) * np.float64(np.float32(scale_result))).astype(np.float32)
         mx = _FP8_MAX[_FP8[od]]
         y = np.where(np.isnan(y), y, np.clip(y, -mx, mx)).astype(np.float32)
-        out = y.astype(od)
+        with np.errstate(invalid="ignore"):
+            out = y.astype(od)
         out.view(np.uint8)[np.isnan(y)] = 0x7F
         return out
-    out = y.astype(od)
+    with np.errstate(over="ignore", invalid="ignore"):  # (beyond float16's range: Inf)
+        out = y.astype(od)
     if od == np.float32:
         out.view(np.uint32)[np.isnan(out)] = 0x7FFFFFFF
     else:

@@ -366,10 +366,17 @@ def expansion_to_f32(buf, count):
     if count == 1 or x != x or x - x != 0.0:
         return np.float64(np.float32(x))
     r = np.float64(np.float32(x))
-    if r == x or r - r != 0.0:
-        return r  # exactly representable (the rest is below half its ulp), or overflow
+    if r == x:
+        return r  # exactly representable: the rest is below half its ulp
+    if r - r != 0.0:
+        # overflow: only x exactly at the threshold (float32's max plus half its ulp, a
+        # tie rounded to even, up) comes back below it with a rest of the other sign
+        if abs(x) != 3.4028235677973366e38 or (buf[count - 2] > 0.0) == (x > 0.0):
+            return r
+        return math.copysign(3.4028234663852886e38, x)
     # x lies between two float32 values; only a tie needs the rest's sign to decide
     other = np.float64(np.float32(x + (x - r)))  # the float32 on the other side of x
+    # (not a tie: either the neighbour on the other side or r itself, then harmless)
     if abs(x - r) != abs(other - x):
         return r
     rest = buf[count - 2]
@@ -563,7 +570,10 @@ def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gs
         part = 0.0
         for k0 in range(g * nc, (g + 1) * nc, length):
             part = step(sa, ea, sb, eb, va, vb, m, n, k0, length, part, p, scale_a, scale_b, buf)
-        s = np.float32(np.float32(gscale_a[m, g]) * np.float32(gscale_b[n, g]))
+        # (a single column holds every group's scales: prepare's default without scales)
+        ga = gscale_a[m, g if gscale_a.shape[1] > 1 else 0]
+        gb = gscale_b[n, g if gscale_b.shape[1] > 1 else 0]
+        s = np.float32(np.float32(ga) * np.float32(gb))
         acc32 = fma(s, np.float32(part), acc32)
     return np.float64(acc32)
 
@@ -591,7 +601,7 @@ def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscal
     for m in range(rows * first // nchunks, rows * stop // nchunks):
         for n in range(out.shape[1]):
             out[m, n] = output(
-                sa, ea, sb, eb, va, vb, m, n, sa.shape[1], c[m, n], p,
+                sa, ea, sb, eb, va, vb, m, n, va.shape[1], c[m, n], p,
                 scale_a, scale_b, gscale_a, gscale_b, buf,
             )  # fmt: skip
 

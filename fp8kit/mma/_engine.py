@@ -225,83 +225,6 @@ def _prepare_fast(inst, a, b, c, lanes):
     return np.ascontiguousarray(sa), np.ascontiguousarray(ea), sb, eb, fast
 
 
-def _fast_lanes(inst, has_gscale: bool):
-    """The lane type of the fast kernel for this instruction, or None (see
-    :func:`fp8kit._kernels.mma.gemm_fast`): float32 where its proof holds (both operands 8-bit
-    or narrower, F <= 13, at most 32 products), else float64 for operands of at most 26
-    significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only,
-    without per-group promotion scales."""
-    ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
-    if inst.model != "fused" or has_gscale or inst.products > 64:
-        return None
-    if ta.narrow and tb.narrow and inst.frac_bits <= 13 and inst.products <= 32:
-        return np.float32
-    if "f64" in (inst.a_type, inst.b_type) or "f32" in (inst.a_type, inst.b_type):
-        return None
-    return np.float64 if inst.frac_bits <= 35 else None
-
-
-@functools.cache
-def _luts(type_name: str) -> tuple:
-    """Per-code tables of an 8-bit (or narrower) type: values and MMA-Sim's (s, e)."""
-    t = TYPES[type_name]
-    with np.errstate(invalid="ignore", over="ignore"):
-        v = np.arange(256, dtype=np.uint8).view(t.dtype).astype(np.float64)
-    s, e = normalized(v, t.esub)
-    return v, s, e
-
-
-def _values_and_exponents(x, type_name: str, arg: str):
-    """(values, s, e) of an operand: by table lookup of 8-bit codes, else computed."""
-    t = TYPES[type_name]
-    a = np.asarray(x)
-    if a.dtype == t.dtype and t.dtype.itemsize == 1 and a.ndim == 2:
-        codes = np.ascontiguousarray(a).view(np.uint8)
-        v, s, e = _luts(type_name)
-        return v[codes], s[codes], e[codes]
-    v = operand_values(x, type_name, arg)
-    s, e = normalized(v, t.esub)
-    return v, s, e
-
-
-def _prepare_fast(inst, a, b, c, lanes):
-    """The fast kernel's arrays (values and exponents in the lanes' type, B as K x N, per
-    step flags of non-finite values and of zeros), and the scalar step's (s, e) arrays
-    only where a lane will need them (a non-finite operand or C)."""
-    va, sa, ea = _values_and_exponents(a, inst.a_type, "a")
-    vb, sb, eb = _values_and_exponents(b, inst.b_type, "b")
-    if vb.ndim != 2 or va.shape[1] != vb.shape[0] or not va.size or not vb.size:
-        return None
-    m, k = va.shape
-    n = vb.shape[1]
-    length = inst.products
-    fin_a, fin_b = np.isfinite(va), np.isfinite(vb)
-
-    def steps_a(mask):
-        return np.ascontiguousarray(mask.reshape(m, k // length, length).any(axis=2), np.uint8)
-
-    def steps_b(mask):
-        return np.ascontiguousarray(mask.reshape(k // length, length, n).any(axis=1), np.uint8)
-
-    va_l = np.where(fin_a, va, 0).astype(lanes)
-    vb_l = np.where(fin_b, vb, 0).astype(lanes)
-    fast = (
-        va_l, np.where(va_l != 0, ea, -1000).astype(lanes),
-        vb_l, np.where(vb_l != 0, eb, -1000).astype(lanes),
-        steps_a(~fin_a), steps_b(~fin_b), steps_a(va == 0), steps_b(vb == 0),
-    )  # fmt: skip
-    # 8-bit products (below 2**32) never take a float32 accumulator past float32's range:
-    # there the scalar step serves only non-finite inputs; a float16 accumulator, or 16-bit
-    # products, can overflow to Inf in any step
-    can_overflow = inst.d_type != "f32" or lanes is not np.float32
-    if can_overflow or not (fin_a.all() and fin_b.all() and np.isfinite(c).all()):
-        sb, eb = np.ascontiguousarray(sb.T), np.ascontiguousarray(eb.T)
-    else:
-        sa = sb = np.zeros((1, 1))
-        ea = eb = np.zeros((1, 1), np.int64)
-    return np.ascontiguousarray(sa), np.ascontiguousarray(ea), sb, eb, fast
-
-
 def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, gscale_b=None,
             fast=True):  # fmt: skip
     """Validate and prepare ``a @ b + c`` (a: M x K, b: K x N, c: M x N float64 values) under
@@ -309,7 +232,9 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
     kernel's arrays (what the CUDA twin runs)."""
     quick = None
     lanes = None
-    if fast and not isinstance(inst, str):
+    # (the fast path reads operands as their types say: an instruction whose tf32 flag was
+    # changed by Instruction.replace takes the scalar path, which honours the flag)
+    if fast and not isinstance(inst, str) and inst.tf32 == TYPES[inst.a_type].tf32:
         lanes = _fast_lanes(inst, gscale_a is not None)
     if lanes is not None:
         quick = _prepare_fast(inst, a, b, c, lanes)
@@ -325,7 +250,7 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
         va = _float_values(a, "a")
         vbt = np.ascontiguousarray(_float_values(b, "b").T)
         length = va.shape[1]
-        params = _params(_ACC_MODEL[inst], max(length, 1), nc=0)
+        params = _params(_ACC_MODEL[inst], max(length, 1), nc=0, f32ops=int(inst == "fp32"))
         sa = sb = np.zeros((1, 1))
         ea = eb = np.zeros((1, 1), np.int64)
         fast = None
