@@ -5,7 +5,9 @@ Usage::
 
     python benchmarks/matmul_speed.py [--repeat R] [--json FILE]
 
-Rows (medians of R interleaved samples after a warm-up call that compiles the kernels):
+Rows (medians of R interleaved samples after a warm-up call that compiles the kernels;
+each sample after a 0.3 s pause, so that idle worker threads of the library timed before
+have stopped spinning):
 
 * ``scaled_mm`` 64 x 512 x 2048 (M x N x K) e4m3, fast and slow accumulation:
   ``fp8kit.scaled_mm`` against ``mmaemu.scaled_mm`` (profile ``hopper``, its CPU reference
@@ -54,7 +56,9 @@ def _median(fns: dict, repeat: int) -> dict:
     samples = {k: [] for k in fns}
     for _ in range(repeat):
         for k, fn in fns.items():
-            time.sleep(0.02)
+            # (idle BLAS and OpenMP workers of the previous library spin for a while and
+            # take the cores from the next one: 20 ms was not enough after OpenBLAS)
+            time.sleep(0.3)
             samples[k].append(_timer(fn))
     return {k: statistics.median(v) for k, v in samples.items()}
 

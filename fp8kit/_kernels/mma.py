@@ -611,6 +611,8 @@ def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscal
 LANES = 128
 #: Rows of A one pass of the fast kernel computes together.
 ROWS = 4
+TINY32 = 1.1754943508222875e-38  # float32's smallest normal, 2**-126
+HUGE32 = 3.402823669209385e38  # 2**128, float32's overflow for a truncated result
 
 
 @_kernel
@@ -639,11 +641,18 @@ def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c,
     nc = p[P_NC]
     ezero = p[P_EZERO]
     # four rows of A at a time share each load of B (ROWS x LANES lane arrays)
-    emax = np.empty((ROWS, LANES), ea.dtype)
+    emax = np.empty((ROWS, LANES), np.int16)
     scale = np.empty((ROWS, LANES), va.dtype)
     total = np.empty((ROWS, LANES), va.dtype)
     acc = np.empty((ROWS, LANES), np.float64)
+    prev = np.empty((ROWS, LANES), np.float64)
+    ei = np.empty((ROWS, LANES), np.int64)
+    scalar = np.empty((ROWS, LANES), np.bool_)
     acc32 = np.empty((ROWS, LANES), np.float32)
+    esc = p[P_ESC]
+    rho = p[P_RHO]
+    rz = rho == RZ_F32 or rho == RZ_E8M13
+    keep = ~np.uint64((1 << (52 - (23 if rho == RZ_F32 else 13))) - 1)
     # products of 8-bit values lie at or above 2**-28, of 16-bit ones at or above 2**-300
     low = -60 if va.itemsize == 4 else -400
     r_first = rows * first // nchunks
@@ -669,21 +678,26 @@ def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c,
                     e2 = ea[m2, k0 + i]
                     e3 = ea[m3, k0 + i]
                     for v in range(nb):
+                        # (int16 exponents: twice the lanes of float32 per instruction)
                         eb_ = eb[k0 + i, n0 + v]
-                        emax[0, v] = max(emax[0, v], e0 + eb_)
-                        emax[1, v] = max(emax[1, v], e1 + eb_)
-                        emax[2, v] = max(emax[2, v], e2 + eb_)
-                        emax[3, v] = max(emax[3, v], e3 + eb_)
+                        emax[0, v] = np.int16(max(emax[0, v], np.int16(e0 + eb_)))
+                        emax[1, v] = np.int16(max(emax[1, v], np.int16(e1 + eb_)))
+                        emax[2, v] = np.int16(max(emax[2, v], np.int16(e2 + eb_)))
+                        emax[3, v] = np.int16(max(emax[3, v], np.int16(e3 + eb_)))
                 for r in range(ROWS):
                     mr = min(m0 + r, r_stop - 1)
-                    za = zero_a[mr, s]
+                    za = zero_a[mr, s] != 0
                     for v in range(nb):
+                        # (written as selects, without calls: the loop vectorizes)
                         e = np.int64(emax[r, v])
-                        if za or zero_b[s, n0 + v]:
-                            e = max(e, ezero)
+                        e = max(e, ezero) if za or zero_b[s, n0 + v] != 0 else e
                         x = acc[r, v]
-                        e = max(e, max(exponent_of(x), p[P_ESC]) if x != 0.0 else ezero)
-                        emax[r, v] = e
+                        # x is a float32 or float16 value: a normal float64, its exponent
+                        # in the bits (Inf and NaN give 1024: those lanes go the scalar way)
+                        ex = np.int64((as_bits(x) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
+                        ec = max(ex, esc) if x != 0.0 else ezero
+                        e = max(e, ec)
+                        ei[r, v] = e
                         # (no nonzero product lies below 2**low: the clamp only keeps the
                         # scale finite in the lanes' type where every product is zero)
                         scale[r, v] = pow2(f - max(e, low))
@@ -701,15 +715,37 @@ def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c,
                         total[3, v] += np.trunc(a3 * b_ * scale[3, v])
                 for r in range(ROWS):
                     mr = min(m0 + r, r_stop - 1)
-                    special = bad_a[mr, s]
+                    special = bad_a[mr, s] != 0
+                    if rz:
+                        # truncation toward zero to mbits fractional bits is a mask on the
+                        # float64's bits, right for results that are normal float32 values;
+                        # subnormal and overflowing results, non-finite operands and
+                        # accumulators go the scalar way below
+                        for v in range(nb):
+                            x = acc[r, v]
+                            prev[r, v] = x
+                            e = ei[r, v]
+                            t = np.trunc(x * pow2(f - e))
+                            d = (np.float64(total[r, v]) + t) * pow2(e - f)
+                            a = abs(d)
+                            bad = special or bad_b[s, n0 + v] != 0 or x - x != 0.0
+                            bad = bad or (a < TINY32 and a != 0.0) or a >= HUGE32
+                            scalar[r, v] = bad
+                            acc[r, v] = as_float(as_bits(d) & keep) + 0.0
+                    else:
+                        for v in range(nb):
+                            prev[r, v] = acc[r, v]
+                            scalar[r, v] = True
                     for v in range(nb):
-                        x = acc[r, v]
+                        if not scalar[r, v]:
+                            continue
+                        x = prev[r, v]
                         if special or bad_b[s, n0 + v] or x - x != 0.0:
                             acc[r, v] = step_fused(
                                 sa, esa, sb, esb, mr, n0 + v, k0, length, x, p, 1.0, 0, 1.0, 0
                             )
                             continue
-                        e = np.int64(emax[r, v])
+                        e = ei[r, v]
                         d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)
                         acc[r, v] = round_out(d, p[P_RHO]) + 0.0
                 if nc and (k0 + length) % nc == 0:

@@ -159,7 +159,7 @@ def _luts(type_name: str, lanes) -> tuple:
     s, e = normalized(v, t.esub)
     fin = np.isfinite(v)
     v_l = np.where(fin, v, 0).astype(lanes)
-    return s, e, v_l, np.where(v_l != 0, e, -1000).astype(lanes), ~fin, v == 0
+    return s, e, v_l, np.where(v_l != 0, e, -1000).astype(np.int16), ~fin, v == 0
 
 
 class _Operand:
@@ -183,7 +183,7 @@ class _Operand:
             s, e = normalized(v, t.esub)
             fin = np.isfinite(v)
             self.v_l = np.where(fin, v, 0).astype(lanes)
-            self.e_l = np.where(self.v_l != 0, e, -1000).astype(lanes)
+            self.e_l = np.where(self.v_l != 0, e, -1000).astype(np.int16)
             self.bad, self.zero = ~fin, v == 0
             self._se = lambda: (s, e)
 
