@@ -543,13 +543,12 @@ def _seed(*parts) -> int:
 @contextlib.contextmanager
 def generic_kernel():
     """fp8kit's scalar (generic) kernel only: the fast kernel's eligibility test says no."""
-    name = "_fast_lanes" if hasattr(_engine, "_fast_lanes") else "_fast_eligible"
-    saved = getattr(_engine, name)
-    setattr(_engine, name, lambda *args, **kw: None if name == "_fast_lanes" else False)
+    saved = _engine._fast_lanes
+    _engine._fast_lanes = lambda *args, **kw: None
     try:
         yield
     finally:
-        setattr(_engine, name, saved)
+        _engine._fast_lanes = saved
 
 
 def uses_fast_kernel(inst, tile) -> bool:

@@ -616,7 +616,26 @@ HUGE32 = 3.402823669209385e38  # 2**128, float32's overflow for a truncated resu
 
 
 @_kernel
-def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c, p, out, spec):
+def gemm_fast(
+    va,
+    ea,
+    vb,
+    eb,
+    bad_a,
+    bad_b,
+    zero_a,
+    zero_b,
+    sa,
+    esa,
+    sb,
+    esb,
+    c,
+    p,
+    gscale_a,
+    gscale_b,
+    out,
+    spec,
+):
     """The fused model (T-FDPA) for rows of chunk range ``spec``, lanes across columns of B,
     in float32 lanes (8-bit operands, F <= 13, <= 32 products: every term and sum exact in
     float32) or float64 lanes (operands of at most 26 significant bits, sums below 2**53).
@@ -628,6 +647,8 @@ def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c,
     the (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  zero_a (M, S),
     zero_b (S, N): whether step s of the row / column holds a zero, that is whether a
     product of the step is zero: zero terms take the exponent p[P_EZERO] in the maximum.
+    gscale_a (M, G), gscale_b (N, G): the promotion's per-group scales (one column: the same
+    for every group).
     """
     nchunks = spec & 0xFFFFF
     first = (spec >> 20) & 0xFFFFF
@@ -749,9 +770,16 @@ def gemm_fast(va, ea, vb, eb, bad_a, bad_b, zero_a, zero_b, sa, esa, sb, esb, c,
                         d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)
                         acc[r, v] = round_out(d, p[P_RHO]) + 0.0
                 if nc and (k0 + length) % nc == 0:
+                    # promotion: acc32 = fma(RN32(sa * sb), partial, acc32), as in output()
+                    g = (k0 + length) // nc - 1
+                    ga = g if gscale_a.shape[1] > 1 else 0
+                    gb = g if gscale_b.shape[1] > 1 else 0
                     for r in range(ROWS):
+                        mr = min(m0 + r, r_stop - 1)
+                        s_a = np.float32(gscale_a[mr, ga])
                         for v in range(nb):
-                            acc32[r, v] = np.float32(acc32[r, v] + np.float32(acc[r, v]))
+                            s_ab = np.float32(s_a * np.float32(gscale_b[n0 + v, gb]))
+                            acc32[r, v] = fma(s_ab, np.float32(acc[r, v]), acc32[r, v])
                             acc[r, v] = 0.0
             for r in range(min(ROWS, r_stop - m0)):
                 for v in range(nb):

@@ -132,14 +132,13 @@ def instruction_params(inst, nc: int) -> np.ndarray:
     )  # fmt: skip
 
 
-def _fast_lanes(inst, has_gscale: bool):
+def _fast_lanes(inst):
     """The lane type of the fast kernel for this instruction, or None (see
     :func:`fp8kit._kernels.mma.gemm_fast`): float32 where its proof holds (both operands 8-bit
     or narrower, F <= 13, at most 32 products), else float64 for operands of at most 26
-    significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only,
-    without per-group promotion scales."""
+    significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only."""
     ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
-    if inst.model != "fused" or has_gscale or inst.products > 64:
+    if inst.model != "fused" or inst.products > 64:
         return None
     if ta.narrow and tb.narrow and inst.frac_bits <= 13 and inst.products <= 32:
         return np.float32
@@ -235,7 +234,7 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
     # (the fast path reads operands as their types say: an instruction whose tf32 flag was
     # changed by Instruction.replace takes the scalar path, which honours the flag)
     if fast and not isinstance(inst, str) and inst.tf32 == TYPES[inst.a_type].tf32:
-        lanes = _fast_lanes(inst, gscale_a is not None)
+        lanes = _fast_lanes(inst)
     if lanes is not None:
         quick = _prepare_fast(inst, a, b, c, lanes)
     if quick is not None:
@@ -244,7 +243,8 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
         ones = np.ones((1, 1))
         return Prepared(
             sa, ea, sb, eb, sa, sb, c, instruction_params(inst, nc), ones, ones,
-            np.ones((m, 1)), np.ones((n, 1)), arrays,
+            np.ones((m, 1)) if gscale_a is None else gscale_a,
+            np.ones((n, 1)) if gscale_b is None else gscale_b, arrays,
         )  # fmt: skip
     if isinstance(inst, str):
         va = _float_values(a, "a")
@@ -294,7 +294,8 @@ def launch(prep: Prepared) -> np.ndarray:
         return out
     work = m * n * max(k, 1)
     if prep.fast is not None:
-        args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params, out)
+        args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params,
+                prep.gscale_a, prep.gscale_b, out)  # fmt: skip
         _parallel.launch_compiled(K.gemm_fast, work // 8, *args)
     else:
         args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
