@@ -606,6 +606,31 @@ def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscal
             )  # fmt: skip
 
 
+@_kernel
+def gemm_accumulate(va, vb, c, p, out, spec):
+    """The accumulators that are not hardware (EXACT, SEQUENTIAL, PAIRWISE: one step over
+    all of K) for rows of chunk range ``spec``: a kernel of their own, so that using them
+    compiles none of the instruction models."""
+    nchunks = spec & 0xFFFFF
+    first = (spec >> 20) & 0xFFFFF
+    stop = (spec >> 40) & 0xFFFFF
+    if stop == 0:
+        stop = nchunks
+    rows = out.shape[0]
+    k = va.shape[1]
+    model = p[P_MODEL]
+    buf = np.empty(SCRATCH, np.float64)
+    for m in range(rows * first // nchunks, rows * stop // nchunks):
+        for n in range(out.shape[1]):
+            x = c[m, n]
+            if model == EXACT:
+                out[m, n] = exact_dot(va, vb, m, n, 0, k, x, buf)
+            elif model == SEQUENTIAL:
+                out[m, n] = step_fma(va, vb, m, n, 0, k, x, p)
+            else:
+                out[m, n] = pairwise_dot(va, vb, m, n, 0, k, x, buf)
+
+
 #: Columns of B one pass of the fast kernel keeps in its lane arrays (five arrays of 128
 #: float32/float64 stay in L1 with the rows of B they read).
 LANES = 128

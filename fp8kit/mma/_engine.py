@@ -297,6 +297,9 @@ def launch(prep: Prepared) -> np.ndarray:
         args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params,
                 prep.gscale_a, prep.gscale_b, out)  # fmt: skip
         _parallel.launch_compiled(K.gemm_fast, work // 8, *args)
+    elif prep.params[K.P_MODEL] in (K.EXACT, K.SEQUENTIAL, K.PAIRWISE):
+        args = (prep.va, prep.vb, prep.c, prep.params, out)
+        _parallel.launch_compiled(K.gemm_accumulate, work // 2, *args)
     else:
         args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
                 prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, out)  # fmt: skip
