@@ -268,12 +268,14 @@ HARDWARE = {
     "h100-pcie": dict(
         instruction=("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3"),
         gpu="NVIDIA H100 PCIe (sm_90, 114 SMs), cuBLASLt 12.8.3.14, torch 2.7.1",
+        profile="hopper",
         schemes=("contiguous",),
         tile=128,
     ),
     "rtx4060": dict(
         instruction=("Ada Lovelace", "mma", "m16n8k32.f32.e4m3.e4m3.f32"),
         gpu="NVIDIA GeForce RTX 4060 (sm_89, 24 SMs), cuBLASLt 12.8.3.14, torch 2.7.1",
+        profile="ada",
         schemes=("serial", "pairwise"),
         tile=64,
     ),
@@ -382,13 +384,14 @@ def scaled_mm(
         cuBLAS's fast accumulation (one chain) or not (promotion every 128).
     hardware : str
         ``"h100-pcie"`` (default) or ``"rtx4060"``; :data:`HARDWARE` says what each is.
-    splitk : int or tuple
+    splitk : int, tuple or str
         1 (default): the GPU ran the call unsplit.  ``(S, scheme)``: cuBLAS split K in S
         parts as that GPU's kernels split it (``"contiguous"`` runs of 128-wide k-tiles on
         the H100; ``"serial"`` or ``"pairwise"`` reduction of 64-wide k-tiles dealt in turn
         on the RTX 4060).  Whether cuBLAS splits a shape is its heuristic's choice, which
-        fp8kit does not guess: ``mmaemu.resolve_splitk`` looks it up in tables measured on
-        those GPUs.
+        fp8kit does not guess: ``"auto"`` looks it up in the tables mmaemu measured on those
+        GPUs (``mmaemu.resolve_splitk``; mmaemu must be installed) and raises where they do
+        not decide.
 
     Returns
     -------
@@ -488,8 +491,10 @@ def scaled_mm(
                 f"splitk={splitk!r}: {scheme!r} is not a split layout of {hardware}'s "
                 f"kernels; valid: {', '.join(spec['schemes'])}"
             )
+    elif isinstance(splitk, str) and splitk == "auto":
+        s, scheme = _measured_split(hardware, m, n, k, av.dtype, bv.dtype, od, use_fast_accum)
     else:
-        raise ValueError(f"splitk must be 1 or (S, scheme), got {splitk!r}")
+        raise ValueError(f"splitk must be 1, (S, scheme) or 'auto', got {splitk!r}")
     inst = _hw_instruction(hardware, fa, fb)
     fast = bool(use_fast_accum)
     if m == 0 or n == 0 or k == 0:
@@ -513,6 +518,34 @@ def scaled_mm(
         acc = _combine(parts, scheme)
     y = _epilogue(acc, np.float32(sa.reshape(())), np.float32(sb.reshape(())))
     return _to_out(y, od, bias, scale_result)
+
+
+def _measured_split(hardware, m, n, k, a_dtype, b_dtype, od, fast) -> tuple[int, str]:
+    """(S, scheme) that cuBLAS chose on ``hardware`` for this call, from the heuristic tables
+    mmaemu recorded on that GPU (an optional dependency: fp8kit ships no copy of them)."""
+    try:
+        import mmaemu
+        import torch
+    except ImportError:
+        raise ValueError(
+            "splitk='auto' looks the split up in the tables mmaemu measured on the GPU "
+            "(pip install mmaemu); otherwise pass splitk=1 (the GPU ran the call unsplit) or "
+            "(S, scheme)"
+        ) from None
+    tdt = {np.dtype(ml_dtypes.float8_e4m3fn): torch.float8_e4m3fn,
+           np.dtype(ml_dtypes.float8_e5m2): torch.float8_e5m2,
+           np.dtype(np.float32): torch.float32, np.dtype(np.float16): torch.float16,
+           np.dtype(ml_dtypes.bfloat16): torch.bfloat16}  # fmt: skip
+    try:
+        d = mmaemu.resolve_splitk(m, n, k, a_dtype=tdt[a_dtype], b_dtype=tdt[b_dtype],
+                                  out_dtype=tdt[od], use_fast_accum=bool(fast),
+                                  profile=HARDWARE[hardware]["profile"])  # fmt: skip
+    except mmaemu.SplitKUnknownError as exc:
+        raise ValueError(
+            f"splitk='auto': the split cuBLAS chooses for ({m}, {n}, {k}) on {hardware} is "
+            f"not in mmaemu's measured tables ({exc}); pass splitk=1 or (S, scheme)"
+        ) from None
+    return (1, "none") if d.S == 1 else (int(d.S), d.scheme)
 
 
 def _to_out(y: np.ndarray, od: np.dtype, bias, scale_result) -> np.ndarray:

@@ -556,3 +556,36 @@ def test_table_sweep(hardware):
                     check(a, b, 0.625, 3.0, out_dtype=od, fast=fast, hardware=hardware,
                           splitk=splitk, what="table sweep")  # fmt: skip
     assert splits >= 20
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+@pytest.mark.parametrize(
+    "shape", [(32, 64, 4096), (64, 512, 2048)], ids=["32x64x4096", "64x512x2048"]
+)
+def test_splitk_auto_follows_mmaemus_tables(hardware, shape):
+    """splitk='auto' takes the split from mmaemu's measured tables: the result equals
+    mmaemu's default call (which resolves the split itself) bit for bit (the RTX 4060 splits
+    32 x 64 x 4096 in 3, the H100 neither shape)."""
+    m, n, k = shape
+    rng = _rng(hardware, *shape)
+    a, b = operands(E4, E4, m, n, k, rng)
+    for fast in (True, False):
+        got = fp8kit.scaled_mm(a, b, 1.0, 1.0, out_dtype=F32, use_fast_accum=fast,
+                               hardware=hardware, splitk="auto")  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            want = mmaemu.scaled_mm(
+                to_torch(a), to_torch(np.ascontiguousarray(b.T)).t(), torch.tensor(1.0),
+                torch.tensor(1.0),
+                out_dtype=torch.float32, use_fast_accum=fast, profile=PROFILE[hardware],
+            )  # fmt: skip
+        assert np.array_equal(got.view(np.uint32), want.numpy().view(np.uint32))
+
+
+def test_splitk_auto_without_mmaemu(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mmaemu", None)
+    a = np.ones((16, 32), E4)
+    with pytest.raises(ValueError, match="splitk='auto'.*mmaemu"):
+        fp8kit.scaled_mm(a, a.T.copy(), 1.0, 1.0, splitk="auto")
