@@ -736,7 +736,7 @@ def gemm_fast(
                     for v in range(nb):
                         # (written as selects, without calls: the loop vectorizes)
                         e = np.int64(emax[r, v])
-                        e = max(e, ezero) if za or zero_b[s, n0 + v] != 0 else e
+                        e = max(e, ezero) if za | (zero_b[s, n0 + v] != 0) else e
                         x = acc[r, v]
                         # x is a float32 or float16 value: a normal float64, its exponent
                         # in the bits (Inf and NaN give 1024: those lanes go the scalar way)
@@ -774,9 +774,10 @@ def gemm_fast(
                             t = np.trunc(x * pow2(f - e))
                             d = (np.float64(total[r, v]) + t) * pow2(e - f)
                             a = abs(d)
-                            bad = special or bad_b[s, n0 + v] != 0 or x - x != 0.0
-                            bad = bad or (a < TINY32 and a != 0.0) or a >= HUGE32
-                            scalar[r, v] = bad
+                            # (bitwise, not short-circuit: branches would stop the loop
+                            # from vectorizing)
+                            bad = special | (bad_b[s, n0 + v] != 0) | (x - x != 0.0)
+                            scalar[r, v] = bad | ((a < TINY32) & (a != 0.0)) | (a >= HUGE32)
                             acc[r, v] = as_float(as_bits(d) & keep) + 0.0
                     else:
                         for v in range(nb):
