@@ -297,12 +297,14 @@ def _hw_instruction(hardware: str, fa: str, fb: str):
 def _chain(a, b, idx, inst, fast: bool):
     """fp32 partial over the K indices ``idx`` (-1: a zero code) as cuBLAS runs one split:
     one chain (fast), or chains of 128 from +0 added serially in fp32 (slow)."""
-    z_a = np.zeros((a.shape[0], 1), a.dtype)
-    z_b = np.zeros((1, b.shape[1]), b.dtype)
-    a_ext = np.concatenate([a, z_a], axis=1)
-    b_ext = np.concatenate([b, z_b], axis=0)
-    aa = np.ascontiguousarray(a_ext[:, idx])
-    bb = np.ascontiguousarray(b_ext[idx, :])
+    k = a.shape[1]
+    if len(idx) == k and np.array_equal(idx, np.arange(k)):
+        aa, bb = a, b  # (an unsplit call whose K needs no padding: no copy)
+    else:
+        z_a = np.zeros((a.shape[0], 1), a.dtype)
+        z_b = np.zeros((1, b.shape[1]), b.dtype)
+        aa = np.ascontiguousarray(np.concatenate([a, z_a], axis=1)[:, idx])
+        bb = np.ascontiguousarray(np.concatenate([b, z_b], axis=0)[idx, :])
     return matmul(aa, bb, instruction=inst, promote_every=None if fast else SLOW_CHUNK)
 
 

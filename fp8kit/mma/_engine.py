@@ -158,7 +158,12 @@ def _luts(type_name: str, lanes) -> tuple:
     s, e = normalized(v, t.esub)
     fin = np.isfinite(v)
     v_l = np.where(fin, v, 0).astype(lanes)
-    return s, e, v_l, np.where(v_l != 0, e, -1000).astype(np.int16), ~fin, v == 0
+    flags = (~fin).astype(np.uint8) | (v == 0).astype(np.uint8) << 1
+    return s, e, v_l, np.where(v_l != 0, e, -1000).astype(np.int16), flags
+
+
+#: Bits of an operand's per-element flags (:class:`_Operand`).
+NOT_FINITE, ZERO = 1, 2
 
 
 class _Operand:
@@ -171,11 +176,12 @@ class _Operand:
         self.codes = None
         if a.dtype == t.dtype and t.dtype.itemsize == 1 and a.ndim == 2:
             self.codes = np.ascontiguousarray(a).view(np.uint8)
-            s, e, v_l, e_l, bad, zero = _luts(type_name, lanes)
+            s, e, v_l, e_l, flags = _luts(type_name, lanes)
             c = self.codes
             self.shape = c.shape
-            self.v_l, self.e_l, self.bad, self.zero = v_l[c], e_l[c], bad[c], zero[c]
-            self._se = lambda: (s[c], e[c])
+            # (np.take: 2.5x faster than indexing with a 2-D array of codes)
+            self.v_l, self.e_l, self.flags = np.take(v_l, c), np.take(e_l, c), np.take(flags, c)
+            self._se = lambda: (np.take(s, c), np.take(e, c))
         else:
             v = operand_values(x, type_name, arg)
             self.shape = v.shape
@@ -183,7 +189,7 @@ class _Operand:
             fin = np.isfinite(v)
             self.v_l = np.where(fin, v, 0).astype(lanes)
             self.e_l = np.where(self.v_l != 0, e, -1000).astype(np.int16)
-            self.bad, self.zero = ~fin, v == 0
+            self.flags = (~fin).astype(np.uint8) | (v == 0).astype(np.uint8) << 1
             self._se = lambda: (s, e)
 
     def se(self):
@@ -202,14 +208,15 @@ def _prepare_fast(inst, a, b, c, lanes):
     n = ob.shape[1]
     length = inst.products
 
-    def steps_a(mask):
-        return np.ascontiguousarray(mask.reshape(m, k // length, length).any(axis=2), np.uint8)
+    # the flags of each step: the bits or-ed over its elements
+    fa = np.bitwise_or.reduce(oa.flags.reshape(m, k // length, length), axis=2)
+    fb = np.bitwise_or.reduce(ob.flags.reshape(k // length, length, n), axis=1)
 
-    def steps_b(mask):
-        return np.ascontiguousarray(mask.reshape(k // length, length, n).any(axis=1), np.uint8)
+    def bit(flags, b):
+        return np.ascontiguousarray((flags & b) != 0, np.uint8)
 
-    bad_a, bad_b = steps_a(oa.bad), steps_b(ob.bad)
-    fast = (oa.v_l, oa.e_l, ob.v_l, ob.e_l, bad_a, bad_b, steps_a(oa.zero), steps_b(ob.zero))
+    bad_a, bad_b = bit(fa, NOT_FINITE), bit(fb, NOT_FINITE)
+    fast = (oa.v_l, oa.e_l, ob.v_l, ob.e_l, bad_a, bad_b, bit(fa, ZERO), bit(fb, ZERO))
     # 8-bit products (below 2**32) never take a float32 accumulator past float32's range:
     # there the scalar step serves only non-finite inputs; a float16 accumulator, or 16-bit
     # products, can overflow to Inf in any step
