@@ -582,6 +582,39 @@ def fma(typingctx, a, b, c):
     return a(a, b, c), codegen
 
 
+def nvvm_rn(name):
+    """An IEEE float32/float64 operation rounded to nearest-even, never contracted.
+
+    On the CPU this is the plain LLVM instruction.  Compiled for CUDA it is NVVM's
+    ``llvm.nvvm.<op>.rn`` intrinsic: PTX ``mul.f32``/``add.f32`` without a rounding modifier
+    may be fused into an FMA by ptxas (a single rounding of ``x * s - h``), while
+    ``mul.rn``/``add.rn`` never are.
+    """
+
+    @intrinsic
+    def op(typingctx, a, b):
+        if a != b or a not in (types.float32, types.float64):
+            return None
+
+        def codegen(context, builder, signature, args):
+            x, y = args
+            if builder.module.triple.startswith("nvptx"):
+                if name == "sub":  # NVVM has no sub.rn: x - y == x + (-y) exactly (NaN aside)
+                    y = builder.fsub(ir.Constant(y.type, -0.0), y)
+                suffix = "f" if a == types.float32 else "d"
+                nvvm = "mul" if name == "mul" else "add"
+                fnty = ir.FunctionType(x.type, [x.type, x.type])
+                fn = cgutils.get_or_insert_function(
+                    builder.module, fnty, f"llvm.nvvm.{nvvm}.rn.{suffix}"
+                )
+                return builder.call(fn, [x, y])
+            return {"mul": builder.fmul, "add": builder.fadd, "sub": builder.fsub}[name](x, y)
+
+        return a(a, b), codegen
+
+    return op
+
+
 @intrinsic
 def select(typingctx, cond, a, b):
     """``a if cond else b`` with both operands evaluated: one LLVM ``select``.

@@ -30,71 +30,44 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
-from .bits import as_bits, as_float, fma
+from .bits import as_bits, as_float, fma, nvvm_rn
 
 
-def _integral(name):
-    """``llvm.<name>`` of one float64 or float32: ``trunc``, ``floor``, or ``rint`` (to
-    nearest-even), an exact rounding to an integral value.  numpy's ``np.trunc``,
-    ``np.floor`` and ``np.rint`` lower to these same intrinsics on the CPU, but numba.cuda
-    has no such ufuncs and its ``math.floor``/``math.trunc`` return a float where the CPU's
-    return an int64 (undefined for Inf and NaN).  NVVM compiles ``llvm.trunc`` and
-    ``llvm.floor`` (to ``cvt.rzi``/``cvt.rmi``) but has no ``llvm.rint``: for the GPU that
-    one is PTX's ``cvt.rni`` (nearest-even).  So both targets share one source and its bits."""
-
-    @intrinsic
-    def op(typingctx, x):
-        if x not in (types.float64, types.float32):
-            return None
-
-        def codegen(context, builder, signature, args):
-            t = args[0].type
-            fnty = ir.FunctionType(t, [t])
-            if name == "rint" and builder.module.triple.startswith("nvptx"):
-                w, reg = ("f64", "d") if x == types.float64 else ("f32", "f")
-                asm = ir.InlineAsm(fnty, f"cvt.rni.{w}.{w} $0, $1;", f"={reg},{reg}")
-                return builder.call(asm, args)
-            fn = builder.module.declare_intrinsic(f"llvm.{name}", [t], fnty)
-            return builder.call(fn, args)
-
-        return x(x), codegen
-
-    return op
+@njit(inline="always")
+def ftrunc(x):
+    """trunc(x) of a float64, exactly, in plain Numba for both targets (numba.cuda has no
+    ``np.trunc``, and ``math.trunc`` gives an int on the CPU): below 2**52 through int64,
+    the sign kept (-0.3 -> -0.0); above it every float64 is integral (Inf and NaN too)."""
+    if abs(x) < 4503599627370496.0:
+        return math.copysign(np.float64(np.int64(x)), x)
+    return x
 
 
-ftrunc = _integral("trunc")
-ffloor = _integral("floor")
-frint = _integral("rint")
+@njit(inline="always")
+def ffloor(x):
+    """floor(x) of a float64, exactly (from :func:`ftrunc`)."""
+    t = ftrunc(x)
+    return t - 1.0 if t > x else t
 
 
-@intrinsic
-def mul_rn(typingctx, a, b):
-    """``a * b`` (float64 or float32) rounded on its own, never contracted into an FMA.
+@njit(inline="always")
+def frint(x):
+    """x rounded to an integer, ties to even, exactly: adding and subtracting 2**52 rounds
+    away the fraction in the default rounding mode (no multiply: nothing to contract)."""
+    if abs(x) < 4503599627370496.0:
+        c = math.copysign(4503599627370496.0, x)
+        return math.copysign((x + c) - c, x)
+    return x
 
-    The models' other multiplications are exact (powers of two, products of short
-    significands), so fusing one with an addition cannot change a bit; the products of
-    the exact sum and of the fp32 accumulators are not, and NVVM/ptxas fuse a ``mul.f64``
-    with a following ``add.f64`` into one rounding.  For the GPU this is ``mul.rn``, which
-    is never fused (as :mod:`fp8kit.cuda._scalar`'s ``fmul_rn``); on the CPU a plain
-    multiplication (Numba does not contract without fastmath)."""
-    if a != b or a not in (types.float64, types.float32):
-        return None
 
-    def codegen(context, builder, signature, args):
-        if builder.module.triple.startswith("nvptx"):
-            t = args[0].type
-            suffix = "d" if a == types.float64 else "f"
-            fn = builder.module.declare_intrinsic(
-                f"llvm.nvvm.mul.rn.{suffix}", fnty=ir.FunctionType(t, [t, t])
-            )
-            return builder.call(fn, args)
-        return builder.fmul(*args)
-
-    return a(a, b), codegen
+#: ``a * b`` rounded on its own, never contracted into an FMA on a GPU (``mul.rn``, as
+#: :mod:`fp8kit.cuda._scalar`'s ``fmul_rn``; a plain multiply on the CPU).  The models'
+#: other multiplications are exact (powers of two, products of short significands), so
+#: fusing one with an addition cannot change a bit; the products of the exact sum and of
+#: the fp32 accumulators are not.
+mul_rn = nvvm_rn("mul")
 
 
 # -- model and rounding codes (fp8kit.mma.Instruction names them) ------------------------

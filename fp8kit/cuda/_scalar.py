@@ -17,12 +17,17 @@ differently from the CPU, they say how the CPU's bits are rebuilt:
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
-from .._kernels.bits import as_bits, as_float, cast_like, encode_fast, round_in_place, x86_nan
+from .._kernels.bits import (
+    as_bits,
+    as_float,
+    cast_like,
+    encode_fast,
+    nvvm_rn,
+    round_in_place,
+    x86_nan,
+)
 from .._kernels.codec import _params
 from .._kernels.fake import _KIND, BF16, F16, F32, OV_F32, _to16, ov_round16, round_params
 from ..formats import FloatFormat, get_format
@@ -32,42 +37,9 @@ _NAN64 = np.uint64(0x7FF8000000000000)
 _SIGN32 = np.uint32(0x80000000)
 
 
-def _nvvm_rn(name):
-    """An IEEE float32/float64 operation rounded to nearest-even, never contracted.
-
-    On the CPU this is the plain LLVM instruction.  Compiled for CUDA it is NVVM's
-    ``llvm.nvvm.<op>.rn`` intrinsic: PTX ``mul.f32``/``add.f32`` without a rounding modifier
-    may be fused into an FMA by ptxas (a single rounding of ``x * s - h``), while
-    ``mul.rn``/``add.rn`` never are.
-    """
-
-    @intrinsic
-    def op(typingctx, a, b):
-        if a != b or a not in (types.float32, types.float64):
-            return None
-
-        def codegen(context, builder, signature, args):
-            x, y = args
-            if builder.module.triple.startswith("nvptx"):
-                if name == "sub":  # NVVM has no sub.rn: x - y == x + (-y) exactly (NaN aside)
-                    y = builder.fsub(ir.Constant(y.type, -0.0), y)
-                suffix = "f" if a == types.float32 else "d"
-                nvvm = "mul" if name == "mul" else "add"
-                fnty = ir.FunctionType(x.type, [x.type, x.type])
-                fn = cgutils.get_or_insert_function(
-                    builder.module, fnty, f"llvm.nvvm.{nvvm}.rn.{suffix}"
-                )
-                return builder.call(fn, [x, y])
-            return {"mul": builder.fmul, "add": builder.fadd, "sub": builder.fsub}[name](x, y)
-
-        return a(a, b), codegen
-
-    return op
-
-
-fmul_rn = _nvvm_rn("mul")
-fadd_rn = _nvvm_rn("add")
-fsub_rn = _nvvm_rn("sub")
+fmul_rn = nvvm_rn("mul")
+fadd_rn = nvvm_rn("add")
+fsub_rn = nvvm_rn("sub")
 
 
 @njit(inline="always", error_model="numpy")

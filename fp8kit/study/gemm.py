@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -664,18 +663,6 @@ def summarize_gemm(rows: Iterable[GemmRow]) -> list[GemmSummary]:
 def worst_gemm(rows: Iterable[GemmRow], n: int) -> list[GemmRow]:
     """The ``n`` rows of lowest SQNR of each (format, scaling, accumulator)."""
     return [r for g in gemm_groups(rows).values() for r in sorted(g, key=_sqnr_key)[:n]]
-
-
-def synthetic_activations(name: str, k: int, tokens: int, seed: int = 0) -> np.ndarray:
-    """Seeded stand-in inputs of one layer: ``tokens`` x ``k`` standard normal float32
-    values with a few outlier channels (up to 4, one per 256 of K, 20x larger), the way
-    LLM activations have a few channels of large magnitude.  The draw depends on the seed
-    and the layer's name, not on the order of the layers."""
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    x = rng.standard_normal((tokens, k))
-    outliers = rng.choice(k, size=min(4, max(1, k // 256)), replace=False)
-    x[:, outliers] *= 20.0
-    return x.astype(np.float32)
 
 
 def gemm_sweep(

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -793,7 +794,7 @@ def load_activations(
     after the weights they feed (a ``FILE:`` prefix of a weight's name may be left out),
     each of shape (tokens, K) or (..., K), flattened to (tokens, K); a file of one tensor
     pairs with the only 2-D weight whatever their names.  ``synthetic:N`` draws N seeded
-    tokens per weight (:func:`fp8kit.study.gemm.synthetic_activations`).
+    tokens per weight (:func:`synthetic_activations`).
 
     Raises
     ------
@@ -802,7 +803,6 @@ def load_activations(
         weight, a weight without samples (named), or samples whose K differs from the
         weight's (both shapes named).
     """
-    from .gemm import synthetic_activations
 
     text = os.fspath(source)
     shapes = {n: tuple(w.shape) for n, w in weights.items() if len(w.shape) == 2}
@@ -847,3 +847,15 @@ def load_activations(
             )
         out[name] = np.asarray(x).reshape(-1, k)
     return out
+
+
+def synthetic_activations(name: str, k: int, tokens: int, seed: int = 0) -> np.ndarray:
+    """Seeded stand-in inputs of one layer: ``tokens`` x ``k`` standard normal float32
+    values with a few outlier channels (up to 4, one per 256 of K, 20x larger), the way
+    LLM activations have a few channels of large magnitude.  The draw depends on the seed
+    and the layer's name, not on the order of the layers."""
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    x = rng.standard_normal((tokens, k))
+    outliers = rng.choice(k, size=min(4, max(1, k // 256)), replace=False)
+    x[:, outliers] *= 20.0
+    return x.astype(np.float32)
