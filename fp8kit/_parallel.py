@@ -158,15 +158,25 @@ _pool_size = 0
 _pool_lock = threading.Lock()
 
 
-def _get_pool(workers: int) -> ThreadPoolExecutor:
+def max_threads() -> int:
+    """The most threads a call runs on: Numba's thread count (``NUMBA_NUM_THREADS``, which
+    honours the CPUs available to the process).  A larger :func:`get_num_threads` splits
+    the work into more chunks, run by these threads."""
+    from numba import config
+
+    return max(1, int(config.NUMBA_NUM_THREADS))
+
+
+def _get_pool() -> ThreadPoolExecutor:
+    # One pool for the process, sized once (its threads start on demand) and never shut
+    # down: replacing a smaller pool while another thread was submitting to it raised
+    # "cannot schedule new futures after shutdown" (25 of 24,902 calls in 20 s, threads
+    # using different thread counts).
     global _pool, _pool_size
     with _pool_lock:
-        if _pool is None or _pool_size < workers:
-            old = _pool
-            _pool_size = max(workers, os.cpu_count() or 1)
+        if _pool is None:
+            _pool_size = max(1, max_threads() - 1)  # (the calling thread is one of them)
             _pool = ThreadPoolExecutor(_pool_size, thread_name_prefix="fp8kit")
-            if old is not None:
-                old.shutdown(wait=False)
         return _pool
 
 
@@ -205,11 +215,11 @@ def launch_compiled(fn, size: int, *args, flags: int = 0):
     nchunks = chunks_for(size)
     if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
         return fn(*args, nchunks | flags)
-    threads = min(nchunks, get_num_threads())
+    threads = min(nchunks, get_num_threads(), max_threads())
     if threads <= 1:
         return fn(*args, nchunks | flags)
     bounds = [nchunks * t // threads for t in range(threads + 1)]
-    pool = _get_pool(threads - 1)
+    pool = _get_pool()
     futures = [
         pool.submit(fn, *args, chunk_spec(bounds[t], bounds[t + 1], nchunks) | flags)
         for t in range(1, threads)
