@@ -243,13 +243,7 @@ def _as_out(d: np.ndarray, od: np.dtype, canonical: bool) -> np.ndarray:
     """The instruction's result as ``out_dtype`` (nearest-even), NaN canonical."""
     with np.errstate(over="ignore", invalid="ignore"):  # (beyond float16's range: Inf)
         out = d.astype(od)
-    if canonical and od != np.float64:  # (f16 results as float32 too: 0x7FFFFFFF)
-        nan = np.isnan(out.astype(np.float32))
-        if od.itemsize == 4:
-            out.view(np.uint32)[nan] = 0x7FFFFFFF
-        else:
-            out.view(np.uint16)[nan] = 0x7FFF
-    return out
+    return _engine.canonical_nan(out) if canonical and od != np.float64 else out
 
 
 def _epilogue(acc32, sa, sb) -> np.ndarray:
@@ -563,14 +557,6 @@ def _to_out(y: np.ndarray, od: np.dtype, bias, scale_result) -> np.ndarray:
                 y = (y.astype(np.float64) * np.float64(np.float32(scale_result))).astype(np.float32)
         mx = _FP8_MAX[_FP8[od]]
         y = np.where(np.isnan(y), y, np.clip(y, -mx, mx)).astype(np.float32)
-        with np.errstate(invalid="ignore"):
-            out = y.astype(od)
-        out.view(np.uint8)[np.isnan(y)] = 0x7F
-        return out
     with np.errstate(over="ignore", invalid="ignore"):  # (beyond float16's range: Inf)
         out = y.astype(od)
-    if od == np.float32:
-        out.view(np.uint32)[np.isnan(out)] = 0x7FFFFFFF
-    else:
-        out.view(np.uint16)[np.isnan(out.astype(np.float32))] = 0x7FFF
-    return out
+    return _engine.canonical_nan(out)

@@ -103,6 +103,10 @@ RNE_F16 = 2  # nearest-even to float16
 RNE_F32 = 3  # nearest-even to float32
 ROUNDINGS = {"rz_f32": RZ_F32, "rz_e8m13": RZ_E8M13, "rne_f16": RNE_F16, "rne_f32": RNE_F32}
 
+#: The canonical NaN of a result type by its size, as the GPU writes it: float32
+#: 0x7FFFFFFF, float16 and bfloat16 0x7FFF, float8 0x7F.
+CANONICAL_NAN = {4: np.uint32(0x7FFFFFFF), 2: np.uint16(0x7FFF), 1: np.uint8(0x7F)}
+
 #: Exponent of zero terms where the model takes them out of every maximum.
 NO_EXP = -999
 
@@ -602,6 +606,14 @@ def gemm_accumulate(va, vb, c, p, out, spec):
                 out[m, n] = step_fma(va, vb, m, n, 0, k, x, p)
             else:
                 out[m, n] = pairwise_dot(va, vb, m, n, 0, k, x, buf)
+
+
+@_kernel
+def normalize_all(v, esub, s, e):
+    """:func:`normalize` of every element of the 1-D float64 array ``v`` into ``s`` and
+    ``e``: the operands' (s, e) arrays and per-code tables take the kernels' own rule."""
+    for i in range(v.size):
+        s[i], e[i] = normalize(v[i], esub)
 
 
 #: Columns of B one pass of the fast kernel keeps in its lane arrays (five arrays of 128

@@ -33,7 +33,7 @@ import numpy as np
 from numba import cuda, float64, njit
 
 from .._kernels.bits import as_bits, cast_like
-from .._kernels.mma import SCRATCH, output
+from .._kernels.mma import CANONICAL_NAN, SCRATCH, output
 from ..formats import get_format
 from ._kernels import encode_element
 
@@ -123,7 +123,7 @@ def finish_kernel(d_type: str, canonical_nan: bool):
     from the codec's float16 encoding (exact here: every value is a float16's)."""
     to16 = d_type == "f16"
     enc16, _ = encode_element(get_format("float16"), np.dtype(np.float64), False)
-    nan32, nan16 = np.uint32(0x7FFFFFFF), np.uint16(0x7FFF)
+    nan32, nan16 = CANONICAL_NAN[4], CANONICAL_NAN[2]
     plain = _as_compiled_argument()
 
     @njit(inline="always")

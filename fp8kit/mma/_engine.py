@@ -77,17 +77,13 @@ def operand_values(
 
 
 def normalized(v: np.ndarray, esub: int) -> tuple[np.ndarray, np.ndarray]:
-    """MMA-Sim's (s, e) of float64 values: ``v = s * 2**e``, ``1 <= |s| < 2``, or ``e =
-    esub`` below the smallest normal; zero (0, esub); Inf and NaN (v, -1)."""
-    with np.errstate(invalid="ignore", over="ignore"):
-        m, e = np.frexp(v)
-    e = e.astype(np.int64) - 1
-    e = np.where(np.isfinite(v), e, -1)
-    e = np.maximum(e, np.where(np.isfinite(v), esub, -1))
-    with np.errstate(invalid="ignore"):
-        s = np.where(np.isfinite(v), np.ldexp(v, -e), v)
-    e = np.where(v == 0, esub, e)
-    return np.ascontiguousarray(s), np.ascontiguousarray(e)
+    """MMA-Sim's (s, e) of float64 values (:func:`fp8kit._kernels.mma.normalize`):
+    ``v = s * 2**e``, ``1 <= |s| < 2``, or ``e = esub`` below the smallest normal; zero
+    (0, esub); Inf and NaN (v, -1)."""
+    flat = np.ascontiguousarray(v, np.float64).ravel()
+    s, e = np.empty_like(flat), np.empty(flat.shape, np.int64)
+    K.normalize_all(flat, np.int64(esub), s, e)
+    return s.reshape(np.shape(v)), e.reshape(np.shape(v))
 
 
 @dataclass
@@ -314,20 +310,22 @@ def launch(prep: Prepared) -> np.ndarray:
     return out
 
 
-def finish(values: np.ndarray, d_type: str, canonical_nan: bool) -> np.ndarray:
+def canonical_nan(out: np.ndarray) -> np.ndarray:
+    """``out`` (float32, 16-bit or float8; in place) with every NaN the canonical NaN."""
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(out if out.dtype == np.float32 else out.astype(np.float32))
+    if nan.any():
+        bits = K.CANONICAL_NAN[out.dtype.itemsize]
+        out.view(bits.dtype)[nan] = bits
+    return out
+
+
+def finish(values: np.ndarray, d_type: str, canonical: bool) -> np.ndarray:
     """float64 outputs as the D type, NaN canonical where the model writes it so."""
-    if d_type == "f16":
-        out = values.astype(np.float16)
-        if canonical_nan:
-            bits = out.view(np.uint16)
-            bits[np.isnan(out)] = 0x7FFF
-        return out
     if d_type == "f64":
         return values
-    out = values.astype(np.float32)
-    if canonical_nan:
-        out.view(np.uint32)[np.isnan(out)] = 0x7FFFFFFF
-    return out
+    out = values.astype(np.float16 if d_type == "f16" else np.float32)
+    return canonical_nan(out) if canonical else out
 
 
 def c_values(c, c_type: str, shape) -> np.ndarray:
