@@ -13,6 +13,7 @@ import pytest
 
 import fp8kit
 from fp8kit import codec
+from fp8kit._kernels import codec as kernels_codec
 
 FORMATS = ["float8_e4m3fn", "float8_e5m2fnuz", "bfloat16", "float6_e3m2fn", "float4_e2m1fn"]
 
@@ -334,7 +335,48 @@ def test_default_options_by_identity_only():
         fp8kit.encode(x, "float8_e4m3fn", flush_subnormals=0)
 
 
-def test_entry_point_refuses_what_does_not_fit():
+def test_native_entry_of_numba_kernels_refuses_what_does_not_fit():
+    """A Numba-written kernel run as native code (fp8kit._kernels.native.NumbaKernel)
+    checks every argument against its signature in its entry: item size, one dimension,
+    C-contiguous and aligned, writeable output, x and out of one size, an int where it
+    takes one, the arity; a mismatch raises TypeError naming the argument, and nothing is
+    written."""
+    from fp8kit._kernels.native import NativeCall, numba_route
+
+    if not numba_route():
+        pytest.skip("this interpreter's array layout is not the one the entry reads")
+    x = data((10,))
+    kernel, _ = codec.encode_kernel(
+        fp8kit.get_format("float8_e4m3fn"), x.dtype, True, strategy="generic"
+    )
+    fn = kernel.build()
+    assert type(fn) is NativeCall
+    xb, lut, table = x.view(np.uint32), codec._lut_for(0), codec.dummy(np.uint8)
+    out = np.zeros(10, np.uint8)
+    fn(xb, lut, table, out, 1)
+    assert np.array_equal(out, fp8kit.encode(x, "float8_e4m3fn"))
+    fn(x, lut, table, out, 1)  # (float32 data as its bits: the item size is the check)
+    bad = {
+        1: [(xb.astype(np.uint64), lut, table, out, 1), (xb[::2], lut, table, out[:5], 1),
+            (xb.reshape(2, 5), lut, table, out, 1)],
+        4: [(xb, lut, table, out[:9], 1), (xb, lut, table, out.astype(np.uint16), 1),
+            (xb, lut, table)],  # (the arity: the count of arguments given)
+        5: [(xb, lut, table, out, out)],
+        2: [(xb, 7, table, out, 1)],
+    }  # fmt: skip
+    readonly = out.copy()
+    readonly.flags.writeable = False
+    bad[4].append((xb, lut, table, readonly, 1))
+    for index, calls in bad.items():
+        for args in calls:
+            out[:] = 0
+            with pytest.raises(TypeError, match=f"argument {index} is not what"):
+                fn(*args)
+            assert not out.any()
+
+
+def test_entry_point_refuses_what_does_not_fit(monkeypatch):
+    monkeypatch.setattr(kernels_codec, "numba_route", lambda: False)  # (Numba dispatchers)
     x = data((10,))
     fp8kit.encode(x, "float8_e4m3fn")
     kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e4m3fn"), x.dtype, True)

@@ -679,6 +679,28 @@ def x86_nan(r, a, b):
 
 
 @intrinsic
+def array_at(typingctx, ptr, size, dtype):
+    """The 1-D C-contiguous array of ``size`` elements of ``dtype`` (a numpy scalar type)
+    at the address ``ptr`` (a void pointer): how a native kernel's C-callable adapter
+    (:func:`fp8kit._kernels.native.numba_address`) sees its arguments.  No memory owner,
+    so no reference counting (``numba.carray`` needs Numba's runtime for that)."""
+    if not isinstance(dtype, types.NumberClass):
+        return None
+    arrty = types.Array(dtype.dtype, 1, "C")
+
+    def codegen(context, builder, signature, args):
+        llty = context.get_data_type(arrty.dtype)
+        itemsize = ir.Constant(context.get_value_type(types.intp), context.get_abi_sizeof(llty))
+        ary = context.make_array(arrty)(context, builder)
+        data = builder.bitcast(args[0], llty.as_pointer())
+        context.populate_array(ary, data=data, shape=[args[1]], strides=[itemsize],
+                               itemsize=itemsize, meminfo=None)  # fmt: skip
+        return ary._getvalue()
+
+    return arrty(ptr, types.intp, dtype), codegen
+
+
+@intrinsic
 def stack_buffer(typingctx, size, dtype):
     """A 1-D C-contiguous array of ``size`` (a compile-time constant: a closure or global
     int) uninitialized elements of ``dtype`` (a numpy scalar type) on the calling function's

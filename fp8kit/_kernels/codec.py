@@ -49,7 +49,7 @@ from .bits import (
     stream_line,
 )
 from .flatten import FlattenError, flatten
-from .native import native_count
+from .native import NumbaKernel, function_key, native_count, numba_route
 from .registry import BUILD_LOCK, source_version
 from .rounding import _LO as _LO32
 from .rounding import (
@@ -422,26 +422,49 @@ class Kernel:
         self._params = params
         self._built = None
 
-    def _compile(self):
-        func = self._make(False)
-        opts = {**_JIT, **self._options}
+    def _compile(self, func=None, cache=True):
+        func = self._make(False) if func is None else func
+        opts = {**_JIT, **self._options, "cache": cache}
         try:
             disp = njit(**opts)(func)
         except RuntimeError as exc:  # no writable cache location (read-only install)
             if "cannot cache" not in str(exc):
                 raise
             disp = njit(**{**opts, "cache": False})(func)
-        with _cache_lock(disp):
+        with _cache_lock(disp) if cache else contextlib.nullcontext():
             if _FLATTEN:
                 _compile_flattened(disp, func)
             disp.compile(self._sig)
         disp.disable_compile()
         return disp
 
+    def _native(self):
+        """The kernel as native code from fp8kit's cache (:class:`fp8kit._kernels.native.
+        NumbaKernel`), or None where that route is not available here."""
+        if not numba_route() or not _JIT["cache"]:  # (tests: compiled anew, see conftest)
+            return None
+        func = self._make(False)
+        key = (func.__name__, function_key(func), type(self).__name__, self._key)
+        # (codec kernels (x, lut, table, out, nchunks) write out element by element of x)
+        bound = self._params is not None  # (sizes: indices of the signature's arguments)
+        sizes = ((0 + bound, 3 + bound),) if len(self._sig.args) == 5 + bound else ()
+
+        def compile_kernel(suffix):
+            # (a name of its own: see fp8kit._kernels.native._compile_numba)
+            func.__qualname__ = f"{func.__qualname__}_{suffix}"
+            return self._compile(func, cache=False)
+
+        kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes)
+        return kernel.build()
+
     def build(self, parallel: bool = False):
         """The compiled function (``parallel`` is ignored: one build serves both)."""
         if self._built is None:
             with _BUILD_LOCK:
+                built = self._native()
+                if built is not None:
+                    self._built = built
+                    return built
                 if self._key is None:
                     disp = self._compile()
                 else:
@@ -532,6 +555,7 @@ def _compile_flattened(disp, func) -> None:
     def compile_flat(args, return_type):
         try:
             compiler.py_func = flatten(func)
+            compiler.py_func.__qualname__ = func.__qualname__
         except (OSError, TypeError, ValueError, FlattenError) as exc:  # no source file, or a
             # construct the flattener does not take: the helper-built kernel, same bits
             FLATTEN_FALLBACKS.append((func.__qualname__, repr(exc)))

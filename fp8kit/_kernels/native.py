@@ -173,6 +173,13 @@ def _array_layout() -> tuple[int, int, int, int] | None:
         )
     except (ValueError, OSError):  # pragma: no cover - no ctypes access
         ok = False
+    if not ok:
+        _warn_once(
+            "layout",
+            "fp8kit: this interpreter's numpy arrays are not laid out as fp8kit's native "
+            "entry reads them; kernels run through Numba's dispatchers instead (first calls "
+            "about 10x slower: 0.4-1.5 s each)",
+        )
     return layout if ok else None
 
 
@@ -190,6 +197,26 @@ def _flags_offset(layout) -> int | None:
     except (ValueError, OSError):  # pragma: no cover - no ctypes access
         ok = False
     return at if ok else None
+
+
+@functools.cache
+def _descr_layout(flags_at: int) -> tuple[int, int] | None:
+    """``(offset, bits)`` of the item size in numpy's ``PyArray_Descr`` (an int at 32 in
+    numpy 1, an intp at 40 in numpy 2), where probe arrays of several dtypes show their
+    descr pointer 8 bytes before their flags and their item size there; else None."""
+    import ctypes
+
+    at, bits = (40, 64) if int(np.__version__.split(".")[0]) >= 2 else (32, 32)
+    read = ctypes.c_int64 if bits == 64 else ctypes.c_int32
+    try:
+        for dt in (np.uint8, np.uint16, np.int64, np.float32, np.complex128):
+            a = np.zeros(2, dt)
+            descr = ctypes.c_void_p.from_address(id(a) + flags_at - 8).value
+            if descr != id(a.dtype) or read.from_address(descr + at).value != a.itemsize:
+                return None
+    except (ValueError, OSError):  # pragma: no cover - no ctypes access
+        return None
+    return at, bits
 
 
 def _extern(builder, name: str, ret, params):
@@ -400,15 +427,33 @@ def body_function(builder, suffix: str, arg_types: list, emit_body: Callable, pr
 GENERIC_TYPE = ir.FunctionType(_I32, [_I8P.as_pointer(), _I64.as_pointer(), _I64])
 #: Most arguments a generic native kernel takes.
 _MAX_ARGS = 16
+#: A Numba-written kernel (:class:`NumbaKernel`): ``i64 f(i8 **ptrs, i64 *ints, i64 *kinds,
+#: i64 nargs)`` as :data:`GENERIC_TYPE` with each argument's kind (:func:`kind_word`); its
+#: result in the low 32 bits, or bit 32 set and the index of a refused argument from bit 40.
+CHECKED_TYPE = ir.FunctionType(_I64, [_I8P.as_pointer(), _I64.as_pointer(), _I64.as_pointer(),
+                                      _I64])  # fmt: skip
+_BAD_ARGUMENT = (
+    "fp8kit kernel: argument %lld is not what the compiled kernel takes (a 1-D, "
+    "C-contiguous, aligned array of its dtype, writeable for an output, of the right size; "
+    "or an integer)"
+)
 
 
-def _generic_entry_emitter(layout: tuple[int, int, int, int]):
+def _generic_entry_emitter(layout: tuple[int, int, int, int], flags_at: int | None = None):
     """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of generic native kernels
     (:data:`GENERIC_TYPE`): ``entry(prm, *args)``, each argument an ndarray (``self`` the
     ndarray type; subclasses too) or an integer (``__index__``), at most
     :data:`_MAX_ARGS`; the native kernel's address the first 8 bytes of ``prm``; the GIL
-    released around it; its result as a Python int."""
+    released around it; its result as a Python int.
+
+    With ``flags_at`` (the offset of an array's flags, its descr pointer 8 bytes before),
+    the entry of Numba-written kernels (:data:`CHECKED_TYPE`): it also passes each
+    argument's kind (:func:`kind_word`; -1 for an int), the kernel checks them against its
+    signature, and a result with bit 32 set (the argument's index above it) raises
+    TypeError instead of returning."""
     type_at, data_at, nd_at, dims_at = layout
+    checked = flags_at is not None
+    elsize_at, elsize_bits = _descr_layout(flags_at) if checked else (None, None)
 
     def emit(context, builder, args):
         ndarray, argv, nargs = args
@@ -419,6 +464,7 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int]):
 
         ptrs = cgutils.alloca_once(builder, _I8P, size=_MAX_ARGS)
         ints = cgutils.alloca_once(builder, _I64, size=_MAX_ARGS)
+        kinds = cgutils.alloca_once(builder, _I64, size=_MAX_ARGS)
         fail = builder.append_basic_block("fail")
         raised = builder.append_basic_block("raised")
         with builder.goto_block(fail):
@@ -447,6 +493,14 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int]):
                 with array:
                     builder.store(field(obj, data_at, _I8P), builder.gep(ptrs, [k]))
                     nd = field(obj, nd_at, _I32)
+                    if checked:  # (item size | nd << 32 | flags << 40, see kind_word)
+                        descr = field(obj, flags_at - 8, _OBJ)
+                        num = field(descr, elsize_at, ir.IntType(elsize_bits))
+                        num = builder.zext(num, _I64) if elsize_bits < 64 else num
+                        flags = builder.zext(field(obj, flags_at, _I32), _I64)
+                        kind = builder.or_(num, builder.shl(builder.zext(nd, _I64), c(32)))
+                        kind = builder.or_(kind, builder.shl(flags, c(40)))
+                        builder.store(kind, builder.gep(kinds, [k]))
                     dims = field(obj, dims_at, _I64.as_pointer())
                     scalar = builder.icmp_signed("==", nd, ir.Constant(_I32, 0))
                     # (a 0-d array has one element and no shape to read)
@@ -458,6 +512,7 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int]):
                 with integer:
                     value = builder.call(as_index, [obj, ir.Constant(_OBJ, None)])
                     builder.store(value, builder.gep(ints, [k]))
+                    builder.store(c(-1), builder.gep(kinds, [k]))
                     builder.store(ir.Constant(_I8P, None), builder.gep(ptrs, [k]))
                     maybe = builder.icmp_signed("==", value, c(-1))
                     with builder.if_then(maybe, likely=False):
@@ -472,12 +527,28 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int]):
         builder.position_at_end(bound)
         address = builder.load(builder.bitcast(prm, _I64.as_pointer()), align=1)
         builder.store(builder.gep(prm, [c(ADDRESS_BYTES)]), ptrs)
-        func = builder.inttoptr(address, GENERIC_TYPE.as_pointer())
+        func = builder.inttoptr(address, (CHECKED_TYPE if checked else GENERIC_TYPE).as_pointer())
         state = builder.call(extern("PyEval_SaveThread", _OBJ, []), [])
-        got = builder.call(func, [ptrs, ints, nargs])
+        got = builder.call(func, [ptrs, ints, kinds, nargs] if checked else [ptrs, ints, nargs])
         builder.call(extern("PyEval_RestoreThread", ir.VoidType(), [_OBJ]), [state])
-        value = builder.zext(got, _I64)
-        return builder.call(extern("PyLong_FromUnsignedLongLong", _OBJ, [_I64]), [value])
+        if not checked:
+            got = builder.zext(got, _I64)
+        else:
+            refused, done = builder.append_basic_block("refused"), builder.append_basic_block()
+            builder.cbranch(builder.icmp_unsigned(">", got, c(0xFFFFFFFF)), refused, done)
+            builder.position_at_end(refused)
+            error = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(_OBJ, [_OBJ, _I8P], var_arg=True), "PyErr_Format"
+            )
+            # (Numba maps the symbol PyExc_TypeError to the type object itself)
+            exc = builder.module.globals.get("PyExc_TypeError") or cgutils.add_global_variable(
+                builder.module, ir.IntType(8), "PyExc_TypeError"
+            )
+            text = context.insert_const_string(builder.module, _BAD_ARGUMENT)
+            builder.call(error, [exc, text, builder.lshr(got, c(40))])
+            builder.branch(raised)
+            builder.position_at_end(done)
+        return builder.call(extern("PyLong_FromUnsignedLongLong", _OBJ, [_I64]), [got])
 
     return emit
 
@@ -511,6 +582,14 @@ def generic_entry():
 
 
 @functools.cache
+def checked_entry():
+    """The CPython function Numba-written kernels (:data:`CHECKED_TYPE`) are called
+    through; None where this interpreter's layout of arrays is not the one it reads."""
+    entries = _entries()
+    return None if entries is None else entries.get("checked")
+
+
+@functools.cache
 def xo_entry():
     """The CPython function of native kernels called with x and out alone
     (:func:`_xo_entry_emitter`); None where this interpreter's array layout is not the one
@@ -533,6 +612,8 @@ def _entries() -> dict | None:
     more = {"generic": _generic_entry_emitter(layout)}
     if flags_at is not None:
         more["xo"] = _xo_entry_emitter(layout, flags_at)
+        if _descr_layout(flags_at) is not None:
+            more["checked"] = _generic_entry_emitter(layout, flags_at)
     main = _entry_emitter(layout)
 
     def emit(context, builder, args):
@@ -542,6 +623,12 @@ def _entries() -> dict | None:
             inner.ret(sub(context, inner, list(fn.args)))
         return main(context, builder, args)
 
+    # (the checked entry raises TypeError: the symbol the type object is known by, as
+    # Numba maps it once its target is set up; mapped here too, so that code loaded from
+    # the cache never depends on that having happened first)
+    from llvmlite import binding as llvm
+
+    llvm.add_symbol("PyExc_TypeError", id(TypeError))
     key = ("native_entries", layout, flags_at, np.__version__.split(".")[0])
     address = native_address(key, emit, ENTRY_TYPE)
     library, name = _BUILT[key][0], _BUILT[key][2]
@@ -670,14 +757,51 @@ class NativeKernel(_NativeBase):
         return self._built
 
 
-def _cache_dir() -> str | None:
-    """Where Numba caches this module's kernels (None: nowhere writable)."""
+def _cache_dirs() -> tuple[str | None, list[str]]:
+    """``(where to write, where to read)``: Numba's cache location of this module (its
+    locators in order: NUMBA_CACHE_DIR, ``__pycache__`` beside the source, the user-wide
+    cache) where one is writable, and every location that exists, writable or not (a
+    read-only pre-warmed cache is still read).  Warns once where none is writable: each
+    process then compiles its kernels in memory."""
     from numba.core.caching import FunctionCache
 
+    write = None
     try:
-        return FunctionCache(_make_trampoline)._cache_path
+        write = FunctionCache(_make_trampoline)._cache_path
     except RuntimeError:  # no writable cache location
-        return None
+        _warn_once(
+            "cache",
+            "fp8kit: no writable cache location (set NUMBA_CACHE_DIR to one): every "
+            "process compiles its kernels in memory (0.1-0.5 s each)",
+        )
+    candidates = []
+    try:  # (Numba's locators in its order, without their check of writability)
+        source = _make_trampoline.__code__.co_filename
+        for cls in FunctionCache._impl_class._locator_classes:
+            if cls.__name__ == "_UserProvidedCacheLocator" and not config.CACHE_DIR:
+                continue
+            try:
+                candidates.append(cls(_make_trampoline, source).get_cache_path())
+            except Exception:  # noqa: BLE001 - a locator that does not apply here
+                continue
+    except AttributeError:  # pragma: no cover - other Numba internals: the writable one
+        pass
+    # (read where Numba would write, and where it would have preferred to but cannot)
+    if write in candidates:
+        candidates = candidates[: candidates.index(write)]
+    read = [path for path in candidates if os.path.isdir(path)]
+    return write, read + ([] if write is None else [write])
+
+
+_WARNED: set = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _WARNED:
+        _WARNED.add(what)
+        import warnings
+
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def _digest(key: tuple, codegen, passes: tuple | None = None) -> str:
@@ -694,24 +818,100 @@ def _digest(key: tuple, codegen, passes: tuple | None = None) -> str:
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
 
 
-def _load(path: str, codegen):
-    try:
-        with open(path, "rb") as f:
-            state = pickle.load(f)
-        return codegen.unserialize_library(state)
-    except Exception:  # missing, partly written or foreign: compile instead
-        return None
+def _file_name(name: str) -> str:
+    """The cache file of the native function ``name`` (``fp8kit_<kernel>_<digest>``): the
+    kernel sources' version in it, so that entries of other versions can be pruned."""
+    return f"{name}.{source_version():012x}.native"
 
 
-def _store(path: str, library) -> None:
+#: Seconds after which a cache entry of another version of the kernel sources is pruned
+#: (not at once: two checkouts sharing NUMBA_CACHE_DIR would delete each other's entries).
+PRUNE_AGE = 3600.0
+
+
+def _load(name: str, folders: list[str], codegen):
+    """``(library, symbol)`` of the native function ``name`` from the first cache file in
+    ``folders`` that is intact: written for this name, its checksum right, its code
+    loaded and its symbol found.  A file that fails is removed where it can be (it is
+    compiled again); None where none is intact."""
+    for folder in folders:
+        path = os.path.join(folder, _file_name(name))
+        try:
+            with open(path, "rb") as f:
+                record = pickle.load(f)
+        except FileNotFoundError:
+            continue
+        except Exception:  # noqa: BLE001 - truncated or foreign: compile instead
+            _discard(path)
+            continue
+        try:
+            payload = record["payload"]
+            ok = record["name"] == name and record["sha256"] == hashlib.sha256(payload).hexdigest()
+            if not ok:
+                raise ValueError(name)
+            library = codegen.unserialize_library(pickle.loads(payload))
+            symbol = record["symbol"]
+            if not library.get_pointer_to_function(symbol):
+                raise ValueError(symbol)
+            return library, symbol
+        except Exception:  # noqa: BLE001 - swapped, corrupt or foreign: compile instead
+            _discard(path)
+    return None
+
+
+def _discard(path: str) -> None:
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(library.serialize_using_object_code(), f, protocol=4)
-        os.replace(tmp, path)  # (atomic: another process never reads half a file)
+        os.unlink(path)
     except OSError:
-        pass  # a read-only location: the next process compiles again
+        pass  # (read-only: it is checked, and refused, again next time)
+
+
+def _store(folder: str | None, name: str, library, symbol: str) -> None:
+    """Write the object code of ``library`` (its function ``symbol``) as the cache file of
+    ``name`` in ``folder``, atomically (a temporary file renamed; removed if anything
+    fails), and prune entries of this kernel written for other kernel sources."""
+    if folder is None:
+        return
+    tmp = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        payload = pickle.dumps(library.serialize_using_object_code(), protocol=4)
+        record = {"name": name, "symbol": symbol, "payload": payload,
+                  "sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fp8kit-", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(record, f, protocol=4)
+        os.replace(tmp, os.path.join(folder, _file_name(name)))  # (never half a file)
+        tmp = None
+    except Exception:  # noqa: BLE001 - read-only, full or failing: the next process compiles
+        return
+    finally:
+        if tmp is not None:
+            _discard(tmp)
+    _prune(folder, name)
+
+
+def _prune(folder: str, name: str) -> None:
+    """Remove cache files of the kernel of ``name`` (same kernel name, another digest or
+    sources) not written in the last :data:`PRUNE_AGE` seconds, and leftover temporary
+    files as old."""
+    import time
+
+    kernel = name.rsplit("_", 1)[0] + "_"
+    keep = _file_name(name)
+    limit = time.time() - PRUNE_AGE
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        stale = entry.name.startswith(kernel) and entry.name.endswith(".native")
+        stale = stale or (entry.name.startswith(".fp8kit-") and entry.name.endswith(".tmp"))
+        try:
+            if stale and entry.name != keep and entry.stat().st_mtime < limit:
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 def _module(context, name: str, emit: Callable, fnty=FUNCTION_TYPE) -> ir.Module:
@@ -747,28 +947,55 @@ def _library_class(base: type, passes: tuple | None = None) -> type:
     native kernel has no reference counts, and the full pipeline alone gives the same
     machine code speed (encode float32 -> float8_e4m3fn, 256K elements: 28.1 against
     29.4 us) in 0.040 s where the three took 0.050 (measured).  ``passes``: llvmlite's
-    names of the passes to run instead (:data:`LEAN_PASSES`), where it has them all."""
+    names of the passes to run instead (:data:`LEAN_PASSES`), where it has them all.
+
+    This is fp8kit's one use of Numba's private pass-manager API, in both its shapes:
+    Numba 0.62 on (llvmlite's new pass manager) returns ``(manager, pass builder)`` from
+    ``_module_pass_manager()``; Numba 0.60-0.61 (the legacy pass manager, no pass builder,
+    hence no ``passes``) returns the manager alone.  Anything else falls back to Numba's
+    own pipeline (a RuntimeWarning, once: the same results, compiled more slowly)."""
     from llvmlite import binding as llvm
 
     adders = None
-    if passes is not None:
+    if passes is not None and hasattr(llvm, "create_new_module_pass_manager"):
         manager = llvm.create_new_module_pass_manager()
         if all(hasattr(manager, f"add_{name}_pass") for name in passes):
             adders = [f"add_{name}_pass" for name in passes]
+    warned = []
 
     class NativeLibrary(base):
         def _optimize_functions(self, ll_module):
             ll_module.data_layout = self._codegen._data_layout
 
         def _optimize_final_module(self):
-            if adders is None:
-                mpm, pb = self._codegen._module_pass_manager()
-            else:
-                pb = self._codegen._pass_builder()
-                mpm = llvm.create_new_module_pass_manager()
-                for adder in adders:
-                    getattr(mpm, adder)()
-            mpm.run(self._final_module, pb)
+            try:
+                if adders is not None:
+                    pb = self._codegen._pass_builder()
+                    mpm = llvm.create_new_module_pass_manager()
+                    for adder in adders:
+                        getattr(mpm, adder)()
+                    mpm.run(self._final_module, pb)
+                    return
+                made = self._codegen._module_pass_manager()
+                if isinstance(made, tuple):  # Numba >= 0.62: (manager, pass builder)
+                    mpm, pb = made
+                    mpm.run(self._final_module, pb)
+                else:  # Numba 0.60-0.61: the legacy module pass manager alone
+                    made.run(self._final_module)
+            except (AttributeError, TypeError, ValueError) as exc:
+                if not warned:
+                    warned.append(exc)
+                    import warnings
+
+                    warnings.warn(
+                        f"fp8kit: Numba {numba.__version__}'s pass managers are not those "
+                        f"fp8kit knows ({type(exc).__name__}: {exc}); its native kernels "
+                        "are optimised by Numba's own pipeline instead (slower compiles)",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
+                base._optimize_functions(self, self._final_module)
+                base._optimize_final_module(self)
 
     return NativeLibrary
 
@@ -812,23 +1039,182 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None) 
             codegen = context.codegen()
             digest = _digest(key, codegen, passes)
             name = f"fp8kit_{key[0]}_{digest}"
-            folder = _cache_dir()
-            path = None if folder is None else os.path.join(folder, f"{name}.native")
-            library = None if path is None else _load(path, codegen)
-            if library is None:
+            write, read = _cache_dirs()
+            loaded = _load(name, read, codegen)
+            if loaded is None:
                 with event.trigger_event(COMPILE_EVENT, data={"name": key[0]}):
                     library = _compile(context, name, emit, fnty, passes)
                     address = library.get_pointer_to_function(name)
-                if path is not None:
-                    _store(path, library)
+                _store(write, name, library, name)
                 outcome = "cache_misses"
             else:
+                library = loaded[0]
                 address = library.get_pointer_to_function(name)
                 outcome = "cache_hits"
         stats = _STATS.setdefault(address, Stats())
         getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
         _BUILT[key] = (library, address, name)  # (the library keeps the code alive)
         return address
+
+
+#: numpy's array flags a kernel's arrays must have (see :func:`kind_word`).
+_CHECK_FLAGS = _C_CONTIGUOUS | _ALIGNED
+#: Bit 32 of a checked kernel's result: an argument was refused (its index from bit 40).
+REFUSED = 1 << 32
+
+
+def kind_word(itemsize: int, writeable: bool) -> tuple[int, int]:
+    """``(want, mask)``: what a checked kernel requires of an array argument's kind word
+    (the checked entry passes ``item size | nd << 32 | flags << 40``): this item size, one
+    dimension, C-contiguous and aligned, and writeable where it writes."""
+    flags = _CHECK_FLAGS | (_WRITEABLE if writeable else 0)
+    return itemsize | (1 << 32) | (flags << 40), 0xFFFFFFFF | (0xFF << 32) | (flags << 40)
+
+
+def _adapter_source(sig, bound, sizes) -> tuple[str, dict]:
+    """Python source of the C-callable function (:data:`CHECKED_TYPE`) around a Numba
+    kernel of signature ``sig``: it checks each argument's kind against the signature (and
+    the lengths of the argument pairs ``sizes``), views the pointers as arrays and calls
+    the kernel; ``bound``: the kernel's first argument is the bound parameter array (else
+    the bound array holds the address alone)."""
+    from numba import types
+
+    names = {"np": np, "REFUSED": np.int64(REFUSED), "LOW": np.int64(0xFFFFFFFF)}
+    lines = ["def adapter(ptrs, ints, kinds, nargs):"]
+    first = 0 if bound else 1
+    lines.append(f"    if nargs != {len(sig.args) + first}:")
+    lines.append(f"        return REFUSED | (nargs << 40)")  # noqa: F541
+    call = []
+    for k, ty in enumerate(sig.args, start=first):
+        if isinstance(ty, types.Array):
+            dt = np.dtype(str(ty.dtype))
+            names[f"d{k}"] = np.dtype(dt).type
+            if k == 0:
+                call.append(f"carray(ptrs[0], (ints[0] - {ADDRESS_BYTES}) // {dt.itemsize}, d0)")
+                continue
+            want, mask = kind_word(dt.itemsize, ty.mutable)
+            lines.append(f"    if (kinds[{k}] & {mask}) != {want}:")
+            lines.append(f"        return REFUSED | {k << 40}")
+            call.append(f"carray(ptrs[{k}], ints[{k}], d{k})")
+        else:
+            lines.append(f"    if kinds[{k}] != -1:")
+            lines.append(f"        return REFUSED | {k << 40}")
+            call.append(f"ints[{k}]")
+    for a, b in sizes:
+        lines.append(f"    if ints[{a + first}] != ints[{b + first}]:")
+        lines.append(f"        return REFUSED | {(b + first) << 40}")
+    returns = sig.return_type not in (types.void, types.none)
+    lines.append(f"    {'r = ' if returns else ''}kernel({', '.join(call)})")
+    lines.append("    return np.int64(r) & LOW" if returns else "    return np.int64(0)")
+    return "\n".join(lines) + "\n", names
+
+
+def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=()) -> int:
+    """The address of the C-callable function (:data:`CHECKED_TYPE`) around a Numba
+    kernel of signature ``sig``, compiled once per process (or loaded from the disk cache).
+
+    ``compile_kernel(name)`` returns the kernel's Numba dispatcher compiled for ``sig``, its
+    function's qualified name ending in ``name`` (see :func:`_compile_numba`); it is
+    called only where the cache misses, so that a cached kernel loads without Numba's
+    typing or lowering (0.01 s where Numba's own cache takes 0.4-0.75).  ``key`` names
+    everything the kernel depends on besides the kernel sources; ``bound`` and ``sizes``:
+    see :func:`_adapter_source`."""
+    key = ("numba",) + tuple(key) + (str(sig), bound, tuple(sizes))
+    with BUILD_LOCK:
+        if key in _BUILT:
+            return _BUILT[key][1]
+        with global_compiler_lock:
+            from numba.core.registry import cpu_target
+
+            codegen = cpu_target.target_context.codegen()
+            digest = _digest(key, codegen)
+            name = f"fp8kit_{key[1]}_{digest}"
+            write, read = _cache_dirs()
+            loaded = _load(name, read, codegen)
+            if loaded is None:
+                with event.trigger_event(COMPILE_EVENT, data={"name": key[1]}):
+                    kernel = compile_kernel(f"fp8kit_{digest}")
+                    library, symbol = _compile_numba(kernel, sig, bound, sizes, digest)
+                _store(write, name, library, symbol)
+                outcome = "cache_misses"
+            else:
+                library, symbol = loaded
+                outcome = "cache_hits"
+            address = library.get_pointer_to_function(symbol)
+        stats = _STATS.setdefault(address, Stats())
+        getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
+        _BUILT[key] = (library, address, symbol)
+        return address
+
+
+def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+    """``(library, symbol)``: the C-callable adapter (:func:`_adapter_source`) of the
+    compiled Numba ``kernel``, compiled by Numba with the kernel linked in.
+
+    The adapter's name, like the kernel's (``compile_kernel``'s argument in
+    :func:`numba_address`), holds the cache key's ``digest``: Numba's symbol names hold a
+    per-process counter, which two processes (or two adapters of one) can share, and code
+    loaded later in a process calls a symbol of that name defined earlier (found: the
+    bfloat16 kernel ran the float16 one's code)."""
+    from numba import cfunc, types
+
+    from .bits import array_at
+
+    source, names = _adapter_source(sig, bound, sizes)
+    source = source.replace("def adapter(", f"def adapter_{digest}(", 1)
+    names.update(kernel=kernel, carray=array_at)
+    exec(compile(source, "<fp8kit adapter>", "exec"), names)  # noqa: S102
+    c_sig = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64),
+                        types.CPointer(types.int64), types.int64)  # fmt: skip
+    adapter = cfunc(c_sig, nopython=True, error_model="numpy", boundscheck=False, _nrt=False)(
+        names[f"adapter_{digest}"]
+    )
+    return adapter._library, adapter.native_name
+
+
+def function_key(func) -> str:
+    """A digest of what a Numba kernel function compiles to besides the kernel sources:
+    its code object and the values it closes over (as Numba's own cache keys it; a
+    function or dispatcher by its qualified name)."""
+    import marshal
+
+    digest = hashlib.sha256(marshal.dumps(func.__code__))
+    for cell in func.__closure__ or ():
+        value = cell.cell_contents
+        if isinstance(value, np.ndarray):
+            digest.update(value.dtype.str.encode() + repr(value.shape).encode())
+            digest.update(value.tobytes())
+        elif callable(value) and hasattr(value, "__qualname__"):
+            digest.update(f"{value.__module__}.{value.__qualname__}".encode())
+        elif hasattr(value, "py_func"):  # a dispatcher
+            digest.update(f"{value.py_func.__module__}.{value.py_func.__qualname__}".encode())
+        else:
+            digest.update(repr(value).encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:32]
+
+
+class NumbaKernel(_NativeBase):
+    """A kernel written in Numba, called through the checked entry (:func:`checked_entry`)
+    as native code from the disk cache (:func:`numba_address`): ``build()`` returns a
+    :class:`NativeCall` taking the kernel's arguments after its bound parameters."""
+
+    def __init__(self, key: tuple, compile_kernel: Callable, sig, params, sizes=()):
+        bound = params is not None
+        super().__init__(key, compile_kernel, params if bound else np.zeros(0, np.uint8))
+        self._sig, self._bound, self._sizes = sig, bound, tuple(sizes)
+
+    def build(self, parallel: bool = False):
+        if self._built is None:
+            address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes)
+            self._built = NativeCall(checked_entry(), bind(address, self._params))
+        return self._built
+
+
+def numba_route() -> bool:
+    """Whether Numba kernels can run through the checked entry here (else through their
+    Numba dispatchers, as :func:`available`)."""
+    return checked_entry() is not None
 
 
 _BUILT: dict = {}  # native functions by key: (code library, address, function name)

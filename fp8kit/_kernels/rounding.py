@@ -29,6 +29,8 @@ chunking or device.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit
 
@@ -411,12 +413,21 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     return nan_code if bad else code
 
 
-@njit(cache=True)
-def _words_from(n, offset, k0, k1, split):
+def _words_from_py(n, offset, k0, k1, split):
     out = np.empty(n, np.uint32)
     for i in range(n):
         out[i] = random_word(np.uint64(offset + i), k0, k1, split)
     return out
+
+
+@functools.cache
+def _words_from():
+    """The compiled :func:`_words_from_py`, on first use (at import, ``cache=True`` raised
+    where no cache location is writable: a read-only install could not import fp8kit)."""
+    try:
+        return njit(cache=True)(_words_from_py)
+    except RuntimeError:  # no writable cache location: compiled in memory
+        return njit(_words_from_py)
 
 
 def random_words(n: int, seed: int, random_bits: int = 16, offset: int = 0) -> np.ndarray:
@@ -425,6 +436,6 @@ def random_words(n: int, seed: int, random_bits: int = 16, offset: int = 0) -> n
     element ``i`` uses ``R = words[i] >> (32 - random_bits)`` (gfloat's and pychop's
     ``srbits`` with ``srnumbits = random_bits``)."""
     s = int(seed)
-    return _words_from(
+    return _words_from()(
         int(n), int(offset), np.uint32(s & 0xFFFFFFFF), np.uint32(s >> 32), parts(random_bits)
     )

@@ -1,0 +1,231 @@
+"""The native kernels' disk cache and entry under faults (issue 42): corrupt, truncated and
+swapped cache files, a failed write, stale entries, a read-only or missing cache location,
+a simulated Numba upgrade and racing first compiles.  Each ends in the right bits, never in
+a crash, a failed import or a file left behind.
+
+The cache files are those of :mod:`fp8kit._kernels.native` (``*.native`` under Numba's
+cache location of the package, NUMBA_CACHE_DIR here).  Each process is a fresh
+interpreter: what a process loads is decided at its first call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fp8kit._kernels import native
+
+# The work each process does: a native IR kernel (encode), a Numba-written kernel through
+# the checked entry (the generic encode kernel), and a check of both against ml_dtypes.
+_WORK = """
+import json, warnings
+import ml_dtypes, numpy as np
+from numba.core import event
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with event.install_recorder("fp8kit:compile") as rec:
+        import fp8kit
+        from fp8kit._kernels import codec, native
+        x = np.linspace(-440, 440, 4001, dtype=np.float32)
+        want = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+        codes = fp8kit.encode(x, "float8_e4m3fn")
+        kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e4m3fn"), x.dtype, True,
+                                        strategy="generic")
+        fn = kernel.build()
+        out = np.zeros(x.size, np.uint8)
+        fn(x.view(np.uint32), fp8kit.codec._lut_for(0), codec.dummy(np.uint8), out, 1)
+print(json.dumps({"ok": bool(np.array_equal(codes, want) and np.array_equal(out, want)),
+                  "native": type(fn).__name__ == "NativeCall",
+                  "compiled": len(rec.buffer) // 2,
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+# Makes every cache location unwritable, as a read-only install or container is (the
+# tests run as root, for whom file modes do not forbid a write).
+_READ_ONLY = """
+import numba.core.caching as caching
+def _refuse(self):
+    raise OSError(30, "Read-only file system")
+caching._CacheLocator.ensure_cache_path = _refuse
+"""
+
+
+def _run(cache_dir, prelude: str = "", check: bool = True) -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    code = textwrap.dedent(prelude) + _WORK
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    if check:
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+    return res
+
+
+def _files(cache_dir) -> list:
+    return sorted(p for p in cache_dir.rglob("*") if p.is_file())
+
+
+def _natives(cache_dir) -> list:
+    return [p for p in _files(cache_dir) if p.suffix == ".native"]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A cache filled by one process (the bytes of its files, to restore them)."""
+    folder = tmp_path_factory.mktemp("warm")
+    first = _run(folder)
+    assert first["ok"] and first["native"] and first["compiled"] > 0
+    return {p.relative_to(folder): p.read_bytes() for p in _natives(folder)}
+
+
+def _fill(tmp_path, warm):
+    for rel, data in warm.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    return [tmp_path / rel for rel in warm]
+
+
+def test_a_warm_cache_loads_everything(tmp_path, warm):
+    _fill(tmp_path, warm)
+    res = _run(tmp_path)
+    assert res == {"ok": True, "native": True, "compiled": 0, "warnings": []}
+
+
+@pytest.mark.parametrize("fault", ["truncated", "bit_flip", "garbage", "empty"])
+def test_a_damaged_cache_file_is_compiled_again(tmp_path, warm, fault):
+    """Every cache file damaged: each process still gives the right bits (the checksum
+    refuses the file before its object code is loaded, so a bit flip never reaches the
+    JIT linker, which aborts the process), and the damaged files are replaced."""
+    paths = _fill(tmp_path, warm)
+    for path in paths:
+        data = bytearray(path.read_bytes())
+        if fault == "truncated":
+            data = data[: len(data) // 2]
+        elif fault == "bit_flip":
+            data[len(data) * 2 // 3] ^= 0x10
+        elif fault == "garbage":
+            data = bytearray(os.urandom(len(data)))
+        else:
+            data = bytearray()
+        path.write_bytes(bytes(data))
+    res = _run(tmp_path)
+    assert res["ok"] and res["native"] and res["compiled"] == len(paths)
+    assert _run(tmp_path)["compiled"] == 0  # (rewritten intact)
+
+
+def test_swapped_cache_files_are_never_called(tmp_path, warm):
+    """Each cache file's content replaced by another kernel's: loading it would call
+    another function (or address 0) through the entry; the name recorded in the file
+    refuses it instead."""
+    paths = _fill(tmp_path, warm)
+    assert len(paths) >= 2
+    contents = [p.read_bytes() for p in paths]
+    for path, data in zip(paths, contents[1:] + contents[:1], strict=True):
+        path.write_bytes(data)
+    res = _run(tmp_path)
+    assert res["ok"] and res["native"] and res["compiled"] == len(paths)
+
+
+def test_no_writable_cache_location(tmp_path):
+    """A read-only install with no writable cache: import and every call work, compiled in
+    memory, with one warning that says so; nothing is written."""
+    res = _run(tmp_path / "cache", _READ_ONLY)
+    assert res["ok"] and res["native"] and res["compiled"] > 0
+    assert len(res["warnings"]) == 1 and "no writable cache location" in res["warnings"][0]
+    assert not (tmp_path / "cache").exists() or not _files(tmp_path / "cache")
+
+
+def test_a_read_only_prewarmed_cache_is_read(tmp_path, warm):
+    _fill(tmp_path, warm)
+    res = _run(tmp_path, _READ_ONLY)
+    assert res["ok"] and res["native"] and res["compiled"] == 0
+
+
+def test_a_numba_upgrade_compiles_again(tmp_path, warm):
+    """Machine code cached under another Numba version is never loaded (its key holds the
+    versions of Numba, llvmlite and Python and the target)."""
+    _fill(tmp_path, warm)
+    res = _run(tmp_path, "import numba\nnumba.__version__ = '99.0.0'\n")
+    assert res["ok"] and res["native"] and res["compiled"] == len(warm)
+
+
+def test_racing_first_compiles(tmp_path):
+    """Four processes start on one empty cache at once: each writes its files atomically
+    (a temporary file renamed), so every process gives the right bits and a later one
+    loads everything."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", _WORK], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        assert json.loads(out.strip().splitlines()[-1])["ok"]
+    assert _run(tmp_path)["compiled"] == 0
+    assert not [p for p in _files(tmp_path) if p.suffix == ".tmp"]
+
+
+class _Library:
+    def __init__(self, fail):
+        self.fail = fail
+
+    def serialize_using_object_code(self):
+        if self.fail == "serialize":
+            raise OSError(28, "No space left on device")
+        return ("x", "object", (b"code", b"bitcode"))
+
+
+@pytest.mark.parametrize("fail", ["serialize", "replace"])
+def test_a_failed_write_leaves_nothing_behind(tmp_path, monkeypatch, fail):
+    if fail == "replace":
+
+        def refuse(src, dst):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(native.os, "replace", refuse)
+    native._store(str(tmp_path), "fp8kit_probe_0123", _Library(fail), "probe")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_stale_entries_are_pruned(tmp_path, monkeypatch):
+    """Storing a kernel's entry removes entries of the same kernel written for other
+    kernel sources and leftover temporary files, once older than PRUNE_AGE (a checkout
+    sharing the cache keeps its fresh ones)."""
+    old = time.time() - 2 * native.PRUNE_AGE
+    stale = [
+        tmp_path / "fp8kit_probe_aaaa.000000000001.native",
+        tmp_path / "fp8kit_probe_bbbb.000000000002.native",
+        tmp_path / ".fp8kit-x.tmp",
+    ]
+    fresh = tmp_path / "fp8kit_probe_cccc.000000000003.native"
+    other = tmp_path / "fp8kit_other_dddd.000000000001.native"
+    for path in stale + [fresh, other]:
+        path.write_bytes(b"x")
+    for path in stale + [other]:
+        os.utime(path, (old, old))
+    native._store(str(tmp_path), "fp8kit_probe_eeee", _Library(None), "probe")
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == sorted([fresh.name, other.name, native._file_name("fp8kit_probe_eeee")])
+
+
+def test_an_intact_file_loads_and_a_foreign_one_is_removed(tmp_path):
+    """A cache file written for another function name (a swapped file) is refused and
+    removed; the file of the name asked for loads."""
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    path = tmp_path / native._file_name("fp8kit_probe_ffff")
+    import pickle
+
+    payload = pickle.dumps(("x", "object", (b"", b"")))
+    import hashlib
+
+    path.write_bytes(pickle.dumps({"name": "fp8kit_other_0000", "symbol": "s",
+                                   "payload": payload,
+                                   "sha256": hashlib.sha256(payload).hexdigest()}))  # fmt: skip
+    assert native._load("fp8kit_probe_ffff", [str(tmp_path)], codegen) is None
+    assert not path.exists()
