@@ -135,7 +135,9 @@ def test_no_writable_cache_location(tmp_path):
     """A read-only install with no writable cache: import and every call work, compiled in
     memory, with one warning that says so; nothing is written."""
     res = _run(tmp_path / "cache", _READ_ONLY)
-    assert res["ok"] and res["native"] and res["compiled"] > 0
+    # (what it compiles depends on what the package's own __pycache__ already holds: it
+    # is read too, as a read-only pre-warmed cache)
+    assert res["ok"] and res["native"]
     assert len(res["warnings"]) == 1 and "no writable cache location" in res["warnings"][0]
     assert not (tmp_path / "cache").exists() or not _files(tmp_path / "cache")
 

@@ -408,6 +408,9 @@ class Kernel:
     compiled function serves every format: callers pass the arguments after it.
     """
 
+    #: Whether the kernel reads neither its lut nor its table, so that small calls may
+    #: pass x and out alone (:func:`fp8kit._kernels.native.xo_call`).
+    xo = False
     # No kernel allocates (scratch space is a stack buffer): without NRT, Numba emits no
     # reference counting of array views (and its pruning pass has nothing to do).
     _options: dict = {"_nrt": False}
@@ -455,6 +458,7 @@ class Kernel:
             return self._compile(func, cache=False)
 
         kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes)
+        kernel.xo = self.xo  # (it reads neither lut nor table: see native.xo_call)
         return kernel.build()
 
     def build(self, parallel: bool = False):

@@ -364,16 +364,36 @@ def _xo_entry_emitter(layout: tuple[int, int, int, int], flags_at: int):
         )
         require(builder.or_(apart, builder.icmp_signed("==", n, ir.Constant(_I64, 0))))
         address = builder.load(builder.bitcast(head, _I64.as_pointer()), align=1)
-        func = builder.inttoptr(address, FUNCTION_TYPE.as_pointer())
         params = builder.gep(head, [ir.Constant(_I64, XO_HEADER_BYTES)])
         null = ir.Constant(_I8P, None)
         zero = ir.Constant(_I64, 0)
         # (the kernel's result, such as the or of the codes a decode read, is not asked
         # for: the fast paths run only where no range check needs it)
-        builder.call(func, [params, null, null, xd, od, zero, n, n])
+        flag = builder.load(builder.gep(head, [ir.Constant(_I64, XO_CHECKED_AT)]))
+        checked = builder.icmp_unsigned("!=", flag, ir.Constant(ir.IntType(8), 0))
+        with builder.if_else(checked) as (numba_kernel, ir_kernel):
+            with numba_kernel:  # (a NumbaKernel's adapter, told by nargs -3: checked here)
+                size = builder.load(field(bound, dims_at, _I64.as_pointer()))
+                prm_bytes = builder.sub(size, ir.Constant(_I64, XO_HEADER_BYTES - ADDRESS_BYTES))
+                ptrs = _stack_array(builder, _I8P, [params, xd, od])
+                ints = _stack_array(builder, _I64, [prm_bytes, n, n])
+                func = builder.inttoptr(address, CHECKED_TYPE.as_pointer())
+                no_kinds = ir.Constant(_I64.as_pointer(), None)
+                builder.call(func, [ptrs, ints, no_kinds, ir.Constant(_I64, -3)])
+            with ir_kernel:
+                func = builder.inttoptr(address, FUNCTION_TYPE.as_pointer())
+                builder.call(func, [params, null, null, xd, od, zero, n, n])
         return builder.call(extern("PyLong_FromLong", _OBJ, [_I64]), [zero])
 
     return emit
+
+
+def _stack_array(builder, ty, values):
+    """A pointer to a stack array of ``values`` (of LLVM type ``ty``)."""
+    at = cgutils.alloca_once(builder, ty, size=len(values))
+    for k, value in enumerate(values):
+        builder.store(value, builder.gep(at, [ir.Constant(_I64, k)]))
+    return at
 
 
 def spec_fields(builder, spec):
@@ -649,6 +669,7 @@ def xo_call(call: NativeCall, x_itemsize: int, out_itemsize: int):
     bound = np.zeros(XO_HEADER_BYTES + params.size, np.uint8)
     bound[:ADDRESS_BYTES] = call.args[0][:ADDRESS_BYTES]
     bound[ADDRESS_BYTES : ADDRESS_BYTES + 2] = (x_itemsize, out_itemsize)
+    bound[XO_CHECKED_AT] = call.func is checked_entry()
     bound[XO_HEADER_BYTES:] = params
     bound.flags.writeable = False
     return functools.partial(entry, bound)
@@ -701,8 +722,10 @@ _STATS: dict = {}
 #: Bytes of the native function's address at the start of a bound parameter array.
 ADDRESS_BYTES = 8
 #: Bytes before the parameters in :func:`xo_call`'s bound array (the address, the item
-#: sizes, padding that keeps the parameters 8-byte aligned).
+#: sizes, whether the function is a :class:`NumbaKernel`'s adapter, padding that keeps the
+#: parameters 8-byte aligned).
 XO_HEADER_BYTES = 16
+XO_CHECKED_AT = 10
 
 
 def bind(address: int, params: np.ndarray) -> np.ndarray:
@@ -1082,6 +1105,9 @@ def _adapter_source(sig, bound, sizes) -> tuple[str, dict]:
     names = {"np": np, "REFUSED": np.int64(REFUSED), "LOW": np.int64(0xFFFFFFFF)}
     lines = ["def adapter(ptrs, ints, kinds, nargs):"]
     first = 0 if bound else 1
+    xo = _xo_call_source(sig, bound)
+    if xo is not None:  # (the x-and-out entry, which checked x and out itself)
+        lines += ["    if nargs == -3:", f"        {xo}"]
     lines.append(f"    if nargs != {len(sig.args) + first}:")
     lines.append(f"        return REFUSED | (nargs << 40)")  # noqa: F541
     call = []
@@ -1107,6 +1133,27 @@ def _adapter_source(sig, bound, sizes) -> tuple[str, dict]:
     lines.append(f"    {'r = ' if returns else ''}kernel({', '.join(call)})")
     lines.append("    return np.int64(r) & LOW" if returns else "    return np.int64(0)")
     return "\n".join(lines) + "\n", names
+
+
+def _xo_call_source(sig, bound: bool) -> str | None:
+    """The adapter's statement calling a kernel of the codec signature (``[prm,] x, lut,
+    table, out, nchunks``) from the x-and-out entry (:func:`xo_call`: ``ptrs`` the
+    parameters, x and out; lut and table empty, not read by such a kernel), or None for
+    other signatures."""
+    from numba import types
+
+    args = sig.args[1:] if bound else sig.args
+    if len(args) != 5 or not all(isinstance(t, types.Array) for t in args[:4]):
+        return None
+    call = [] if not bound else [f"carray(ptrs[0], (ints[0] - {ADDRESS_BYTES}) // "
+                                 f"{np.dtype(str(sig.args[0].dtype)).itemsize}, d0)"]  # fmt: skip
+    # (d1 .. d4: the dtypes of x, lut, table and out, as _adapter_source names them)
+    call += ["carray(ptrs[1], ints[1], d1)", "carray(ptrs[0], 0, d2)", "carray(ptrs[0], 0, d3)",
+             "carray(ptrs[2], ints[2], d4)", "1"]  # fmt: skip
+    returns = sig.return_type not in (types.void, types.none)
+    if returns:
+        return f"return np.int64(kernel({', '.join(call)})) & LOW"
+    return f"kernel({', '.join(call)}); return np.int64(0)"
 
 
 def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=()) -> int:
@@ -1207,7 +1254,9 @@ class NumbaKernel(_NativeBase):
     def build(self, parallel: bool = False):
         if self._built is None:
             address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes)
-            self._built = NativeCall(checked_entry(), bind(address, self._params))
+            built = NativeCall(checked_entry(), bind(address, self._params))
+            built.xo = self.xo and _xo_call_source(self._sig, self._bound) is not None
+            self._built = built
         return self._built
 
 
