@@ -12,7 +12,7 @@ from .codec import astype, decode, encode, round_to
 from .fake_convert import fake_convert
 from .formats import FloatFormat, format_table, get_format, register_format, registered_formats
 from .packing import pack, unpack
-from .promotion import PromotionError, PromotionPolicy, convert_promote_types
+from .promotion import PromotionError, PromotionPolicy, convert_promote_types, promote_inputs
 
 __version__ = "0.1.0"
 
@@ -52,6 +52,7 @@ __all__ = [
     "mma",
     "num_threads",
     "pack",
+    "promote_inputs",
     "promotion",
     "register_format",
     "registered_formats",

@@ -1,15 +1,18 @@
 """Every preset against the table its framework produced (tests/data/promotion/*.json).
 
 The tables were written by scripts/oracles/*.py from the real libraries (torch 2.13, numpy 2,
-jax with and without x64, array-api-strict, paddlepaddle 3.3, openvino 2026.4); these tests
-need none of them.  tests/test_promotion_live.py regenerates the tables where the libraries
-are installed (always in CI) and checks they have not changed.
+jax with and without x64, array-api-strict, paddlepaddle 3.3, openvino 2026.4, oneflow 0.9.0);
+these tests need none of them.  tests/test_promotion_live.py regenerates the tables where the
+libraries are installed (always in CI; oneflow only where it is importable) and checks they
+have not changed.
 
 Every ordered pair of a framework's types is covered, as tensors, 0-d tensors and Python
 scalars, for addition (any arithmetic operator), true division and (Paddle) comparison.  A
 cell is a dtype, ``"error"`` (the library refuses: fp8kit must raise PromotionError),
 ``"nokernel"`` (the library decided a type but has no CPU kernel to show it: fp8kit must give
-a type), or ``null`` (not asked).
+a type), ``"crash"`` (the library died: oneflow 0.9.0 segfaults on a Python complex scalar;
+no answer to compare: test_promotion_nary.py checks that fp8kit refuses it) or ``null`` (not
+asked).  The n-ary tables (random mixes and reductions) are checked in test_promotion_nary.py.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ PRESET_OF_TABLE = {
     "jax_x64": P.JAX_X64,
     "array_api": P.ARRAY_API,
     "paddle": P.PADDLE,
+    "oneflow": P.ONEFLOW,
     "openvino": None,  # one policy per attribute set: the op key
     "openvino_u64_targets": None,
 }
@@ -45,6 +49,27 @@ KNOWN_DIFFERENCES = {
         )
         for x in ("0d:float64", "0d:complex128")
         for a, b in ((x, "py:complex"), ("py:complex", x))
+    },
+    # oneflow 0.9.0's scalar_div casts a bool tensor to int64 for an int scalar and divides
+    # in int64 (``x / 2``), while ``2 / x`` is float32: fp8kit keeps one (symmetric) answer,
+    # the true division of the common type int64
+    **{
+        ("oneflow", "divide", x, "py:int"): (
+            "float32",
+            "oneflow 0.9.0 divides a bool tensor by a Python int in int64 (the reversed "
+            "division gives float32); fp8kit gives float32 both ways",
+        )
+        for x in ("bool", "0d:bool")
+    },
+    # oneflow refuses a Python bool in division ("should be float or int") except that
+    # True / float16 reaches a missing kernel; fp8kit refuses it everywhere
+    **{
+        ("oneflow", "divide", "py:bool", x): (
+            "error",
+            "oneflow 0.9.0 refuses a Python bool in division but for True / float16, which "
+            "has no CPU kernel; fp8kit refuses it everywhere",
+        )
+        for x in ("float16", "0d:float16")
     },
 }
 
@@ -73,6 +98,8 @@ def outcome(policy, a, b, op) -> str:
 def expected(table: str, op: str, i: int, j: int) -> str | None:
     t = TABLES[table]
     cell = t["ops"][op][i][j]
+    if cell == "crash":
+        return None
     if cell == "nokernel":
         # torch has no kernel for complex32 (ComplexHalf) division; complex32 is no numpy dtype
         add_cell = t["ops"]["add"][i][j] if "add" in t["ops"] else None
@@ -144,7 +171,7 @@ def test_tables_cover_every_type_of_each_preset():
 
 
 def test_each_preset_has_every_type_its_library_has_that_fp8kit_represents():
-    for table in ("torch", "jax", "jax_x64", "paddle", "openvino", "array_api"):
+    for table in ("torch", "jax", "jax_x64", "paddle", "openvino", "array_api", "oneflow"):
         preset = PRESET_OF_TABLE[table] or P.OPENVINO
         tensors = [o for o in TABLES[table]["operands"] if ":" not in o]
         assert set(tensors) == set(preset.dtypes), table

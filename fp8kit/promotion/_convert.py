@@ -1,4 +1,4 @@
-"""convert_promote_types: both operands converted to their common type."""
+"""convert_promote_types and promote_inputs: operands converted to their common type."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from ..cast import cast
-from ._engine import result_type
+from ._engine import _ALL_OPS, result_type
 from ._policy import PromotionPolicy, openvino
 from ._types import _COMPONENT, _DTYPES, _FLOATS, _NAME_OF_DTYPE, PromotionError
 
@@ -114,3 +114,69 @@ def convert_promote_types(
         )
     common = result_type(a, b, policy=policy)
     return _convert(np.asarray(a), common, saturate), _convert(np.asarray(b), common, saturate)
+
+
+def promote_inputs(
+    *arrays: Any,
+    policy: PromotionPolicy | None = None,
+    op: str = "add",
+    saturate: bool = True,
+) -> tuple[np.ndarray, ...]:
+    """All inputs converted at once to the type their operation computes in.
+
+    OpenVINO's ConvertPromoteTypes generalised to n inputs, and what PyTorch's TensorIterator
+    and OneFlow's TensorProcessor do before a kernel runs: the common type of all inputs is
+    decided together (:func:`fp8kit.promotion.result_type` with ``*arrays``, which is not a
+    fold of pairs), then every input is converted with :func:`fp8kit.cast`.
+
+    Parameters
+    ----------
+    *arrays : array_like
+        Arrays (any shapes; 0-d arrays count as 0-d tensors), numpy scalars or Python scalars.
+    policy : PromotionPolicy, default OPENVINO
+        Whose rules decide the common type.
+    op : {"add", "divide", "compare", "sum", "prod", "cumsum", "mean"}, default "add"
+        ``"divide"`` converts to the true division's type (float32 for integers under
+        TORCH); ``"compare"`` to the common type the comparison is made in; a reduction takes
+        one array and converts it to the type its reduction gives (int64 for a sum of int8
+        under TORCH).
+    saturate : bool, default True
+        Passed to :func:`fp8kit.cast` (ONNX Cast-21 semantics), which does the conversions.
+
+    Returns
+    -------
+    tuple of ndarray
+        The inputs in that type, each in its own shape (an input that already has it is
+        returned as is, without a copy).
+
+    Raises
+    ------
+    PromotionError
+        When the policy gives the inputs no common type (or refuses the reduction).
+    TypeError
+        If an input is not an array, numpy scalar or Python scalar of a type fp8kit promotes.
+    ValueError
+        If ``op`` is unknown, no input is given, or a reduction gets more than one.
+
+    Examples
+    --------
+    >>> import numpy as np, fp8kit
+    >>> from fp8kit import promotion as P
+    >>> a, b, c = fp8kit.promote_inputs(
+    ...     np.array([1, -2], np.int8), np.array([200], np.uint8), np.ones(2, np.float16),
+    ...     policy=P.NUMPY,
+    ... )
+    >>> a.dtype, b.dtype, c.dtype, b.tolist()
+    (dtype('float16'), dtype('float16'), dtype('float16'), [200.0])
+    >>> (s,) = fp8kit.promote_inputs(np.array([1, 2], np.int8), policy=P.TORCH, op="sum")
+    >>> s.dtype
+    dtype('int64')
+    """
+    if op not in _ALL_OPS:
+        raise ValueError(f"op: {op!r} is not allowed; valid: {', '.join(_ALL_OPS)}")
+    if not arrays:
+        raise ValueError("promote_inputs needs at least one array; got none")
+    if policy is None:
+        policy = openvino()
+    common = result_type(*arrays, policy=policy, op="add" if op == "compare" else op)
+    return tuple(_convert(np.asarray(x), common, saturate) for x in arrays)

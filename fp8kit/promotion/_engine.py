@@ -1,4 +1,5 @@
-"""The rule machine: join, category rule, operation; the cached result_type."""
+"""The rule machine: join, category rule, n operands, operation, reductions; the cached
+result_type."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._policy import OPENVINO, PromotionPolicy
+from ._policy import OPENVINO, REDUCTIONS, PromotionPolicy
 from ._types import (
     _CATEGORY,
     _CATEGORY_NAME,
@@ -110,7 +111,10 @@ def _int_with_float(p: PromotionPolicy, i: str, f: str) -> str:
 
 
 def _join_float(p: PromotionPolicy, a: str, b: str) -> str:
-    """Floats and complex: the smallest type into which both fit exactly."""
+    """Floats and complex: the smallest type into which both fit exactly (or by rank)."""
+    rank = p._float_rank  # type: ignore[attr-defined]
+    if a in rank and b in rank:
+        return a if rank[a] > rank[b] else b
     complex_result = a in _COMPONENT or b in _COMPONENT
     ca, cb = _COMPONENT.get(a, a), _COMPONENT.get(b, b)
     cands = [c for c in _float_candidates(p) if _float_fits(ca, c) and _float_fits(cb, c)]
@@ -132,6 +136,8 @@ def _align(p: PromotionPolicy, hi: tuple[str, str], lo: tuple[str, str]) -> str:
     """A weaker operand ``lo`` meets a stronger one ``hi`` (the category rule)."""
     h, w = hi[1], lo[1]
     ch, cw = _CATEGORY[h], _CATEGORY[w]
+    if p.zero_dim == "ignored" and lo[0] == "0d":
+        return h
     if p.zero_dim == "same_kind":
         if ch == cw and ch in (1, 2):
             if p.lossy == "error":
@@ -190,12 +196,102 @@ def _resolve_operand(p: PromotionPolicy, op: tuple[str, str]) -> tuple[str, str]
     return ("tensor" if level == "0d" and p.zero_dim == "tensor" else level, dt)
 
 
-def _common(p: PromotionPolicy, a: tuple[str, str], b: tuple[str, str]) -> str:
-    ra, rb = _resolve_operand(p, a), _resolve_operand(p, b)
+def _pair(p: PromotionPolicy, ra: tuple[str, str], rb: tuple[str, str]) -> str:
+    """The common type of two resolved operands: the join, or the category rule."""
     la, lb = _LEVEL[ra[0]], _LEVEL[rb[0]]
     if la == lb:
         return _join(p, ra[1], rb[1], restricted=la == 2)
     return _align(p, ra, rb) if la > lb else _align(p, rb, ra)
+
+
+def _stronger(ra: tuple[str, str], rb: tuple[str, str]) -> str:
+    return ra[0] if _LEVEL[ra[0]] >= _LEVEL[rb[0]] else rb[0]
+
+
+def _fold(p: PromotionPolicy, names: list[str], restricted: bool) -> str:
+    t = names[0]
+    for n in names[1:]:
+        t = _join(p, t, n, restricted)
+    return t
+
+
+# NumPy's "most knowledgeable" operand leads: categories, with Python int above bool, Python
+# float above the integers and Python complex above it but below the float arrays (a float32
+# array promotes a Python complex to complex64; numpy's common_dtype slots).
+_PY_RANK = {0: 0.0, 1: 0.5, 2: 1.5, 3: 1.75}
+
+
+def _knowledge(r: tuple[str, str]) -> tuple[float, int, int]:
+    cat = _CATEGORY[r[1]]
+    rank = _PY_RANK[cat] if r[0] == "py" else float(cat)
+    return rank, _bits(r[1]), _ORDER[r[1]]
+
+
+def _common(p: PromotionPolicy, ops: tuple[tuple[str, str], ...]) -> str:
+    """The common type of any number of operands (see ``PromotionPolicy.nary``)."""
+    res = [_resolve_operand(p, o) for o in ops]
+    if len(res) == 1:
+        return res[0][1]
+    if len(res) == 2:
+        return _pair(p, res[0], res[1])
+    if p.nary == "chain":  # a + b + c: each step's result has the stronger level
+        acc = res[0]
+        for r in res[1:]:
+            acc = (_stronger(acc, r), _pair(p, acc, r))
+        return acc[1]
+    if p.nary == "main":
+        i = max(range(len(res)), key=lambda k: _knowledge(res[k]))
+        main, acc = res[i], None
+        for r in res[:i] + res[i + 1 :]:
+            t = (_stronger(main, r), _pair(p, main, r))
+            acc = t if acc is None else (_stronger(acc, t), _pair(p, acc, t))
+        return acc[1]  # type: ignore[index]
+    groups: dict[str, list[str]] = {"tensor": [], "0d": [], "py": []}
+    for level, name in res:
+        groups[level].append(name)
+    hi = _fold_tensors(p, groups) if groups["tensor"] else None
+    if groups["0d"] and not (hi and p.zero_dim == "ignored"):
+        z = ("0d", _fold(p, groups["0d"], False))
+        hi = z if hi is None else (hi[0], _align(p, hi, z))
+    if not groups["py"]:
+        return hi[1]  # type: ignore[index]
+    if hi is None:
+        return _fold(p, groups["py"], False)
+    if p.nary_scalars == "each":
+        common = None
+        for s in groups["py"]:
+            t = _align(p, hi, ("py", s))
+            common = t if common is None else _join(p, common, t, restricted=True)
+        return common  # type: ignore[return-value]
+    return _align(p, hi, ("py", _fold(p, groups["py"], False)))
+
+
+def _fold_tensors(p: PromotionPolicy, groups: dict[str, list[str]]) -> tuple[str, str] | None:
+    """The tensors' join; with ``u64_signed_weak`` uint64 and a signed integer give a weak
+    float, which gives way to the tensors' floats and joins the Python scalars (JAX)."""
+    acc, weak = None, False
+    for name in groups["tensor"]:
+        if acc is None:
+            acc = name
+        elif p.u64_signed_weak and _weak_pair(acc, name):
+            acc, weak = None, True  # both integers lie below the weak float
+        else:
+            acc = _join(p, acc, name, True)
+    if weak:
+        groups["py"].append(p.u64_signed)
+    return None if acc is None else ("tensor", acc)
+
+
+def _weak_pair(a: str, b: str) -> bool:
+    if _CATEGORY[a] != 1 or _CATEGORY[b] != 1 or "uint64" not in (a, b):
+        return False
+    return _int_info(b if a == "uint64" else a)[0]  # the other one is signed
+
+
+def _all_arrays(p: PromotionPolicy, ops: tuple[tuple[str, str], ...]) -> str | None:
+    """The join of the tensors and 0-d tensors, all as tensors (None if there are none)."""
+    names = [_resolve_operand(p, o)[1] for o in ops if o[0] != "py"]
+    return _fold(p, names, False) if names else None
 
 
 def _finish(p: PromotionPolicy, common: str, op: str) -> str:
@@ -213,33 +309,98 @@ def _finish(p: PromotionPolicy, common: str, op: str) -> str:
 
 
 _OPS = ("add", "divide", "compare")
+_ALL_OPS = _OPS + REDUCTIONS
+_ORDER = {n: i for i, n in enumerate(_DTYPES)}
+
+
+def _reduce(p: PromotionPolicy, operand: tuple[str, str], op: str) -> str:
+    """The result type of a reduction of one tensor or 0-d tensor (not a promotion: a type
+    the policy promotes with nothing, as OpenVINO's u2, reduces all the same)."""
+    level, name = operand
+    if name not in p.dtypes:
+        raise _Refused(f"{name} is not a type of {p.name}")
+    name = p._canon.get(name, name)  # type: ignore[attr-defined]
+    special = p._reduce_type.get((op, name))  # type: ignore[attr-defined]
+    if special is not None:
+        if special == "error":
+            raise _Refused(f"{op} of {name} is not defined")
+        return special
+    if level == "0d" and op in p.reductions_keep_zero_dim:
+        return name
+    if _CATEGORY[name] > 1:
+        return p._canon.get(name, name)  # type: ignore[attr-defined]
+    rule = p._reduce_rule[op]  # type: ignore[attr-defined]
+    default = p._canon.get(p.scalar_dtypes[1] or "int64", p.scalar_dtypes[1] or "int64")  # type: ignore[attr-defined]
+    if rule == "keep":
+        return name
+    if rule == "error":
+        raise _Refused(f"{op} of {name} is not defined (floating types only)")
+    if rule == "divide":
+        return _finish(p, name, "divide")
+    if rule == "default_int" or (rule == "keep_int" and name == "bool"):
+        return default
+    if rule == "keep_int":
+        return name
+    # widen: to the default integer (its unsigned twin for unsigned types) when narrower
+    bits = _bits(default)
+    if name == "bool":
+        return _join(p, "bool", default, restricted=True)
+    signed, width = _int_info(name)
+    if width >= bits:
+        return name
+    return _join(p, name, default if signed else f"uint{bits}", restricted=True)
+
+
+def _describe_all(ops: tuple[tuple[str, str], ...]) -> str:
+    names = [_describe(*o) for o in ops]
+    return " and ".join(names) if len(names) <= 2 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 @functools.lru_cache(maxsize=8192)
-def _cached(a: tuple[str, str], b: tuple[str, str], policy: PromotionPolicy, op: str):
+def _cached(ops: tuple[tuple[str, str], ...], policy: PromotionPolicy, op: str):
     """The result dtype, or the error message (a str) -- exceptions are not cached."""
     try:
-        return _DTYPES[_finish(policy, _common(policy, a, b), op)]
+        if op in REDUCTIONS:
+            return _DTYPES[_reduce(policy, ops[0], op)]
+        common = _common(policy, ops)
+        if op == "divide":
+            if not policy.divide_bool_scalars and ("py", "bool") in ops:
+                raise _Refused("true division takes no Python bool")
+            if policy.divide_checks_zero_dim and common == "bool":
+                raw = _all_arrays(policy, ops)  # OneFlow's BinaryFloatFunctor looks at all
+                if raw is not None and _CATEGORY[raw] == 1:
+                    common = raw
+        return _DTYPES[_finish(policy, common, op)]
     except _Refused as e:
-        return f"{policy.name}: {_describe(*a)} and {_describe(*b)} have no common type: {e}"
+        if op in REDUCTIONS:
+            return f"{policy.name}: {op} of {_describe(*ops[0])}: {e}"
+        return f"{policy.name}: {_describe_all(ops)} have no common type: {e}"
 
 
-def result_type(
-    a: Any, b: Any, *, policy: PromotionPolicy | None = None, op: str = "add"
-) -> np.dtype:
-    """The common dtype of two operands under a promotion policy.
+def _argname(i: int) -> str:
+    return chr(ord("a") + i) if i < 26 else f"operands[{i}]"
+
+
+def result_type(*operands: Any, policy: PromotionPolicy | None = None, op: str = "add") -> np.dtype:
+    """The common dtype of any number of operands under a promotion policy, or the dtype of a
+    reduction of one.
 
     Parameters
     ----------
-    a, b : array, dtype, type name or Python scalar
+    *operands : array, dtype, type name or Python scalar
         See the module docstring: dtypes and names are tensors, 0-d arrays and numpy scalars
-        are 0-d tensors, Python values and types are Python scalars.
+        are 0-d tensors, Python values and types are Python scalars.  Two operands promote
+        by the pairwise rules; more promote at once as the library does
+        (``PromotionPolicy.nary``: PyTorch by levels, NumPy around its main operand, Paddle
+        and OpenVINO as a chain of binary operations), which is not always a fold of pairs.
     policy : PromotionPolicy, default OPENVINO
         A preset (``OPENVINO``, ``TORCH``, ``NUMPY``, ``JAX``, ``JAX_X64``, ``ARRAY_API``,
-        ``PADDLE``) or a policy of your own.
-    op : {"add", "divide", "compare"}
+        ``PADDLE``, ``ONEFLOW``) or a policy of your own.
+    op : {"add", "divide", "compare", "sum", "prod", "cumsum", "mean"}
         ``"add"`` is any arithmetic operator; ``"divide"`` applies the policy's true-division
-        rule; ``"compare"`` gives bool when the operands promote.
+        rule; ``"compare"`` gives bool when the operands promote; the reductions take one
+        tensor or 0-d tensor and give the type of its sum, product, cumulative sum or mean
+        (``PromotionPolicy.reductions``).
 
     Returns
     -------
@@ -249,8 +410,13 @@ def result_type(
     Raises
     ------
     PromotionError
-        When the policy gives no common type; the message names both operands, the policy and
-        the reason.
+        When the policy gives no common type (or refuses the reduction); the message names
+        the operands, the policy and the reason.
+    TypeError
+        If an operand is not a type fp8kit promotes, ``policy`` is not a PromotionPolicy, or a
+        reduction is given a Python scalar.
+    ValueError
+        If ``op`` is unknown, no operand is given, or a reduction is given more than one.
 
     Examples
     --------
@@ -262,6 +428,10 @@ def result_type(
     dtype('float32')
     >>> P.result_type(np.zeros(3, np.uint8), np.int64(5), policy=P.TORCH)
     dtype('uint8')
+    >>> P.result_type("int8", "uint8", "float16", policy=P.NUMPY)  # n-ary: not a fold
+    dtype('float16')
+    >>> P.result_type("int8", op="sum", policy=P.TORCH)
+    dtype('int64')
     >>> P.result_type("float8_e4m3fn", "float8_e5m2")  # OPENVINO, promote_unsafe=False
     Traceback (most recent call last):
     ...
@@ -271,11 +441,35 @@ def result_type(
     """
     if policy is None:
         policy = OPENVINO
-    elif not isinstance(policy, PromotionPolicy):
+    elif type(policy) is not PromotionPolicy and not isinstance(policy, PromotionPolicy):
         raise TypeError(f"policy must be a PromotionPolicy; got {policy!r}")
-    if op not in _OPS:
-        raise ValueError(f"op: {op!r} is not allowed; valid: {', '.join(_OPS)}")
-    r = _cached(_operand(a, "a"), _operand(b, "b"), policy, op)
+    if len(operands) == 2 and op in _BINARY:  # the common case, kept as fast as before
+        ops = (_operand(operands[0], "a"), _operand(operands[1], "b"))
+    else:
+        ops = _check_operands(operands, op)
+    r = _cached(ops, policy, op)
     if type(r) is str:
         raise PromotionError(r)
     return r
+
+
+_BINARY = frozenset(_OPS)
+
+
+def _check_operands(operands: tuple[Any, ...], op: str) -> tuple[tuple[str, str], ...]:
+    if op not in _ALL_OPS:
+        raise ValueError(f"op: {op!r} is not allowed; valid: {', '.join(_ALL_OPS)}")
+    if not operands:
+        raise ValueError("result_type needs at least one operand; got none")
+    ops = tuple(_operand(x, _argname(i)) for i, x in enumerate(operands))
+    if op in REDUCTIONS:
+        if len(ops) != 1:
+            raise ValueError(
+                f"op={op!r} reduces one operand; got {len(ops)} (valid: one tensor or 0-d tensor)"
+            )
+        if ops[0][0] == "py":
+            raise TypeError(
+                f"a: {operands[0]!r} is a Python scalar; op={op!r} reduces a tensor or 0-d "
+                "tensor (an array, a dtype or a type name)"
+            )
+    return ops

@@ -21,6 +21,9 @@ _KIND_PAIRS = (
     "complex+complex",
 )
 Island = tuple[tuple[str, ...], tuple[str, ...]]
+#: The reductions ``result_type(x, op=...)`` answers for, and the rules they may follow.
+REDUCTIONS = ("sum", "prod", "cumsum", "mean")
+_REDUCTION_RULES = ("keep", "keep_int", "default_int", "widen", "divide", "error")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,14 +64,19 @@ class PromotionPolicy:
         When two 16-bit floats are both smallest (two different float8 types), which one.
     u64_signed : str
         uint64 meets a signed integer: the result type, or ``"error"``.
+    u64_signed_weak : bool
+        Whether that result is weak, as a Python float is (JAX's lattice: int64 and uint64
+        join to its weak float, so int16, uint64 and float16 together give float16).
     lossy : {"allow", "error"}
         ``"error"`` refuses promotions that widen past both inputs, integers into floats
         narrower than twice their width, uint64 with signed integers, and narrowing 0-d
         operands (OpenVINO's promote_unsafe=False).
-    zero_dim : {"tensor", "weaker", "same_kind"}
-        0-d tensors are tensors (NumPy, JAX, Array API), a weaker level (PyTorch, Paddle), or
+    zero_dim : {"tensor", "weaker", "same_kind", "ignored"}
+        0-d tensors are tensors (NumPy, JAX, Array API), a weaker level (PyTorch, Paddle),
         weaker only against a tensor of the same kind, int or float (OpenVINO's
-        pytorch_scalar_promotion).
+        pytorch_scalar_promotion), or a weaker level that a tensor ignores altogether (OneFlow's
+        TensorProcessor skips 0-d tensors unless all inputs are 0-d: an int8 tensor with a
+        0-d float64 tensor is int8).
     python_scalars : {"weak", "zero_dim"}
         Python scalars are the weakest level, or 0-d tensors of their default dtypes
         (OpenVINO constants).
@@ -99,6 +107,43 @@ class PromotionPolicy:
     true_divide_keeps : tuple of str
         Integer types whose true division keeps the common type, whatever ``true_divide``
         says (JAX: int1, int2, uint1 and uint2, which its ``true_divide`` leaves integral).
+    float_ranks : tuple of str
+        Empty: two floats join to the smallest type both fit into exactly.  Otherwise two
+        floats of this tuple join to the later one (OneFlow: float16, float32, float64,
+        bfloat16: bfloat16 wins over every float).
+    divide_checks_zero_dim : bool
+        With ``zero_dim="ignored"``: true division treats the operands as integers when the
+        tensors and 0-d tensors together join to an integer type, even if the common type (0-d
+        tensors ignored) is bool (OneFlow: a bool tensor / a 0-d uint8 tensor is float32).
+    divide_bool_scalars : bool
+        Whether true division takes a Python bool (False: OneFlow's scalar_div refuses it).
+    nary : {"levels", "main", "chain"}
+        How more than two operands promote.  ``"levels"``: the operands of each level join in
+        order (tensors, then 0-d tensors, then Python scalars) and the levels meet by the
+        category rule, strongest first (PyTorch's ResultTypeState, JAX's lattice, the Array
+        API, OneFlow's TensorProcessor); ``"main"``: the operand of the highest category meets
+        each other one and those results join (NumPy's ``result_type``); ``"chain"``: a chain
+        of binary operations left to right, as ``a + b + c`` computes it (Paddle and
+        OpenVINO, whose operations of more inputs do not promote).
+    nary_scalars : {"join", "each"}
+        With ``nary="levels"``: the Python scalars join first and then meet the arrays' type
+        (PyTorch, JAX), or each one meets the arrays' type on its own (the Array API: a Python
+        bool beside a Python int still refuses an integer array).
+    reductions : tuple of (op, rule)
+        The result type of ``op="sum"``, ``"prod"``, ``"cumsum"`` and ``"mean"`` of a bool or
+        integer operand (floats keep their type): ``"keep"`` the operand's type;
+        ``"keep_int"`` integers keep theirs and bool gives the default integer (the
+        policy's Python int type); ``"default_int"`` the default integer for all;
+        ``"widen"`` bool and integers narrower than the default integer join with it (its
+        unsigned twin for unsigned integers: NumPy's, JAX's and the Array API's sum, where
+        the join may refuse); ``"divide"`` the true-division rule (a mean of integers);
+        ``"error"``.
+    reduction_types : tuple of (op, type, result)
+        Exceptions to ``reductions``: the result type, or ``"error"`` (Paddle's sum gives
+        int64 for bool and int32 only; OneFlow refuses the mean of bfloat16).
+    reductions_keep_zero_dim : tuple of str
+        Reductions that return a 0-d tensor's own type (OneFlow's sum and prod of a 0-d
+        tensor reduce nothing).
 
     Raises
     ------
@@ -125,6 +170,7 @@ class PromotionPolicy:
     int_to_float: Literal["float", "safe_width"] = "float"
     float_tie: Literal["float16", "bfloat16"] = "float16"
     u64_signed: str = "float64"
+    u64_signed_weak: bool = False
     lossy: Literal["allow", "error"] = "allow"
     zero_dim: Literal["tensor", "weaker", "same_kind"] = "tensor"
     python_scalars: Literal["weak", "zero_dim"] = "weak"
@@ -138,12 +184,25 @@ class PromotionPolicy:
         "common", "default_float", "default_float_not_bool", "float_of_width", "error"
     ] = "default_float"
     true_divide_keeps: tuple[str, ...] = ()
+    float_ranks: tuple[str, ...] = ()
+    divide_checks_zero_dim: bool = False
+    divide_bool_scalars: bool = True
+    nary: Literal["levels", "main", "chain"] = "levels"
+    nary_scalars: Literal["join", "each"] = "join"
+    reductions: tuple[tuple[str, str], ...] = (
+        ("sum", "widen"),
+        ("prod", "widen"),
+        ("cumsum", "widen"),
+        ("mean", "divide"),
+    )
+    reduction_types: tuple[tuple[str, str, str], ...] = ()
+    reductions_keep_zero_dim: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_choice(self.int_to_float, ("float", "safe_width"), "int_to_float")
         _check_choice(self.float_tie, ("float16", "bfloat16"), "float_tie")
         _check_choice(self.lossy, ("allow", "error"), "lossy")
-        _check_choice(self.zero_dim, ("tensor", "weaker", "same_kind"), "zero_dim")
+        _check_choice(self.zero_dim, ("tensor", "weaker", "same_kind", "ignored"), "zero_dim")
         _check_choice(self.python_scalars, ("weak", "zero_dim"), "python_scalars")
         _check_choice(
             self.scalar_upcast, ("join", "join_real", "default", "error"), "scalar_upcast"
@@ -169,6 +228,25 @@ class PromotionPolicy:
                 _check_choice(n, ALL_DTYPES, "islands")
             for k in partners:
                 _check_choice(k, _CATEGORY_NAME, "island partner kinds")
+        for n in self.float_ranks:
+            _check_choice(n, [f for f in ALL_DTYPES if "float" in f], "float_ranks")
+        _check_choice(self.nary, ("levels", "main", "chain"), "nary")
+        _check_choice(self.nary_scalars, ("join", "each"), "nary_scalars")
+        for op, rule in self.reductions:
+            _check_choice(op, REDUCTIONS, "reductions")
+            _check_choice(rule, _REDUCTION_RULES, f"reductions ({op})")
+        if sorted(op for op, _ in self.reductions) != sorted(REDUCTIONS):
+            raise ValueError(
+                f"reductions must give one rule for each of {', '.join(REDUCTIONS)}; "
+                f"got {self.reductions!r}"
+            )
+        for op, n, result in self.reduction_types:
+            _check_choice(op, REDUCTIONS, "reduction_types")
+            _check_choice(n, ALL_DTYPES, "reduction_types")
+            if result != "error":
+                _check_choice(result, ALL_DTYPES, "reduction_types")
+        for op in self.reductions_keep_zero_dim:
+            _check_choice(op, REDUCTIONS, "reductions_keep_zero_dim")
         if len(self.scalar_dtypes) != 4:
             raise ValueError(f"scalar_dtypes must have 4 entries; got {self.scalar_dtypes!r}")
         for n in self.scalar_dtypes:
@@ -178,6 +256,9 @@ class PromotionPolicy:
         object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in _FIELDS)))
         object.__setattr__(self, "_island_of", {n: isl for isl in self.islands for n in isl[0]})
         object.__setattr__(self, "_canon", dict(self.canonical))
+        object.__setattr__(self, "_reduce_rule", dict(self.reductions))
+        object.__setattr__(self, "_reduce_type", {(o, n): r for o, n, r in self.reduction_types})
+        object.__setattr__(self, "_float_rank", {n: i for i, n in enumerate(self.float_ranks)})
 
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]
@@ -228,10 +309,17 @@ TORCH = PromotionPolicy(
     scalar_upcast="join_real",
     complex_of_float16="complex32",
     u64_signed="error",
+    # sum/prod/cumsum of bool and integers are int64; "mean(): could not infer output dtype"
+    reductions=(
+        ("sum", "default_int"),
+        ("prod", "default_int"),
+        ("cumsum", "default_int"),
+        ("mean", "error"),
+    ),
 )
 
 #: NumPy 2 (NEP 50); ml_dtypes types join by the same "smallest type holding both" rule.
-NUMPY = PromotionPolicy(name="NUMPY", int_to_float="safe_width")
+NUMPY = PromotionPolicy(name="NUMPY", int_to_float="safe_width", nary="main")
 
 #: JAX in its default 32-bit mode (``jnp.result_type``; weak Python scalars).
 JAX: PromotionPolicy  # set below
@@ -242,6 +330,9 @@ JAX_X64 = PromotionPolicy(
     islands=((_NARROW_INTS, ("bool",)), (_F8 + _NARROW_MORE, ("bool", "int"))),
     true_divide="float_of_width",
     true_divide_keeps=("int1", "int2", "uint1", "uint2"),
+    u64_signed_weak=True,
+    # jnp.cumsum keeps an integer type (and sums bool as the default int)
+    reductions=(("sum", "widen"), ("prod", "widen"), ("cumsum", "keep_int"), ("mean", "divide")),
 )
 JAX = dataclasses.replace(
     JAX_X64,
@@ -264,6 +355,9 @@ ARRAY_API = PromotionPolicy(
     scalar_upcast="error",
     bool_scalar_mixes=False,
     true_divide="error",
+    nary_scalars="each",
+    # sum/prod/cumulative_sum: the default (unsigned) integer, bool refused; mean: floats only
+    reductions=(("sum", "widen"), ("prod", "widen"), ("cumsum", "widen"), ("mean", "error")),
 )
 
 #: Paddle 3.3 dynamic mode (the spec's tensor-tensor and tensor-scalar tables).
@@ -301,6 +395,35 @@ PADDLE = PromotionPolicy(
     scalar_upcast="default",
     float_with_complex="join",
     true_divide="default_float_not_bool",
+    nary="chain",
+    # SumInferMeta: bool and int32 sum to int64, other types keep theirs; cumsum's kernel
+    # casts integers to int64; prod and mean keep the type (mean of bool is bool)
+    reductions=(("sum", "keep"), ("prod", "keep"), ("cumsum", "default_int"), ("mean", "keep")),
+    reduction_types=(("sum", "bool", "int64"), ("sum", "int32", "int64")),
+)
+
+#: OneFlow 0.9.0 (its functors' TensorProcessor and scalar operations, eager mode on the CPU).
+ONEFLOW = PromotionPolicy(
+    name="ONEFLOW",
+    dtypes=("bool", "int8", "int32", "int64", "uint8", "float16", "bfloat16", "float32", "float64"),
+    float_ranks=("float16", "float32", "float64", "bfloat16"),  # promoteTypes' lookup table
+    zero_dim="ignored",
+    # a Python bool is an integer scalar: a bool tensor + True is int64
+    scalar_dtypes=("int64", "int64", "float32", None),
+    true_divide="default_float_not_bool",
+    divide_checks_zero_dim=True,
+    divide_bool_scalars=False,
+    reductions=(
+        ("sum", "default_int"),
+        ("prod", "keep_int"),
+        ("cumsum", "default_int"),
+        ("mean", "error"),  # "Can only calculate the mean of floating types"
+    ),
+    reduction_types=(("mean", "bfloat16", "error"),),  # bfloat16 is not "floating" there
+    reductions_keep_zero_dim=("sum", "prod"),
+    # TensorProcessor converts an op's tensors at once, but only binary operators take
+    # Python scalars: a + b + c (equal to TensorProcessor's fold where there are no scalars)
+    nary="chain",
 )
 
 
@@ -365,6 +488,14 @@ def openvino(
         python_scalars="zero_dim",
         scalar_dtypes=("bool", "int64", "float64", None),
         true_divide="common",
+        nary="chain",
+        # ReduceSum/ReduceProd/ReduceMean take numeric types (not boolean); CumSum any
+        reductions=(("sum", "keep"), ("prod", "keep"), ("cumsum", "keep"), ("mean", "keep")),
+        reduction_types=(
+            ("sum", "bool", "error"),
+            ("prod", "bool", "error"),
+            ("mean", "bool", "error"),
+        ),
     )
 
 
@@ -372,5 +503,5 @@ OPENVINO = openvino()
 
 #: The presets by name.
 PRESETS: dict[str, PromotionPolicy] = {
-    p.name: p for p in (OPENVINO, TORCH, NUMPY, JAX, JAX_X64, ARRAY_API, PADDLE)
+    p.name: p for p in (OPENVINO, TORCH, NUMPY, JAX, JAX_X64, ARRAY_API, PADDLE, ONEFLOW)
 }

@@ -9,10 +9,13 @@ from ._policy import (
     _FIELDS,
     _KIND_PAIRS,
     ARRAY_API,
+    JAX,
     JAX_X64,
     NUMPY,
+    ONEFLOW,
     PADDLE,
     PRESETS,
+    REDUCTIONS,
     TORCH,
     PromotionPolicy,
     openvino,
@@ -192,7 +195,7 @@ def _knob_value(policy: PromotionPolicy, field: str) -> str:
         return "all" if v == ALL_DTYPES else ", ".join(_short(n) for n in v)
     if field == "mixes":
         return "all" if v == frozenset(_KIND_PAIRS) else ", ".join(sorted(v)) or "none"
-    if field in ("unpromotable", "true_divide_keeps"):
+    if field in ("unpromotable", "true_divide_keeps", "float_ranks"):
         return ", ".join(_short(n) for n in v) or "none"
     if field == "islands":
         return (
@@ -205,6 +208,13 @@ def _knob_value(policy: PromotionPolicy, field: str) -> str:
         return ", ".join(_short(n) if n else "none" for n in v)
     if field == "canonical":
         return ", ".join(f"{_short(a)}->{_short(b)}" for a, b in v) or "none"
+    if field == "reductions":
+        return ", ".join(f"{op} {rule}" for op, rule in v)
+    if field == "reduction_types":
+        cells = (f"{op}({_short(n)})->{r if r == 'error' else _short(r)}" for op, n, r in v)
+        return ", ".join(cells) or "none"
+    if field == "reductions_keep_zero_dim":
+        return ", ".join(v) or "none"
     return str(v)
 
 
@@ -294,7 +304,158 @@ def _unrepresented_table() -> str:
 
 #: The frameworks compared in docs/promotion.md: OpenVINO's type logic without its lossy
 #: errors, and JAX's 64-bit lattice (the 32-bit mode narrows it).
-_DISAGREEMENT_POLICIES = (openvino(promote_unsafe=True), TORCH, NUMPY, JAX_X64, ARRAY_API, PADDLE)
+_DISAGREEMENT_POLICIES = (
+    openvino(promote_unsafe=True),
+    TORCH,
+    NUMPY,
+    JAX_X64,
+    ARRAY_API,
+    PADDLE,
+    ONEFLOW,
+)
+
+#: Mixes of operands whose n-ary answer is not the pairwise answer folded left to right
+#: (docs/promotion.md; each agrees with its library's recorded table).
+_NARY_EXAMPLES = (
+    (TORCH, ("int8", "py:float", "0d:float16")),
+    (TORCH, ("bool", "0d:int8", "py:float", "0d:float16")),
+    (NUMPY, ("int8", "uint8", "float16")),
+    (NUMPY, ("int8", "uint16", "float16")),
+    (NUMPY, ("int8", "uint16", "complex64")),
+    (JAX, ("int8", "py:float", "float16")),
+    (JAX_X64, ("int16", "uint64", "float16")),
+    (ARRAY_API, ("py:bool", "py:int", "int8")),
+    (ONEFLOW, ("0d:uint8", "py:float", "bool")),
+)
+
+
+def _outcome(policy: PromotionPolicy, operands: Iterable[str], op: str = "add") -> str:
+    try:
+        return _short(_NAME_OF_DTYPE[result_type(*operands, policy=policy, op=op)])
+    except PromotionError:
+        return "-"
+
+
+def _folded(policy: PromotionPolicy, operands: tuple[str, ...]) -> str:
+    acc = operands[0]
+    for x in operands[1:]:
+        try:
+            acc = _NAME_OF_DTYPE[result_type(acc, x, policy=policy)]
+        except PromotionError:
+            return "-"
+    return _short(acc)
+
+
+def nary_table(examples: Iterable[tuple[PromotionPolicy, tuple[str, ...]]] | None = None) -> str:
+    """Mixes of operands promoted at once and by folding pairs, side by side (Markdown).
+
+    Parameters
+    ----------
+    examples : iterable of (PromotionPolicy, operands), optional
+        Default: the cases docs/promotion.md shows, one or more per preset whose n-ary rule is
+        not a fold of pairs.
+
+    Returns
+    -------
+    str
+        The Markdown table: the policy, the operands, ``result_type(*operands)`` and the
+        pairwise answer folded left to right (``-``: PromotionError).
+
+    Raises
+    ------
+    TypeError
+        If an operand is not a type the engine knows.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> print(P.nary_table([(P.NUMPY, ("int8", "uint8", "float16"))]))
+    | policy | operands | all at once | folding pairs |
+    |---|---|---|---|
+    | NUMPY | i8, u8, f16 | f16 | f32 |
+    """
+    examples = _NARY_EXAMPLES if examples is None else examples
+    lines = ["| policy | operands | all at once | folding pairs |", "|---|---|---|---|"]
+    for policy, ops in examples:
+        row = (policy.name, ", ".join(_short(o) for o in ops), _outcome(policy, ops))
+        lines.append("| " + " | ".join(row) + f" | {_folded(policy, tuple(ops))} |")
+    return "\n".join(lines)
+
+
+#: The rows of the reduction tables: operands whose results tell the frameworks apart.
+_REDUCTION_ROWS = (
+    "bool",
+    "int4",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint32",
+    "uint64",
+    "float8_e4m3fn",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "0d:bool",
+    "0d:int8",
+)
+
+
+def reduction_table(
+    policies: Iterable[PromotionPolicy] | None = None,
+    *,
+    op: str = "sum",
+    rows: Iterable[str] | None = None,
+) -> str:
+    """The result type of a reduction under each policy (Markdown): one row per operand.
+
+    ``n/a`` marks a type the policy lacks, ``-`` an error.
+
+    Parameters
+    ----------
+    policies : iterable of PromotionPolicy, optional
+        Default: every preset of :data:`PRESETS`.
+    op : {"sum", "prod", "cumsum", "mean"}, default "sum"
+        The reduction.
+    rows : iterable of str, optional
+        Tensors and 0-d tensors (``"0d:int8"``); default: a selection that tells the
+        frameworks apart.
+
+    Returns
+    -------
+    str
+        The Markdown table.
+
+    Raises
+    ------
+    ValueError
+        If ``op`` is not a reduction.
+
+    Examples
+    --------
+    >>> from fp8kit import promotion as P
+    >>> print(P.reduction_table([P.TORCH, P.NUMPY], op="mean", rows=["int8", "float16"]))
+    | mean | TORCH | NUMPY |
+    |---|---|---|
+    | i8 | - | f64 |
+    | f16 | f16 | f16 |
+    """
+    if op not in REDUCTIONS:
+        raise ValueError(f"op: {op!r} is not a reduction; valid: {', '.join(REDUCTIONS)}")
+    policies = list(PRESETS.values()) if policies is None else list(policies)
+    rows = _REDUCTION_ROWS if rows is None else tuple(rows)
+    lines = [
+        f"| {op} | " + " | ".join(p.name for p in policies) + " |",
+        "|" + "---|" * (len(policies) + 1),
+    ]
+    for r in rows:
+        name = _operand(r, "rows")[1]
+        cells = [_outcome(p, [r], op) if name in p.dtypes else "n/a" for p in policies]
+        lines.append(f"| {_short(r)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _doc_policies() -> dict[str, PromotionPolicy]:
@@ -309,9 +470,10 @@ def docs_block(name: str) -> str:
     Parameters
     ----------
     name : str
-        ``"knobs"``, ``"coverage"``, ``"unrepresented"``, ``"disagreements"``, or the name
-        of a preset or of one of the OpenVINO
-        variants the page shows (``"OPENVINO(promote_unsafe=True)"``).
+        ``"knobs"``, ``"coverage"``, ``"unrepresented"``, ``"disagreements"``, ``"nary"``,
+        ``"reductions-sum"`` (``-prod``, ``-cumsum``, ``-mean``), or the name of a preset
+        or of one of the OpenVINO variants the page shows
+        (``"OPENVINO(promote_unsafe=True)"``).
 
     Returns
     -------
@@ -337,10 +499,15 @@ def docs_block(name: str) -> str:
         return coverage_table()
     if name == "unrepresented":
         return _unrepresented_table()
+    if name == "nary":
+        return nary_table()
+    if name.startswith("reductions-") and name[11:] in REDUCTIONS:
+        return reduction_table(op=name[11:])
     policies = _doc_policies()
     if name not in policies:
         raise ValueError(
             f"unknown docs block {name!r}; valid: knobs, coverage, unrepresented, "
-            f"disagreements, {', '.join(policies)}"
+            f"disagreements, nary, {', '.join('reductions-' + r for r in REDUCTIONS)}, "
+            f"{', '.join(policies)}"
         )
     return promotion_table(policies[name])

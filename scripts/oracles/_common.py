@@ -6,6 +6,10 @@ holds, for each operation, one row per left operand and one column per right ope
 is the result's dtype name (ml_dtypes/numpy spelling), ``"error"`` when the library refuses
 the pair, ``"nokernel"`` when the library decided a type but has no kernel to show it, or
 ``null`` when the pair is not asked (e.g. two Python scalars where the API needs an array).
+
+The n-ary tables (``<lib>_nary.json``) hold each library's reductions (``sum``, ``prod``,
+``cumsum``, ``mean`` of one tensor or 0-d tensor: ``"reductions"``) and random mixes of 3 to 6
+operands (``"mixes"``: for each way of asking, rows ``[operand, ..., result]``).
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ def grid(ops, fn, *, skip_py_pairs=False):
 
 def dump(table: dict) -> str:
     """JSON with one row per line, so that diffs of a regenerated table read well."""
+    if "mixes" in table:
+        return dump_nary(table)
     head = {k: v for k, v in table.items() if k != "ops"}
     lines = ["{"]
     for k, v in head.items():
@@ -108,6 +114,86 @@ def dump(table: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The reductions the n-ary tables record, in this order.
+REDUCTIONS = ["sum", "prod", "cumsum", "mean"]
+
+
+#: Drawn a quarter as often as the other operands by :func:`random_mixes` (so that not every
+#: mix of six operands is complex or an island's error).
+RARE = ("complex64", "complex128", "py:complex")
+
+
+def random_mixes(
+    dtypes, *, count, seed, sizes=(3, 6), zero_dim=True, scalars=True, lead=None, rare=RARE
+):
+    """``count`` random operand lists of ``sizes[0]..sizes[1]`` operands (tensors, 0-d tensors
+    and Python scalars drawn from ``dtypes``), each with at least one tensor or 0-d tensor.
+
+    ``lead`` restricts the first operand's kinds (``("tensor", "0d")`` for chains of binary
+    operators, which Python evaluates left to right: an array first keeps every intermediate
+    an array).  Deterministic for a seed (Python's ``random``), so a regenerated table has the
+    same operands."""
+    import random
+
+    rng = random.Random(seed)
+    kinds = ["tensor"] * 5 + (["0d"] * 3 if zero_dim else []) + (["py"] * 2 if scalars else [])
+
+    def draw(pool):
+        while True:
+            x = rng.choice(pool)
+            if x not in rare or rng.random() < 0.25:
+                return x
+
+    mixes = []
+    while len(mixes) < count:
+        n = rng.randint(*sizes)
+        ops = []
+        for i in range(n):
+            kind = rng.choice([k for k in kinds if lead is None or i > 0 or k in lead])
+            if kind == "py":
+                ops.append(draw(PY_SCALARS))
+            else:
+                d = draw(dtypes)
+                ops.append(d if kind == "tensor" else f"0d:{d}")
+        if any(not o.startswith("py:") for o in ops):
+            mixes.append(ops)
+    return mixes
+
+
+def reduction_cells(ops, fn):
+    """``{reduction: [fn(reduction, operand) for operand in ops]}``."""
+    return {r: [fn(r, a) for a in ops] for r in REDUCTIONS}
+
+
+def dump_nary(table: dict) -> str:
+    """An n-ary table: the reductions one row per operation, the mixes one per line."""
+    head = {k: v for k, v in table.items() if k not in ("reductions", "mixes")}
+    lines = ["{"]
+    for k, v in head.items():
+        lines.append(f"  {json.dumps(k)}: {json.dumps(v)},")
+    red = table["reductions"]
+    lines.append('  "reductions": {')
+    lines.append(f'    "operands": {json.dumps(red["operands"])},')
+    lines.append('    "ops": {')
+    items = list(red["ops"].items())
+    for i, (op, row) in enumerate(items):
+        lines.append(
+            f"      {json.dumps(op)}: {json.dumps(row)}" + ("," if i < len(items) - 1 else "")
+        )
+    lines.append("    }")
+    lines.append("  },")
+    lines.append('  "mixes": {')
+    kinds = list(table["mixes"].items())
+    for i, (kind, rows) in enumerate(kinds):
+        lines.append(f"    {json.dumps(kind)}: [")
+        for j, row in enumerate(rows):
+            lines.append(f"      {json.dumps(row)}" + ("," if j < len(rows) - 1 else ""))
+        lines.append("    ]" + ("," if i < len(kinds) - 1 else ""))
+    lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 def write(table: dict, name: str) -> Path:
     path = DATA / f"{name}.json"
     path.write_text(dump(table))
@@ -115,8 +201,13 @@ def write(table: dict, name: str) -> Path:
 
 
 def main(build, names):
-    """``python script.py``: write every table; ``python script.py --print NAME``: print one."""
+    """``python script.py``: write every table; ``python script.py --print NAME``: print one;
+    ``python script.py --json``: print them all as JSON (for a test running the oracle in
+    another interpreter)."""
     tables = build()
+    if "--json" in sys.argv:
+        print(json.dumps(tables))
+        return
     if "--print" in sys.argv:
         print(dump(tables[sys.argv[sys.argv.index("--print") + 1]]))
         return

@@ -10,6 +10,10 @@
   from the casts and loops ml_dtypes registers: some do not hold both operands, and ``x + y``
   depends on operand order.  fp8kit does not follow them (docs/promotion.md); the table is
   kept to document that.
+- tests/data/promotion/numpy_nary.json: ``np.sum``, ``np.prod``, ``np.cumsum`` and ``np.mean``
+  of an array and a 0-d array of each of numpy's own types, and ``np.result_type(*operands)``
+  on random mixes of 3 to 6 arrays, 0-d arrays and Python scalars (numpy's n-ary promotion:
+  the operand of the highest category promotes with each other one, and those results join).
 """
 
 from __future__ import annotations
@@ -94,5 +98,44 @@ def build():
     return {"numpy": own, "numpy_ml_dtypes": ml}
 
 
+def build_nary():
+    import numpy as np
+
+    def make(op):
+        kind, name = C.split(op)
+        if kind == "py":
+            return C.PY_VALUES[op]
+        return np.zeros((2,) if kind == "tensor" else (), np.dtype(name))
+
+    def guarded(fn):
+        try:
+            with np.errstate(all="ignore"):
+                return str(fn())
+        except TypeError:
+            return "error"
+
+    reducers = {"sum": np.sum, "prod": np.prod, "cumsum": np.cumsum, "mean": np.mean}
+    red_ops = C.operands(NUMPY_DTYPES, scalars=False)
+    mixes = C.random_mixes(NUMPY_DTYPES, count=400, seed=4411)
+    table = {
+        "preset": "NUMPY",
+        "generator": "scripts/oracles/numpy_table.py",
+        "library": f"numpy {np.__version__}",
+        "reductions": {
+            "operands": red_ops,
+            "ops": C.reduction_cells(
+                red_ops, lambda r, a: guarded(lambda: reducers[r](make(a)).dtype)
+            ),
+        },
+        "mixes": {
+            "result_type": [
+                m + [guarded(lambda: np.result_type(*map(make, m)))]  # noqa: B023
+                for m in mixes
+            ]
+        },
+    }
+    return {"numpy_nary": table}
+
+
 if __name__ == "__main__":
-    C.main(build, ["numpy", "numpy_ml_dtypes"])
+    C.main(lambda: {**build(), **build_nary()}, ["numpy", "numpy_ml_dtypes", "numpy_nary"])
