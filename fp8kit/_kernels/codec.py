@@ -446,6 +446,12 @@ class Kernel:
         NumbaKernel`), or None where that route is not available here."""
         if not numba_route() or not _JIT["cache"]:  # (tests: compiled anew, see conftest)
             return None
+        if not all(
+            isinstance(t, types.Integer)
+            or (isinstance(t, types.Array) and t.ndim == 1 and t.layout == "C")
+            for t in self._sig.args
+        ):  # (the checked entry passes 1-D arrays and ints: others keep the dispatcher)
+            return None
         func = self._make(False)
         key = (func.__name__, function_key(func), type(self).__name__, self._key)
         # (codec kernels (x, lut, table, out, nchunks) write out element by element of x)
