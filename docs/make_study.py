@@ -28,6 +28,11 @@ SCALINGS = ["none", "tensor", "channel", "block:32"]
 STEP_SCALINGS = ["channel", "delayed:16:max", "delayed:16:most_recent"]
 MODEL_FORMATS = ["float8_e4m3fn", "float8_e5m2", "bfloat16"]
 MODEL_SCALINGS = ["tensor", "channel", "block:32"]
+#: The block recipes compared on the demo (issue 43): MX's rules, tiles, NVFP4.
+RECIPE_FORMATS = ["float8_e4m3fn", "float4_e2m1fn"]
+RECIPE_SCALINGS = ["channel", "block:32", "block:32:floor", "block:32:ceil", "block:32:even",
+                   "block:32:rceil", "tile:128", "tile:1x128:pow2", "nvfp4", "nvfp4:16x16",
+                   "nvfp4:single"]  # fmt: skip
 
 
 def activations(seed: int = 1, steps: int = 64, size: int = 4096) -> np.ndarray:
@@ -70,6 +75,8 @@ def tables() -> dict[str, str]:
     steps = study.sweep(acts, FORMATS, STEP_SCALINGS)
     steps_margin = study.sweep(acts, FORMATS, STEP_SCALINGS, margin=1)
     mrows = study.sweep(model(), MODEL_FORMATS, MODEL_SCALINGS)
+    recipes = study.sweep(study.demo_tensors(seed=0), RECIPE_FORMATS, RECIPE_SCALINGS)
+    e4m3 = [r for r in mrows if r.format == "float8_e4m3fn"]
     return {
         "demo": report.format_table(demo, markdown=True),
         "demo-summary": report.format_summary(study.summarize(demo), markdown=True),
@@ -77,6 +84,8 @@ def tables() -> dict[str, str]:
         "model-summary": report.format_summary(study.summarize(mrows), markdown=True),
         "delayed": report.format_table(steps, markdown=True),
         "delayed-margin": report.format_table(steps_margin, markdown=True),
+        "recipes": report.format_summary(study.summarize(recipes), markdown=True),
+        "model-roles": report.format_summary(study.summarize(e4m3, by="role"), markdown=True),
     }
 
 

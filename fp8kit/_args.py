@@ -201,9 +201,18 @@ def current_offset() -> int:
 
 # ---------------------------------------------------------------------- fake_convert
 def destination(name: Any) -> FloatFormat:
-    """FakeConvert's ``destination_type``: an 8-bit format with a zero."""
+    """FakeConvert's ``destination_type``: an 8-bit format with a zero, by name (the
+    registry's) or as a FloatFormat, registered or not."""
     # float8_e8m0fnu (no sign, no zero) is a scale type, not a destination a
     # quantize-dequantize can round x * scale to.
+    if isinstance(name, FloatFormat):
+        if name.bits == 8 and name.has_zero:
+            return name
+        raise ValueError(
+            f"destination_type {name.name!r} is a {name.bits}-bit format"
+            f"{'' if name.has_zero else ' without a zero'}; FakeConvert rounds to 8-bit "
+            "formats with a zero (any FloatFormat of 8 bits, registered or not)"
+        )
     eight_bit = [
         n for n, f in registered_formats().items() if f.bits == 8 and f.specials != "unsigned"
     ]
@@ -213,8 +222,8 @@ def destination(name: Any) -> FloatFormat:
         fmt = None
     if fmt is None or fmt.name not in eight_bit:
         raise ValueError(
-            f"unknown destination_type {name!r}; valid: f8e4m3, f8e5m2 (OpenVINO) or an 8-bit "
-            f"format: {', '.join(eight_bit)}"
+            f"unknown destination_type {name!r}; valid: f8e4m3, f8e5m2 (OpenVINO), an 8-bit "
+            f"format: {', '.join(eight_bit)}, or an 8-bit FloatFormat"
         )
     return fmt
 

@@ -9,12 +9,22 @@ run of consecutive indices; any other block is a run per row of its leading dime
 
 Imported only when a Dask array reaches a public function (see :mod:`fp8kit._backends`);
 receives the public function to run on each block and never imports a public module.
+
+:func:`interruptible` runs Dask's local schedulers (``threads``, ``processes``) on pools
+whose workers leave Ctrl-C to the caller, as ``fp8kit study --scheduler`` needs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 
 import numpy as np
 
@@ -258,3 +268,105 @@ def _is4(public, fmt) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ------------------------------------------------------------------------------- Ctrl-C
+def ignore_sigint() -> None:
+    """A worker process's initializer: Ctrl-C is for the parent to handle (a terminal sends
+    it to the whole process group, and each worker would print its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _QuietProcessPool(ProcessPoolExecutor):
+    """A process pool whose workers ignore SIGINT from birth: each is started while the
+    parent ignores it, and a disposition of "ignore" survives the exec of a spawned
+    interpreter (Python keeps it), so no Ctrl-C can land in a worker's start-up, before an
+    initializer could run.  (``_spawn_process`` is CPython's hook, 3.9 and later; the
+    initializer covers an interpreter without it.)"""
+
+    def _spawn_process(self):
+        if threading.current_thread() is not threading.main_thread():
+            return super()._spawn_process()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            return super()._spawn_process()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+class _ContextThreadPool(ThreadPoolExecutor):
+    """Threads that run each task in a copy of the submitter's context (fp8kit's thread
+    count is a context variable), as Dask's own threaded pool does."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+
+#: Name prefix of the threads of :func:`interruptible`'s thread pool.
+THREAD_PREFIX = "fp8kit-dask"
+
+
+def busy_threads() -> list[threading.Thread]:
+    """The threads of :func:`interruptible`'s pools still running a task after the block
+    was left by an exception (a thread cannot be stopped: a command may exit instead)."""
+    return [t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX) and t.is_alive()]
+
+
+def _stop(pool: Executor) -> None:
+    """Cancel the tasks not started; terminate worker processes; let idle threads end
+    (a thread running a task runs on: see :func:`busy_threads`)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    threads = list(getattr(pool, "_threads", ()))
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        with contextlib.suppress(Exception):
+            p.terminate()
+    for p in processes:
+        with contextlib.suppress(Exception):
+            p.join(5)
+    for t in threads:  # (idle ones end at once; a busy one is left)
+        t.join(0.05)
+
+
+@contextlib.contextmanager
+def interruptible(scheduler, workers: int | None = None) -> Iterator[None]:
+    """Run Dask's ``threads`` or ``processes`` scheduler, inside the block, on a pool of
+    ``workers`` (default: Dask's CPU count) made here: worker processes ignore Ctrl-C,
+    and when the block ends by an exception (KeyboardInterrupt) the tasks not started are
+    cancelled and the worker processes terminated before it propagates.  Any other
+    scheduler (``sync``, a ``dask.distributed`` address or Client, None) runs unchanged.
+
+    Examples
+    --------
+    >>> import dask
+    >>> from fp8kit._dask import interruptible
+    >>> with interruptible("threads", workers=2):
+    ...     dask.compute(dask.delayed(sum)([1, 2]), scheduler="threads")
+    (3,)
+    """
+    if scheduler not in ("threads", "processes"):
+        yield
+        return
+    import dask
+    from dask.system import CPU_COUNT
+
+    n = workers or dask.config.get("num_workers", None) or CPU_COUNT
+    if scheduler == "processes":
+        from dask.multiprocessing import get_context, initialize_worker_process
+
+        if os.environ.get("PYTHONHASHSEED") in (None, "0"):
+            # (as Dask's own process pool: the same hashing in every worker)
+            os.environ["PYTHONHASHSEED"] = "6640"
+        init = functools.partial(initialize_worker_process, user_initializer=ignore_sigint)
+        pool: Executor = _QuietProcessPool(n, mp_context=get_context(), initializer=init)
+    else:
+        pool = _ContextThreadPool(n, thread_name_prefix=THREAD_PREFIX)
+    # (chunksize 1: Dask's process scheduler sends tasks in batches of 6 by default; a
+    # study's task is a whole tensor, so a batch held back progress and load balance)
+    try:
+        with dask.config.set(pool=pool, num_workers=n, chunksize=1):
+            yield
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)

@@ -11,7 +11,7 @@ import contextvars
 import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 __all__ = ["get_num_threads", "set_num_threads", "num_threads"]
 
@@ -220,19 +220,39 @@ def launch_compiled(fn, size: int, *args, flags: int = 0):
         return fn(*args, nchunks | flags)
     bounds = [nchunks * t // threads for t in range(threads + 1)]
     pool = _get_pool()
-    futures = [
-        pool.submit(fn, *args, chunk_spec(bounds[t], bounds[t + 1], nchunks) | flags)
-        for t in range(1, threads)
-    ]
-    got = None
+    futures: list[Future] = []
     try:
+        for t in range(1, threads):
+            futures.append(
+                pool.submit(fn, *args, chunk_spec(bounds[t], bounds[t + 1], nchunks) | flags)
+            )
         got = fn(*args, chunk_spec(bounds[0], bounds[1], nchunks) | flags)
-    finally:
         for f in futures:
             r = f.result()
             if r is not None:
                 got = r if got is None else got | r
+    except BaseException:
+        # An interrupt (Ctrl-C arrives in the main thread, often while it waits here for
+        # the pool's chunks) or a failed chunk: the chunks not started are cancelled and
+        # the running ones waited for, so that nothing writes the caller's ``out=`` once
+        # the exception reaches it.
+        _cancel_and_wait(futures)
+        raise
     return got
+
+
+def _cancel_and_wait(futures: list[Future]) -> None:
+    """Cancel the futures not started and wait for the running ones; a second interrupt
+    during the wait does not cut it short (the first exception is the one re-raised)."""
+    for f in futures:
+        f.cancel()
+    pending = [f for f in futures if not f.done()]
+    while pending:
+        try:
+            wait(pending)
+        except BaseException:  # (e.g. Ctrl-C pressed again: keep waiting, chunks are short)
+            pass
+        pending = [f for f in pending if not f.done()]
 
 
 def run(kernel, x, lut, table, out) -> None:

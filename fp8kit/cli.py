@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import errno
 import math
+import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -46,12 +51,24 @@ scalings:
   channel            max / amax per index along --channel-axis (default 0)
   block[:N]          OCP MX blocks of N (default 32) elements along --block-axis (default
                      -1), each with a power-of-two E8M0 scale 2**(floor(log2 amax) - emax)
+  block:N:MODE       MX blocks under torchao's rule MODE: floor, ceil, even or rceil
+                     (rceil: cuBLAS's and Transformer Engine's 2**ceil(log2(amax / max)))
+  tile[:N|:RxC][:pow2]
+                     max / amax per tile of N x N (default 128) or R x C (tile:1x128)
+                     over the last two axes (--block-axis: the columns); pow2: power-of-two
+                     scales (Transformer Engine's Float8BlockScaling, DeepSeek-V3's tiles)
+  nvfp4[:1x16|:16x16][:single]
+                     NVFP4: E4M3 block scales per 16 values (or 16 x 16 tile) times a
+                     float32 tensor scale amax / (448 * max), as torchao; single: the
+                     block scales alone
   delayed[:LEN[:ALGO]]
                      Transformer Engine's delayed scaling: the leading axis is time; step
                      t uses max / A with A the max (ALGO=max, default) or the last
                      (ALGO=most_recent) amax of the LEN (default 16) steps before t; the
                      first step uses scale 1
-  --margin and --pow2 apply to tensor, channel and delayed.
+  --margin and --pow2 apply to tensor, channel, tile and delayed.  Formats wider than 8
+  bits (bfloat16, float16) are the unscaled baseline under every scaling (--scale-16bit
+  scales them too).
 
 columns:
   SQNR dB   10 log10(sum x^2 / sum (q - x)^2), inf when there is no error
@@ -59,6 +76,8 @@ columns:
   max abs   max |q - x|;  max rel: max |q - x| / |x| over x != 0
   sat %     values beyond the format's range after scaling (clipped to +-max)
   flush %   x != 0 quantized to 0;  subn %: results in the format's subnormal range
+  crest     the tensor's crest factor max |x| / rms(x); grp crest (--crest): the mean
+            crest factor of the groups sharing a scale (blocks, tiles, channels)
   scale     the multiplier (a range when there are several)
   NaN and Inf inputs are counted (notes) and left out of every figure.
 
@@ -91,7 +110,14 @@ GEMM outputs (--activations ACTS):
   skipped with a note on stderr.  --json has the rows under "gemm", --csv as lines of
   kind gemm and gemm-summary, --plot adds a panel.
 
-exit status: 0 on success, 1 for a bad file, format or scaling, 2 for a usage error.
+outputs:
+  --json, --csv and --plot are checked before the study starts (the directory exists and is
+  writable; no output is one of the input files) and written only when all of them can be:
+  each to a temporary file beside it, then renamed into place, so that a failure (a full
+  disk) leaves every existing file as it was and no partial file behind.
+
+exit status: 0 on success, 1 for a bad file, format, scaling or output, 2 for a usage
+error, 130 when interrupted (Ctrl-C).
 
 examples:
   fp8kit study
@@ -151,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="divide amax-based scales by 2**M (default 0)")  # fmt: skip
     p.add_argument("--pow2", action="store_true",
                    help="round amax-based scales down to powers of two")  # fmt: skip
+    p.add_argument("--scale-16bit", action="store_true",
+                   help="scale formats wider than 8 bits too (default: unscaled)")  # fmt: skip
+    p.add_argument("--crest", action="store_true",
+                   help="add the mean crest factor of each scaling's groups")  # fmt: skip
+    p.add_argument("--group-by", choices=("role", "layer"), default=None,
+                   help="after the summary, the summary per role (the tensor name without "
+                   "its layer number: q_proj, mlp.up_proj, ...) or per layer")  # fmt: skip
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the demo data and of synthetic:N (default 0)")  # fmt: skip
     p.add_argument("--activations", metavar="ACTS",
@@ -168,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "tensor or summary)")  # fmt: skip
     p.add_argument("--plot", metavar="FILE",
                    help="draw the study figure: .png (200 dpi), .pdf or .svg (needs "
-                   "matplotlib: pip install 'fp8kit[plot]')")  # fmt: skip
+                   "matplotlib: pip install matplotlib)")  # fmt: skip
     p.add_argument("--top", type=_positive_int, metavar="N",
                    help="print only the N tensors of lowest SQNR of each format and scaling "
                    "(the files keep every row)")  # fmt: skip
@@ -180,10 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="working memory of one chunk of a tensor: bytes or 64K, 16M, 1G "
                    "(default 256M); results do not depend on it")  # fmt: skip
     p.add_argument("--scheduler", metavar="NAME|ADDRESS", default=None,
-                   help="study the tensors as Dask tasks: threads, processes, or the address "
-                   "of a dask.distributed scheduler (tcp://host:8786); each worker reads its "
-                   "own tensors (default: threads for inputs over 1 GiB when Dask is "
-                   "installed, else in this process)")  # fmt: skip
+                   help="study the tensors as Dask tasks: threads, processes, sync, or the "
+                   "address of a dask.distributed scheduler (tcp://host:8786); each worker "
+                   "reads its own tensors; none: in this process, without Dask (default: "
+                   "threads for inputs over 1 GiB when Dask is installed, else none)")  # fmt: skip
     bar = p.add_mutually_exclusive_group()
     bar.add_argument("--progress", dest="progress", action="store_true", default=None,
                      help="always show the progress bar on stderr (default: when stderr is "
@@ -219,12 +252,159 @@ def _skipped_line(skipped: dict[str, str]) -> str:
     for reason, names in by_reason.items():
         what = {"scale": "scale tensors", "excluded": "excluded",
                 "not included": "not included"}.get(reason, reason)  # fmt: skip
-        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        shown = ", ".join(_shown(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
         parts.append(f"{len(names)} {what} ({shown})")
     n = len(skipped)
     return f"skipped {n} tensor{'s' if n != 1 else ''}: " + "; ".join(parts)
 
 
+def _shown(name: str, width: int = 60) -> str:
+    """A name from a file as a message shows it: escaped, long ones cut in the middle."""
+    from .study._text import elide, printable
+
+    return elide(printable(name), width)
+
+
+# ----------------------------------------------------------------------------- outputs
+@dataclasses.dataclass
+class _Output:
+    option: str  # "--json", "--csv", "--plot"
+    path: str
+
+
+class _Outputs:
+    """The files ``--json``, ``--csv`` and ``--plot`` name: checked before the study (their
+    directory exists and is writable, none is an input), then written all or none.
+
+    Each is written to a temporary file in its own directory, and only when every one has
+    been written completely are they renamed into place (:func:`os.replace`, atomic within
+    a directory): a full disk or any other failure leaves the existing files as they were,
+    no partial file, and no temporary file."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.items = [
+            _Output(option, os.fspath(path))
+            for option, path in (("--json", args.json), ("--csv", args.csv), ("--plot", args.plot))
+            if path is not None
+        ]
+
+    def check_places(self) -> None:
+        """Each output's directory exists and is writable, the output is no directory,
+        and no two outputs are the same file."""
+        seen: dict[str, str] = {}
+        for o in self.items:
+            where = f"{o.option} {o.path}"
+            if not o.path:
+                raise _Failure(f"{o.option}: empty file name")
+            if os.path.isdir(o.path):
+                raise _Failure(f"{where}: is a directory; give a file name")
+            parent = os.path.dirname(os.path.abspath(o.path))
+            if not os.path.isdir(parent):
+                raise _Failure(f"{where}: directory {parent} does not exist")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise _Failure(f"{where}: directory {parent} is not writable")
+            if os.path.exists(o.path) and not os.access(o.path, os.W_OK):
+                raise _Failure(f"{where}: the file is not writable")
+            key = os.path.realpath(o.path)
+            if key in seen:
+                raise _Failure(f"{where}: also given as {seen[key]}; give each output its own file")
+            seen[key] = where
+
+    def check_inputs(self, sources: Sequence[str]) -> None:
+        """No output is one of the files the study reads (writing it would destroy the
+        input, and a memory map of it would be read while it is truncated)."""
+        for o in self.items:
+            if not os.path.exists(o.path):
+                continue
+            for src in sources:
+                with contextlib.suppress(OSError):
+                    if os.path.samefile(o.path, src):
+                        raise _Failure(
+                            f"{o.option} {o.path}: is the input {src}; writing it would destroy "
+                            "the input: give another file name"
+                        )
+
+    def write(self, writers: dict[str, Callable[[int, str], None]]) -> None:
+        """Write every output: ``writers[option](fd, temporary path)`` writes one (to the
+        descriptor, or by the path, which has the output's extension); then all are renamed
+        into place.  On any failure every temporary file is removed and nothing is
+        replaced."""
+        mask = os.umask(0)
+        os.umask(mask)
+        temps: list[tuple[str, str]] = []
+        try:
+            for o in self.items:
+                try:
+                    self._write_one(o, writers[o.option], mask, temps)
+                except OSError as exc:  # (the message names the output, not the temporary)
+                    raise _Failure(f"{o.option} {o.path}: {exc.strerror or exc}") from None
+            for tmp, path in temps:
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp, _ in temps:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            raise
+
+    @staticmethod
+    def _write_one(o: _Output, writer, mask: int, temps: list[tuple[str, str]]) -> None:
+        """One output into a temporary file beside its file (recorded in ``temps``)."""
+        # (through a symlink to its file, as a plain open writes: the link stays)
+        target = os.path.realpath(o.path)
+        directory, name = os.path.split(target)
+        suffix = os.path.splitext(name)[1]
+        # (hidden, and short enough for any file system: the name is cut)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{name[:64]}.", suffix=f".tmp{suffix[:16]}", dir=directory
+        )
+        temps.append((tmp, target))
+        try:
+            # (the mode a plain open would give: an existing file's, else the umask's)
+            try:
+                mode = os.stat(target).st_mode & 0o7777
+            except OSError:
+                mode = 0o666 & ~mask
+            if hasattr(os, "fchmod"):  # (POSIX)
+                os.fchmod(fd, mode)
+            writer(fd, tmp)
+            os.fsync(fd)  # (a full disk may only show here, or at close)
+        finally:
+            os.close(fd)
+
+
+def _write_text(text: str) -> Callable[[int, str], None]:
+    def write(fd: int, tmp: str) -> None:
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            n = os.write(fd, view)
+            if n <= 0:  # (os.write raises on errors; 0 bytes written is one too)
+                raise OSError(errno.EIO, "write wrote nothing", tmp)
+            view = view[n:]
+
+    return write
+
+
+def _plot_writer(plot_study, rows: list, tensors: dict, gemm_rows, source):
+    """The writer of the figure, with names as the figure shows them (escaped, elided)."""
+    from .study._text import TABLE_NAME_WIDTH
+
+    names = {n: _shown(n, TABLE_NAME_WIDTH) for n in tensors}
+    if any(k != v for k, v in names.items()):
+        rows = [dataclasses.replace(r, tensor=names.get(r.tensor, r.tensor)) for r in rows]
+        tensors = {names[n]: t for n, t in tensors.items()}
+    if gemm_rows:
+        gemm_rows = [
+            dataclasses.replace(g, tensor=names.get(g.tensor, g.tensor)) for g in gemm_rows
+        ]
+    title = f"fp8kit study: {_shown(_describe(source), 200)}"
+
+    def draw(fd: int, tmp: str) -> None:
+        plot_study(rows, tensors, tmp, title=title, gemm=gemm_rows or None)
+
+    return draw
+
+
+# ----------------------------------------------------------------------------- the study
 def _study(args: argparse.Namespace) -> int:
     from . import study
     from .study import report
@@ -236,11 +416,22 @@ def _study(args: argparse.Namespace) -> int:
     try:
         formats = [get_format(f).name for f in args.formats]
         specs = [study.parse_scaling(s).label for s in args.scaling]
+        _check_scheduler(args.scheduler)
+        outputs = _Outputs(args)
         if args.plot:
             check_plot_path(args.plot)  # fail before the sweep, not after it
-            require_matplotlib()
+            try:
+                require_matplotlib()
+            except PlotUnavailable:
+                raise _Failure(PLOT_NEEDS) from None
+        outputs.check_places()
+        outputs.check_inputs([f for f in args.files if os.path.isfile(f)])
         accumulators = _accumulators(args)
         tensors, inputs, source = _load(args)
+        sources = list(inputs.sources) if inputs is not None else []
+        if args.activations is not None and not args.activations.startswith("synthetic"):
+            sources.append(args.activations)
+        outputs.check_inputs(sources)  # (the shards of an index, the files of a directory)
         skipped = inputs.skipped if inputs is not None else {}
         if skipped:
             print(f"{PROG} study: {_skipped_line(skipped)}", file=sys.stderr)
@@ -249,20 +440,23 @@ def _study(args: argparse.Namespace) -> int:
             from .study.io import load_activations
 
             acts = load_activations(args.activations, tensors, seed=args.seed)
+        data, scheduler = _scheduled(args, tensors, inputs)
         bar = StudyProgress(
             tensors, len(formats) * len(specs), stream=sys.stderr, enabled=args.progress,
             delay=1.0 if args.progress is None else 0.0,
         )  # fmt: skip
         start = time.perf_counter()
         try:
+            from ._dask import interruptible
+
             threads = num_threads(args.threads) if args.threads else contextlib.nullcontext()
-            data, scheduler = _scheduled(args, tensors, inputs)
             notice = _compile_notice(sys.stderr) if bar.enabled else contextlib.nullcontext()
-            with threads, notice:
+            with threads, notice, interruptible(scheduler):
                 rows = study.sweep(
                     data, formats, specs, channel_axis=args.channel_axis,
                     block_axis=args.block_axis, margin=args.margin, pow2=args.pow2,
                     progress=bar, chunk_bytes=args.chunk_budget, scheduler=scheduler,
+                    scale_wide=args.scale_16bit, crest=args.crest,
                 )  # fmt: skip
         finally:
             bar.close()
@@ -272,14 +466,20 @@ def _study(args: argparse.Namespace) -> int:
 
             layers = {name: (tensors[name], x) for name, x in acts.items()}
             again = num_threads(args.threads) if args.threads else contextlib.nullcontext()
+            # (the GEMMs take none, tensor, channel and OCP MX blocks: the others are skipped)
+            gemm_specs = [s for s in specs if _gemm_takes(s)]
             with again:
                 gemm_rows, gemm_skipped = gemm_sweep(
-                    layers, formats, specs, accumulators, margin=args.margin, pow2=args.pow2
-                )
+                    layers, formats, gemm_specs, accumulators, margin=args.margin,
+                    pow2=args.pow2,
+                )  # fmt: skip
+            gemm_skipped = [f"scaling {s}: not measured for GEMM outputs yet"
+                            for s in specs if not _gemm_takes(s)] + gemm_skipped  # fmt: skip
             for line in gemm_skipped:
-                print(f"{PROG} study: GEMM skipped: {line}", file=sys.stderr)
+                print(f"{PROG} study: GEMM skipped: {_shown(line, 1000)}", file=sys.stderr)
         seconds = time.perf_counter() - start
-        print(report.format_report(rows, top=args.top, markdown=args.markdown))
+        print(report.format_report(rows, top=args.top, markdown=args.markdown,
+                                   group_by=args.group_by))  # fmt: skip
         if gemm_rows:
             print()
             print(report.format_gemm_report(gemm_rows, top=args.top, markdown=args.markdown))
@@ -288,7 +488,8 @@ def _study(args: argparse.Namespace) -> int:
         settings = dict(
             fp8kit_version=__version__, source=source, formats=formats, scalings=specs,
             channel_axis=args.channel_axis, block_axis=args.block_axis, margin=args.margin,
-            pow2=args.pow2, include=args.include, exclude=args.exclude,
+            pow2=args.pow2, scale_16bit=args.scale_16bit, crest=args.crest,
+            include=args.include, exclude=args.exclude,
             skipped=list(skipped), skip_reasons=skipped,
             scales=inputs.scales if inputs is not None else {},
             float8_dtypes={k: v.source_dtype for k, v in tensors.items()
@@ -302,19 +503,56 @@ def _study(args: argparse.Namespace) -> int:
                 summary=[g.as_dict() for g in summarize_gemm(gemm_rows)],
                 skipped=gemm_skipped,
             )
+        if args.group_by is not None:
+            settings["summary_by"] = dict(
+                by=args.group_by, rows=report.records(report.summarize(rows, by=args.group_by))
+            )
         files = inputs.files if inputs is not None else None
+        writers: dict[str, Callable[[int, str], None]] = {}
         if args.json:
-            Path(args.json).write_text(report.to_json(rows, files=files, **settings))
+            writers["--json"] = _write_text(report.to_json(rows, files=files, **settings))
         if args.csv:
-            Path(args.csv).write_text(report.to_csv(rows, files=files, gemm=gemm_rows))
+            writers["--csv"] = _write_text(report.to_csv(rows, files=files, gemm=gemm_rows))
         if args.plot:
-            plot_study(rows, tensors, args.plot, title=f"fp8kit study: {_describe(source)}",
-                       gemm=gemm_rows or None)  # fmt: skip
+            writers["--plot"] = _plot_writer(plot_study, rows, tensors, gemm_rows, source)
+        outputs.write(writers)
     except (_Failure, StudyInputError, PlotUnavailable, ValueError, TypeError) as exc:
         return _fail(str(exc))
     except OSError as exc:
-        return _fail(f"{exc.filename or ''}: {exc.strerror or exc}".lstrip(": "))
+        where = "" if exc.filename is None else os.fsdecode(exc.filename)
+        return _fail(f"{where}: {exc.strerror or exc}".lstrip(": "))
     return 0
+
+
+#: What --plot says when matplotlib is missing (an install command that works anywhere:
+#: fp8kit itself is installed from its clone, on no package index).
+PLOT_NEEDS = "plotting needs matplotlib: pip install matplotlib"
+#: What a Dask scheduler says when Dask is missing.
+DASK_NEEDS = "needs Dask: pip install 'dask[array]' distributed"
+_LOCAL_SCHEDULERS = ("none", "threads", "processes", "sync", "synchronous", "single-threaded")
+
+
+def _check_scheduler(name: str | None) -> None:
+    """--scheduler: a local scheduler's name or a dask.distributed address, and Dask there
+    for any but ``none`` (checked before the inputs are read)."""
+    if name is None or name == "none":
+        return
+    if name not in _LOCAL_SCHEDULERS and ":" not in name:
+        raise _Failure(
+            f"--scheduler {_shown(name)!r}: expected one of {', '.join(_LOCAL_SCHEDULERS)}, "
+            "or the address of a dask.distributed scheduler (tcp://host:8786)"
+        )
+    if not _has_dask():
+        raise _Failure(f"--scheduler {name}: {DASK_NEEDS}")
+
+
+def _gemm_takes(spec: str) -> bool:
+    """Whether the GEMM-output study takes a scaling: not delayed (skipped there, with its
+    reason) nor tiles, NVFP4 or the torchao MX rules, which it does not model yet."""
+    from .study import parse_scaling
+
+    s = parse_scaling(spec)
+    return s.kind not in ("tile", "nvfp4") and not (s.kind == "block" and s.scale_mode != "ocp")
 
 
 def _accumulators(args: argparse.Namespace) -> list[str] | None:
@@ -390,14 +628,14 @@ def _scheduled(args: argparse.Namespace, tensors: dict, inputs):
     from .study import TensorFile
 
     scheduler = args.scheduler
+    if scheduler == "none":  # (in this process, whatever the size)
+        return tensors, None
     if scheduler is None and inputs is not None and len(tensors) > 1:
         size = sum(math.prod(t.shape) * t.dtype.itemsize for t in tensors.values())
         if size > THREADS_FROM_BYTES and _has_dask():
             scheduler = "threads"
     if scheduler is None or inputs is None:
         return tensors, scheduler
-    if not _has_dask():
-        raise ValueError(f"--scheduler {scheduler}: needs Dask: pip install 'fp8kit[dask]'")
     from .study.io import load_tensors
 
     keys: dict[str, set] = {}  # file -> the names load_tensors gives its tensors
@@ -426,8 +664,10 @@ def _describe(source) -> str:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG} study: error: {message.splitlines()[0] if message else 'failed'}",
-          file=sys.stderr)  # fmt: skip
+    # one line, escaped: messages quote names from files (a newline or an escape sequence
+    # in a name must not reach the terminal)
+    text = _shown(message.strip(), 2000) if message.strip() else "failed"
+    print(f"{PROG} study: error: {text}", file=sys.stderr)
     return 1
 
 
@@ -452,4 +692,20 @@ def main(argv: list[str] | None = None) -> int:
         return _study(args)
     except KeyboardInterrupt:
         print(f"\n{PROG} study: interrupted", file=sys.stderr)
+        if argv is None and "fp8kit._dask" in sys.modules:
+            from ._dask import busy_threads
+
+            if busy_threads():
+                _exit_now(130)
         return 130
+
+
+def _exit_now(status: int) -> None:
+    """End the process at once (the command's own run, after Ctrl-C, with tasks still
+    running on Dask's threads): a thread cannot be stopped, and the interpreter would wait
+    for them at exit (for minutes on a large tensor).  Outputs were written or removed
+    before."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

@@ -144,6 +144,7 @@ def _apply(
     order = _contiguous_order(target)
     direct = (
         order is not None
+        and target.flags.aligned  # (Numba kernels' checked entry takes aligned arrays only)
         and (order == "C" or not c_order)
         and x.shape == target.shape
         and _contiguous_order(x) == order
@@ -464,8 +465,8 @@ def encode(
         except (TypeError, AttributeError):  # unhashable fmt, an out that is no array
             plan = False
         if plan:
-            # a kernel of x and out alone (small 1-D arrays; see decode)
-            if plan[5] is not None and x.ndim == 1:
+            # a kernel of x and out alone (small 1-D arrays only; see decode)
+            if plan[5] is not None and x.ndim == 1 and x.size < _SMALL:
                 if out is None:
                     res = _empty(x.size, plan[4])
                 elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
@@ -542,17 +543,33 @@ def _code_input(codes: Any, fmt: FloatFormat | None) -> tuple[np.ndarray, FloatF
     return arr.astype(fmt.code_dtype), fmt, False
 
 
-def _check_codes(arr: np.ndarray, fmt: FloatFormat) -> None:
-    """A ValueError naming the first code of ``arr`` (integers) out of ``fmt``'s range."""
+def _check_codes(arr: np.ndarray, fmt: FloatFormat, *, seen_bad: bool = False) -> None:
+    """A ValueError naming the first code of ``arr`` (integers) out of ``fmt``'s range.
+
+    ``seen_bad``: a kernel already read a code out of range, so the call fails even when no
+    such code is found now.  Another thread may change the codes while they are checked,
+    so each step reads them once and every outcome is a ValueError (a lookup of a bad code
+    that has gone again gave an IndexError)."""
     limit = 1 << fmt.bits
+    if not arr.size:
+        return
     # (one pass for unsigned codes, where min() < 0 cannot hold)
-    if arr.size and ((arr.dtype.kind == "i" and arr.min() < 0) or arr.max() >= limit):
-        bad = np.flatnonzero((arr.ravel() < 0) | (arr.ravel() >= limit))[0]
-        index = ", ".join(str(int(i)) for i in np.unravel_index(bad, arr.shape))
-        raise ValueError(
-            f"decode: codes[{index}] = {arr.ravel()[bad]} is not a code of {fmt.name} "
-            f"(0..{limit - 1})"
-        )
+    if not seen_bad and not ((arr.dtype.kind == "i" and arr.min() < 0) or arr.max() >= limit):
+        return
+    flat = arr.ravel()
+    bad = np.flatnonzero((flat < 0) | (flat >= limit))
+    if bad.size:
+        i = int(bad[0])
+        value = int(flat[i])  # (read once: it may change again)
+        if not 0 <= value < limit:
+            index = ", ".join(str(int(k)) for k in np.unravel_index(i, arr.shape))
+            raise ValueError(
+                f"decode: codes[{index}] = {value} is not a code of {fmt.name} (0..{limit - 1})"
+            )
+    raise ValueError(
+        f"decode: codes hold a value that is not a code of {fmt.name} (0..{limit - 1}); "
+        "it changed while being read (are the codes written by another thread?)"
+    )
 
 
 def _float_dtype(dtype: Any, argname: str, func: str) -> np.dtype:
@@ -619,8 +636,11 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
             # read no table) checks sizes, layout, alignment and overlap itself (XOKernel,
             # native.xo_call) before it writes anything, so Python checks only what it
             # cannot see.  1,000 elements, out=, thread CPU time: 0.93 us with the checks
-            # of _run_plan, 0.77 with these in a function, 0.70 inline.
-            if plan[5] is not None and codes.ndim == 1:
+            # of _run_plan, 0.77 with these in a function, 0.70 inline.  It serves arrays
+            # below the threading threshold only: a result allocated for a larger array
+            # would be dropped for a second one (the peak memory of a call was twice its
+            # result's).
+            if plan[5] is not None and codes.ndim == 1 and codes.size < _SMALL:
                 if out is None:
                     res = _empty(codes.size, plan[4])
                 elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:
@@ -678,7 +698,7 @@ def decode(codes: Any, fmt: Any = None, *, dtype: Any = None, out: np.ndarray | 
     )  # (a view of the codes as they are, no copy and no range check)
     res = _apply(kernel, arr, dummy(np.uint32), table, table.dtype, out, status=status)
     if status and any(int(s) >> fmt.bits for s in status):
-        _check_codes(arr, fmt)
+        _check_codes(arr, fmt, seen_bad=True)
     if out is None:
         res = res.view(dt)
     if direct:
@@ -753,7 +773,8 @@ def round_to(
         except (TypeError, AttributeError):
             plan = False
         if plan:
-            if plan[5] is not None and x.ndim == 1:  # (x and out alone: see decode)
+            # (x and out alone, small arrays only: see decode)
+            if plan[5] is not None and x.ndim == 1 and x.size < _SMALL:
                 if out is None:
                     res = _empty(x.size, plan[4])
                 elif type(out) is _ndarray and out.ndim == 1 and out.flags.writeable:

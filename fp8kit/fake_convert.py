@@ -12,7 +12,7 @@ from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
 from ._kernels.decode import format_planes
 from ._kernels.encode16 import fake16_kernel, fake_kernel, fake_scalars, fake_walk_kernel
-from ._kernels.fake import _KIND, F16, F32, OV_F32, SPEC, fake_convert_kernel, round_params
+from ._kernels.fake import SPEC, fake_convert_kernel, round_params
 from ._kernels.modes import mode_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
@@ -262,13 +262,9 @@ def fake_convert(
         _in_steps(x, fmt, sc_flat, shifts, shape4, sstr4, target, rounding, rmode, key, rbits,
                   ftz, target is out, fix_nan)  # fmt: skip
         return _into(out, target)
+    # (the CPU plugin's arithmetic, mode="openvino": the general kernel below, as fast as
+    # the walk's vector code was)
     walk = fake_walk_kernel(8 * arr.itemsize, fix_nan=fix_nan) if vector and x.size else None
-    if ov and _VECTOR_KERNELS and x.size:
-        # the CPU plugin's arithmetic: the same kernel of vector code with that arithmetic
-        # (0.7-0.9 s to compile with Numba)
-        kind = _KIND[arr.dtype.name]
-        node = F32 if (variant == OV_F32 and kind == F16) else kind
-        walk = fake_walk_kernel(8 * arr.itemsize, (kind, node, variant), fix_nan=fix_nan)
     extra = ()
     if (
         _VECTOR_KERNELS and not ov and not is_stochastic(rmode) and x.size

@@ -271,8 +271,20 @@ class FloatFormat:
 
     @property
     def maxexp(self) -> int:
-        """Smallest power of two exponent that overflows: ``max < 2**maxexp``."""
-        return self.max_exponent_field - self.bias + 1
+        """Smallest power of two exponent that overflows, as in numpy.finfo:
+        ``2**(maxexp - 1) <= max < 2**maxexp``.
+
+        Taken from the exponent field of :attr:`max_code`, which is below
+        :attr:`max_exponent_field`'s codes where the top exponent field holds only Inf or
+        NaN: the precision-1 formats with Inf or NaN (P3109's ``p1`` formats but the signed
+        finite ones; 2 below for the unsigned extended ones, whose top two codes are +Inf
+        and NaN) and P3109's unsigned extended precision-2 formats.
+        """
+        field = (self.max_code & self.magnitude_mask) >> self.mantissa_bits
+        if self.specials == "unsigned" or field > 0:
+            return field - self.bias + 1
+        # max is subnormal (a format of one exponent code): the exponent of its top bit
+        return self.minexp - self.mantissa_bits + self.max_code.bit_length()
 
     @property
     def machep(self) -> int:

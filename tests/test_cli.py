@@ -169,7 +169,7 @@ def test_progress_bar_forced(capsys):
         ),
         pytest.param(
             ["--json", "{dir}/missing/x.json", "--formats", "float8_e5m2", "--scaling", "none"],
-            "No such file or directory",
+            "missing does not exist",
             id="unwritable-output",
         ),
     ],
@@ -192,9 +192,8 @@ def test_plot_without_matplotlib(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     code, out, err = run(capsys, "study", "--plot", "x.png")
     assert code == 1 and out == ""  # checked before the sweep
-    assert err.strip() == (
-        "fp8kit study: error: plotting needs matplotlib: pip install 'fp8kit[plot]'"
-    )
+    # (an install command that works anywhere: fp8kit is on no package index)
+    assert err.strip() == "fp8kit study: error: plotting needs matplotlib: pip install matplotlib"
 
 
 @pytest.mark.parametrize(

@@ -116,7 +116,7 @@ def test_works_without_numba_cuda_and_says_what_to_install():
     )
     lines = out.strip().splitlines()
     assert lines[0] == "[126]"
-    assert "numba-cuda" in lines[1] and "fp8kit[cuda12]" in lines[1]
+    assert "numba-cuda" in lines[1] and "pip install 'numba-cuda[cu12]'" in lines[1]
 
 
 def test_device_array_detection_without_numba_cuda():

@@ -188,3 +188,19 @@ def test_register_format_and_conflicts():
 def test_readme_format_table_is_generated_from_registry():
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert fp8kit.format_table() in readme, "stale README table: paste fp8kit.format_table()"
+
+
+@pytest.mark.parametrize("fmt", list(fp8kit.registered_formats().values()), ids=str)
+def test_maxexp_is_the_first_power_of_two_that_overflows(fmt):
+    # numpy.finfo's definition: 2**(maxexp - 1) <= max < 2**maxexp.  Issue 43: 24 P3109
+    # formats (precision 1 but signed finite, unsigned extended precision 2) had it 1 too
+    # large (2 for unsigned extended precision 1), their top exponent field holding only
+    # Inf or NaN
+    assert Fraction(2) ** (fmt.maxexp - 1) <= Fraction(fmt.max) < Fraction(2) ** fmt.maxexp
+    assert fmt.maxexp == math.frexp(fmt.max)[1]
+
+
+def test_maxexp_of_a_format_whose_max_is_subnormal():
+    # one exponent code for finite values: its max is a subnormal
+    fmt = FloatFormat(name="e1m3", exponent_bits=1, mantissa_bits=3, bias=1, specials="fn")
+    assert Fraction(2) ** (fmt.maxexp - 1) <= Fraction(fmt.max) < Fraction(2) ** fmt.maxexp

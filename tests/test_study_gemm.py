@@ -152,6 +152,10 @@ def test_mixed_recipes(layer):
         pytest.param(dict(accumulators=[]), "at least one", id="none"),
         pytest.param(dict(scaling="delayed"), "scaling 'delayed' does not apply to one GEMM",
                      id="delayed"),  # fmt: skip
+        pytest.param(dict(scaling="nvfp4"), "scaling 'nvfp4' does not apply", id="nvfp4"),
+        pytest.param(dict(scaling="tile:128"), "scaling 'tile:128' does not apply", id="tile"),
+        pytest.param(dict(x_scaling="block:32:rceil"), "x_scaling 'block:32:rceil' does not",
+                     id="rceil"),  # fmt: skip
         pytest.param(dict(scaling="block:32", accumulators="hopper-fast"),
                      "applies the scales once.*hopper-promote32.*blackwell-mx", id="mx-fast"),
         pytest.param(dict(scaling="block:32", accumulators="hopper-promote128"),

@@ -401,7 +401,7 @@ def test_readme_puts_the_users_two_commands_first():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     first = re.search(r"```bash\n(.*?)```", readme, re.S)
     lines = first[1].strip().splitlines()
-    assert lines[0] == "python -m pip install -e ."
+    assert lines[0] == "python -m pip install ."  # (not -e: see the README)
     assert re.fullmatch(r"fp8kit study \S+\.safetensors", lines[1])
     assert first.start() < readme.index("<!-- ci:commands -->")
 

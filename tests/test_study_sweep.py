@@ -47,12 +47,10 @@ def test_rows_equal_quantize_then_error_metrics():
             kw = dict(block_size=int(r.scaling.split(":")[1]), axis=-1)
         if kind == "channel" and x.ndim < 2:
             kind = "tensor"  # 1-D: one channel
-        q = study.quantize(x, r.format, kind, **kw)
+        q, qs = study.quantize(x, r.format, kind, **kw, return_scale=True)
         s = study.scale_for(x, r.format, kind, **kw)
-        full_s = s
-        if kind == "block":
-            full_s = np.repeat(s, kw["block_size"], axis=-1)[..., : x.shape[-1]]
-        same_metrics(r.metrics, study.error_metrics(x, q, fmt=r.format, scale=full_s))
+        np.testing.assert_array_equal(qs, s)  # (per-block scales as scale_for gives them)
+        same_metrics(r.metrics, study.error_metrics(x, q, fmt=r.format, scale=s))
         finite = np.asarray(s)[np.isfinite(s)]
         assert (r.scale_min, r.scale_max) == (finite.min(), finite.max())
         assert r.shape == x.shape and r.dtype == x.dtype.name
@@ -431,7 +429,7 @@ def test_plot_without_matplotlib(tmp_path, rows, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(PlotUnavailable, match=r"pip install 'fp8kit\[plot\]'"):
+    with pytest.raises(PlotUnavailable, match=r"needs matplotlib: pip install matplotlib"):
         plot_study(rows, {}, tmp_path / "p.png")
 
 

@@ -16,18 +16,18 @@ import numpy as np
 
 import fp8kit
 
-try:
-    import torch
-except ImportError:  # torch is optional: its benchmarks are skipped
-    torch = None
+from ._grid import BIG, SIZES, pick
+
+#: torch, imported by the torch rows only (asv starts a process per row, and importing
+#: torch costs each of them a second or two); None until then
+torch = None
 
 SEED = 20240601
-SIZES = [1_000, 1_000_000, 16_000_000]
 FLOAT8_FORMATS = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
 #: an IEEE P3109 format (issue 20): fp8kit only (no ml_dtypes or torch dtype); the same
 #: compiled kernels as the float8 formats, its constants read at run time
 P3109_FORMAT = "p3109_k8p4se"
-FORMATS = FLOAT8_FORMATS + ["bfloat16", P3109_FORMAT]
+FORMATS = pick(["float8_e4m3fn", "bfloat16"], FLOAT8_FORMATS + ["bfloat16", P3109_FORMAT])
 LIBRARIES = ["fp8kit", "ml_dtypes", "ml_dtypes_copyto", "torch"]
 
 
@@ -58,8 +58,12 @@ def _bits_dtype(fmt):
 
 
 def _torch_dtype(fmt):
+    global torch
     if torch is None:
-        raise NotImplementedError("torch is not installed")
+        try:
+            import torch
+        except ImportError:  # torch is optional: its rows are n/a
+            raise NotImplementedError("torch is not installed") from None
     dt = getattr(torch, fmt, None)
     if not isinstance(dt, torch.dtype):
         raise NotImplementedError(f"torch has no dtype {fmt}")
@@ -137,7 +141,8 @@ class Encode:
 class EncodeFloat64:
     """float64 -> float8 / bfloat16 codes (fp8kit rounds once, from the exact float64)."""
 
-    params = [LIBRARIES, ["float8_e4m3fn", "float8_e5m2", "bfloat16"], SIZES]
+    params = [LIBRARIES, pick(["float8_e4m3fn"], ["float8_e4m3fn", "float8_e5m2", "bfloat16"]),
+              SIZES]  # fmt: skip
     param_names = ["library", "format", "size"]
 
     def setup(self, library, fmt, size):
@@ -154,7 +159,8 @@ class Encode16:
     """bfloat16 / float16 -> float8 codes (fp8kit: on byte lanes where the CPU has
     AVX512-VBMI, issue 16; torch converts a bfloat16/float16 tensor to float8 directly)."""
 
-    params = [LIBRARIES, ["bfloat16", "float16"], ["float8_e4m3fn", "float8_e5m2"], SIZES]
+    params = [LIBRARIES, pick(["bfloat16"], ["bfloat16", "float16"]),
+              pick(["float8_e4m3fn"], ["float8_e4m3fn", "float8_e5m2"]), SIZES]  # fmt: skip
     param_names = ["library", "source", "format", "size"]
 
     def setup(self, library, source, fmt, size):
@@ -194,7 +200,8 @@ class DecodeTo:
     """float8_e4m3fn codes -> float64, bfloat16, float16 (fp8kit with out=, ml_dtypes'
     astype)."""
 
-    params = [["fp8kit", "ml_dtypes"], ["float64", "bfloat16", "float16"], SIZES]
+    params = [["fp8kit", "ml_dtypes"], pick(["float64"], ["float64", "bfloat16", "float16"]),
+              SIZES]  # fmt: skip
     param_names = ["library", "dtype", "size"]
     fmt = "float8_e4m3fn"
 
@@ -246,12 +253,12 @@ class RoundTo:
 
 
 class Threads:
-    """fp8kit on 16M elements with 1 thread vs more (float8_e4m3fn)."""
+    """fp8kit on 16M elements (4M by default) with 1 thread vs more (float8_e4m3fn)."""
 
     params = [["encode", "decode"], THREADS]
     param_names = ["op", "threads"]
     fmt = "float8_e4m3fn"
-    size = 16_000_000
+    size = BIG
 
     def setup(self, op, threads):
         if op == "encode":
@@ -267,12 +274,13 @@ class Threads:
 
 
 class TrackThroughput:
-    """Elements per second on 16M elements: median of 5 timed calls after a warm-up call."""
+    """Elements per second on 16M elements (4M by default): median of 5 timed calls after a
+    warm-up call."""
 
     params = [LIBRARIES, ["encode", "decode"], FORMATS]
     param_names = ["library", "op", "format"]
     unit = "elements/s"
-    size = 16_000_000
+    size = BIG
     repeat_calls = 5
 
     def setup(self, library, op, fmt):

@@ -1,8 +1,12 @@
 """Start-up costs, each measured in a fresh interpreter (asv ``timeraw_`` benchmarks).
 
 A ``timeraw_`` function returns the code to time, or ``(code, setup_code)``; asv runs the
-setup and then times the code once in a new Python process per sample.
+setup and then times the code once in a new Python process per sample.  The cold first
+calls of every public function (``timeraw_public_cold``, each compiling in an empty Numba
+cache) are a handful by default and all of them with ``FP8KIT_ASV_FULL=1``.
 """
+
+from ._grid import FULL
 
 # Setup for the first-call benchmarks: an empty Numba disk cache (fresh temporary
 # NUMBA_CACHE_DIR, set before numba is imported, removed at exit), fp8kit imported and the
@@ -171,6 +175,8 @@ def timeraw_public_cold(op):
     return _PUBLIC_COLD[op], _FIRST_CALL_SETUP.format(warm="")
 
 
-timeraw_public_cold.params = list(_PUBLIC_COLD)
+_DEFAULT_COLD = ["trivial_njit", "encode", "decode", "round_to", "cast", "fake_convert",
+                 "study_sweep"]  # fmt: skip
+timeraw_public_cold.params = list(_PUBLIC_COLD) if FULL else _DEFAULT_COLD
 timeraw_public_cold.param_names = ["op"]
 timeraw_public_cold.timeout = 300

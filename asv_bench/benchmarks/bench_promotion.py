@@ -12,6 +12,8 @@ import fp8kit
 from fp8kit import promotion as P
 from fp8kit.promotion import _engine
 
+from ._grid import FULL, pick
+
 PAIRS = {
     "int32,float32": (np.dtype(np.int32), np.dtype(np.float32)),
     "int8,float8_e4m3fn": (np.dtype(np.int8), np.dtype(ml_dtypes.float8_e4m3fn)),
@@ -19,6 +21,8 @@ PAIRS = {
     "int8_array,py_float": (np.zeros(16, np.int8), 1.0),
     "int2,float4_e2m1fn": (np.dtype(ml_dtypes.int2), np.dtype(ml_dtypes.float4_e2m1fn)),
 }
+if not FULL:
+    PAIRS = {k: PAIRS[k] for k in ("int32,float32", "int8,float8_e4m3fn")}
 
 
 class ResultType:
@@ -26,7 +30,10 @@ class ResultType:
 
     params = [
         list(PAIRS),
-        ["fp8kit-NUMPY", "fp8kit-TORCH", "fp8kit-JAX", "np.result_type", "np.promote_types"],
+        pick(
+            ["fp8kit-NUMPY", "np.result_type"],
+            ["fp8kit-NUMPY", "fp8kit-TORCH", "fp8kit-JAX", "np.result_type", "np.promote_types"],
+        ),
     ]
     param_names = ["pair", "implementation"]
 
@@ -66,8 +73,11 @@ class ConvertPromoteTypes:
     """Both operands converted (fp8kit's cast kernels) for a few promotions."""
 
     params = [
-        ["int8->float32", "float8_e4m3fn->float16", "float16->float32", "uint1->float16"],
-        [1_000, 1_000_000],
+        pick(
+            ["int8->float32", "float8_e4m3fn->float16"],
+            ["int8->float32", "float8_e4m3fn->float16", "float16->float32", "uint1->float16"],
+        ),
+        pick([1_000_000], [1_000, 1_000_000]),
     ]
     param_names = ["conversion", "size"]
 

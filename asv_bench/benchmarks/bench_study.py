@@ -13,10 +13,12 @@ from fp8kit import study
 from fp8kit.study.metrics import metrics_of
 from fp8kit.study.scaling import group_amax
 
+from ._grid import pick
+
 SEED = 20240601
 FORMATS = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
 SCALINGS = ["tensor", "channel", "block:32"]
-SIZES = [1_048_576, 16_777_216]
+SIZES = pick([1_048_576], [1_048_576, 16_777_216])
 
 
 def _data(size):

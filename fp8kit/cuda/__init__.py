@@ -20,8 +20,8 @@ try:
     import numba_cuda  # noqa: F401  (numba's built-in CUDA target is deprecated)
 except ImportError as exc:
     raise ImportError(
-        "fp8kit's GPU support needs numba-cuda: pip install 'fp8kit[cuda12]' (CUDA 12) or "
-        "'fp8kit[cuda13]' (CUDA 13)"
+        "fp8kit's GPU support needs numba-cuda: pip install 'numba-cuda[cu12]' (CUDA 12) or "
+        "'numba-cuda[cu13]' (CUDA 13); from fp8kit's clone, pip install '.[cuda12]'"
     ) from exc
 
 import numpy as np

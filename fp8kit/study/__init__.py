@@ -1,8 +1,10 @@
 """Quantization-error studies: how much accuracy a low-precision format costs on your data.
 
 Metrics (:func:`error_metrics`), scaling recipes (:func:`scale_for`, :func:`mx_scales`,
-:class:`DelayedScaling`), scaled quantization through FakeConvert's fused kernel
-(:func:`quantize`) and sweeps over formats and recipes (:func:`sweep`), which the
+:class:`DelayedScaling`: per tensor, per channel, MX blocks under the OCP rule or torchao's
+and cuBLAS's, NVFP4, tiles), scaled quantization through FakeConvert's fused kernel
+(:func:`quantize`, which also returns the scale it used) and sweeps over formats and
+recipes (:func:`sweep`), which the
 ``fp8kit study`` command prints; the model-level summary of a sweep (:func:`summarize`) and
 its rows as records (:func:`records`) or a pandas DataFrame (:func:`to_dataframe`); and
 the error of a layer's output ``x @ w.T`` computed from quantized operands by tensor-core

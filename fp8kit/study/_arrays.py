@@ -7,6 +7,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from .._backends import as_numpy
 from ..fake_convert import _element_strides, _merge
 
 #: A chunk of a tensor: one ``(start, stop)`` range per dimension.
@@ -43,6 +44,11 @@ def float_data(x: Any, func: str, argname: str = "x", keep_mask: bool = False) -
     kind, x = array_kind(x)
     if kind == "dask":
         raise TypeError(f"{func}: {argname} is a dask array here; expected a numpy array")
+    if kind == "numpy":
+        # torch tensors as the codec functions read them: detached (requires_grad tensors
+        # and Parameters refuse numpy's own conversion), CPU only, bfloat16 and float8 by
+        # their bits; DLPack objects through np.from_dlpack
+        x = as_numpy(x, func)
     try:
         arr = np.ma.asarray(x) if keep_mask and kind == "masked" else np.asarray(x)
     except (TypeError, ValueError) as exc:

@@ -46,6 +46,7 @@ import json
 import mmap
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,7 @@ __all__ = [
     "SafetensorsEntry",
     "SafetensorsHeader",
     "StudyInputError",
+    "open_regular",
     "read_header",
     "tensor_view",
 ]
@@ -66,6 +68,51 @@ __all__ = [
 
 class StudyInputError(ValueError):
     """A file that cannot be studied: missing, unreadable, malformed or without floats."""
+
+
+def _kind(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):  # fmt: skip
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def not_regular(path: str | os.PathLike, mode: int) -> StudyInputError:
+    """The error for a path that is not a regular file (``mode`` from its stat)."""
+    return StudyInputError(
+        f"{os.fspath(path)}: is {_kind(mode)}, not a regular file (only regular files are read)"
+    )
+
+
+def open_regular(path: str | os.PathLike):
+    """``path`` opened for binary reading, when it is a regular file.
+
+    Opened without blocking, then checked: a FIFO named like a checkpoint would block an
+    ordinary ``open`` until a writer came (for ever), and a device would be read without
+    end.
+
+    Raises
+    ------
+    StudyInputError
+        If ``path`` is a directory, FIFO, device or socket.
+    OSError
+        If it cannot be opened.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags |= getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_regular(path, mode)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: The reference's header length limit (bytes).
@@ -383,7 +430,7 @@ def read_header(path: str | os.PathLike) -> SafetensorsHeader:
 run past the end of the file (the data buffer holds 4 bytes)
     """
     path = Path(path)
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         size = os.fstat(fh.fileno()).st_size
         if size < 8:
             raise StudyInputError(f"{path}: not a safetensors file (shorter than 8 bytes)")
@@ -454,7 +501,7 @@ def tensor_view(header: SafetensorsHeader, buf: Any, entry: SafetensorsEntry) ->
 
 def open_map(header: SafetensorsHeader) -> mmap.mmap:
     """A read-only memory map of the whole file, checked to still have the header's size."""
-    with open(header.path, "rb") as fh:
+    with open_regular(header.path) as fh:
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     if len(buf) != header.size:
         buf.close()

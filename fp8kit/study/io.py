@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import stat
 import zipfile
 import zlib
 from collections.abc import Iterable, Sequence
@@ -28,10 +29,13 @@ import numpy as np
 
 from ._arrays import DATA_DTYPES
 from ._safetensors import (
+    MAX_HEADER_SIZE,
     NUMPY_DTYPES,
     SafetensorsHeader,
     StudyInputError,
+    not_regular,
     open_map,
+    open_regular,
     read_header,
     short_name,
     tensor_view,
@@ -51,6 +55,14 @@ __all__ = [
 ]
 
 SUFFIXES = (".npy", ".npz", ".safetensors", ".json")
+
+#: The largest compressed ``.npz`` member read (bytes, uncompressed): such a member is
+#: decompressed into memory, so a small file could otherwise ask for any amount (2 MB of
+#: deflated zeros hold 2 GiB).  Members stored uncompressed (``np.savez``) are
+#: memory-mapped and have no limit.
+NPZ_MEMBER_LIMIT = 2**30
+#: The largest ``*.safetensors.index.json`` read (bytes): the safetensors header's limit.
+MAX_INDEX_SIZE = MAX_HEADER_SIZE
 
 #: safetensors dtype codes of the floating types a study reads as they are.
 SAFETENSORS_FLOATS = {k: NUMPY_DTYPES[k] for k in ("F16", "BF16", "F32", "F64")}
@@ -352,28 +364,34 @@ def _natural_key(text: str):
 
 
 def _npy_header(path: Path) -> tuple[dict[str, Any], int]:
-    with open(path, "rb") as fh:
-        magic = fh.read(8)
-        if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
-            raise StudyInputError(f"{path}: cannot read as .npy (not an .npy file)")
-        major = magic[6]
-        nlen = 2 if major == 1 else 4
-        raw = fh.read(nlen)
-        if len(raw) != nlen:
-            raise StudyInputError(f"{path}: cannot read as .npy (truncated header)")
-        hlen = int.from_bytes(raw, "little")
-        if hlen > 1 << 20:
-            raise StudyInputError(f"{path}: cannot read as .npy (header of {hlen} bytes)")
-        text = fh.read(hlen)
+    with open_regular(path) as fh:
+        return _read_npy_header(fh, f"{path}: cannot read as .npy")
+
+
+def _read_npy_header(fh: Any, where: str) -> tuple[dict[str, Any], int]:
+    """The header dict of the .npy data at ``fh``'s position (shape a tuple of ints) and
+    its length in bytes; errors start with ``where``."""
+    magic = fh.read(8)
+    if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
+        raise StudyInputError(f"{where} (not an .npy file)")
+    major = magic[6]
+    nlen = 2 if major == 1 else 4
+    raw = fh.read(nlen)
+    if len(raw) != nlen:
+        raise StudyInputError(f"{where} (truncated header)")
+    hlen = int.from_bytes(raw, "little")
+    if hlen > 1 << 20:
+        raise StudyInputError(f"{where} (header of {hlen} bytes)")
+    text = fh.read(hlen)
     try:
         d = ast.literal_eval(text.decode("latin1" if major < 3 else "utf8"))
         if not isinstance(d, dict) or not {"descr", "shape", "fortran_order"} <= set(d):
             raise ValueError("not a header")
         shape = tuple(int(s) for s in d["shape"])
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        raise StudyInputError(f"{path}: cannot read as .npy (malformed header)") from None
+        raise StudyInputError(f"{where} (malformed header)") from None
     if any(s < 0 for s in shape):
-        raise StudyInputError(f"{path}: cannot read as .npy (negative shape {shape})")
+        raise StudyInputError(f"{where} (negative shape {shape})")
     d["shape"] = shape
     return d, 8 + nlen + hlen
 
@@ -424,21 +442,105 @@ def _read_npy(path: Path) -> list[_Item]:
 
 
 def _read_npz(path: Path) -> list[_Item]:
-    items = []
+    """The arrays of an ``.npz`` file, each checked before it is read: its header against
+    the member's size, a compressed member's size against :data:`NPZ_MEMBER_LIMIT`
+    (members stored uncompressed, as ``np.savez`` writes them, are memory-mapped)."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            for key in npz.files:
-                try:
-                    arr = npz[key]
-                except ValueError:  # object arrays need pickle; '<f1' (float8_e5m2) ...
-                    items.append(_Item(key, str(path), None, "unreadable"))
+        with open_regular(path) as fh, zipfile.ZipFile(fh) as zf:
+            size = os.fstat(fh.fileno()).st_size
+            seen: set[str] = set()
+            items = []
+            for info in zf.infolist():
+                key = info.filename.removesuffix(".npy")
+                if key in seen:
+                    raise StudyInputError(
+                        f"{path}: cannot read as .npz (member {short_name(key)} appears twice)"
+                    )
+                seen.add(key)
+                if info.is_dir() or not info.filename.endswith(".npy"):
+                    items.append(_Item(key, str(path), None, "not an array"))
                     continue
-                if arr.dtype == np.dtype("V2"):  # bfloat16 as np.savez writes it
-                    arr = arr.view(ml_dtypes.bfloat16)
-                items.append(_Item(key, str(path), arr, _dtype_name(arr.dtype)))
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+                items.append(_npz_member(path, fh, size, zf, info, key))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as exc:
+        if isinstance(exc, StudyInputError):
+            raise
+        raise StudyInputError(f"{path}: cannot read as .npz ({exc})") from None
+    except (RuntimeError, NotImplementedError) as exc:  # encrypted; unknown compression
         raise StudyInputError(f"{path}: cannot read as .npz ({exc})") from None
     return items
+
+
+def _npz_dtype(d: dict[str, Any]) -> np.dtype | None:
+    """The dtype of an .npz member's header (bfloat16 for the 'V2' np.savez writes of it);
+    None for what is not numeric data (objects need pickle; '<f1' is no numpy dtype)."""
+    try:
+        dt = np.lib.format.descr_to_dtype(d["descr"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    if dt.hasobject:
+        return None
+    return np.dtype(ml_dtypes.bfloat16) if dt == np.dtype("V2") else dt
+
+
+def _npz_member(path: Path, fh: Any, size: int, zf: zipfile.ZipFile, info: zipfile.ZipInfo,
+                key: str) -> _Item:  # fmt: skip
+    where = f"{path}: member {short_name(key)}"
+    with zf.open(info) as member:
+        d, hlen = _read_npy_header(member, f"{where}: cannot read as .npy")
+    dt = _npz_dtype(d)
+    if dt is None:
+        return _Item(key, str(path), None, "unreadable")
+    shape = d["shape"]
+    nbytes = math.prod(shape) * dt.itemsize
+    if hlen + nbytes != info.file_size:
+        raise StudyInputError(
+            f"{where}: its header says shape {list(shape)} of {_dtype_name(dt)} "
+            f"({nbytes} bytes), but the member holds {info.file_size - hlen} bytes of data"
+        )
+    order = "F" if d["fortran_order"] else "C"
+    if nbytes == 0:
+        arr = np.zeros(shape, dt, order=order)
+    elif info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+        # stored: the data lie in the file as they are, after the member's local header
+        fh.seek(info.header_offset)
+        local = fh.read(30)
+        if len(local) != 30 or local[:4] != b"PK\x03\x04":
+            raise StudyInputError(f"{where}: cannot read as .npz (bad local header)")
+        start = info.header_offset + 30 + int.from_bytes(local[26:28], "little")
+        start += int.from_bytes(local[28:30], "little") + hlen
+        if start + nbytes > size:
+            raise StudyInputError(f"{where}: cannot read as .npz (runs past the end of the file)")
+        if start % dt.alignment == 0:
+            arr = np.memmap(path, dtype=dt, mode="r", offset=start, shape=shape, order=order)
+        else:  # (the zip headers left the data unaligned, which the kernels refuse: a copy,
+            # of bytes the file really holds)
+            arr = np.empty(shape, dt, order=order)
+            fh.seek(start)
+            _read_into(fh, arr, nbytes, where)
+    else:
+        if info.file_size > NPZ_MEMBER_LIMIT:
+            raise StudyInputError(
+                f"{where}: {info.file_size} bytes compressed into {info.compress_size} is "
+                f"larger than the {NPZ_MEMBER_LIMIT} bytes a compressed .npz member may "
+                "have (it is decompressed into memory); save it uncompressed (np.savez, "
+                "read memory-mapped), or as .npy or .safetensors"
+            )
+        arr = np.empty(shape, dt, order=order)
+        with zf.open(info) as member:
+            member.read(hlen)
+            _read_into(member, arr, nbytes, where)
+    return _Item(key, str(path), arr, _dtype_name(dt))
+
+
+def _read_into(fh: Any, arr: np.ndarray, nbytes: int, where: str) -> None:
+    """``nbytes`` from ``fh`` into the contiguous ``arr`` (no second copy of the data)."""
+    view = memoryview(arr.reshape(-1, order="A").view(np.uint8))
+    got = 0
+    while got < nbytes:
+        n = fh.readinto(view[got : got + (64 << 20)])
+        if not n:
+            raise StudyInputError(f"{where}: cannot read as .npz (truncated data)")
+        got += n
 
 
 def _read_st(path: Path, names: Iterable[str] | None = None) -> list[_Item]:
@@ -464,10 +566,20 @@ def _read_st(path: Path, names: Iterable[str] | None = None) -> list[_Item]:
 
 
 def _read_index(path: Path) -> list[_Item]:
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_INDEX_SIZE:
+            raise StudyInputError(
+                f"{path}: not a safetensors index ({size} bytes; an index has at most "
+                f"{MAX_INDEX_SIZE})"
+            )
+        raw = fh.read(MAX_INDEX_SIZE + 1)
     try:
-        doc = json.loads(path.read_bytes(), object_pairs_hook=_no_duplicates)
+        doc = json.loads(raw, object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError, _Duplicate) as exc:
         raise StudyInputError(f"{path}: not a safetensors index ({exc})") from None
+    except RecursionError:  # (json's parser recurses per nesting level)
+        raise StudyInputError(f"{path}: not a safetensors index (JSON nested too deeply)") from None
     wm = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
         raise StudyInputError(
@@ -540,6 +652,7 @@ def _expand(arg: str | os.PathLike) -> list[Path]:
                 ".npy files"
             )
         return sorted(files, key=lambda f: _natural_key(f.name))
+    _check_regular(p)
     suffix = p.suffix.lower()
     if suffix not in SUFFIXES:
         raise StudyInputError(
@@ -547,6 +660,14 @@ def _expand(arg: str | os.PathLike) -> list[Path]:
             ".safetensors, a *.safetensors.index.json or a directory"
         )
     return [p]
+
+
+def _check_regular(p: Path) -> None:
+    """A StudyInputError unless ``p`` is a regular file (after symlinks): a FIFO named
+    ``p.safetensors`` would block the study for ever, a device feed it without end."""
+    mode = p.stat().st_mode
+    if not stat.S_ISREG(mode):
+        raise not_regular(p, mode)
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -570,12 +691,15 @@ class StudyInputs:
         The companion scale tensor applied to each scaled float8 tensor.
     skipped : dict of str to str
         Tensors not studied, with the reason (their dtype, "scale", or a filter).
+    sources : list of str
+        Every file read (index files and their shards included), in the order read.
     """
 
     tensors: dict[str, Any]
     files: dict[str, str]
     scales: dict[str, str]
     skipped: dict[str, str]
+    sources: list[str] = dataclasses.field(default_factory=list)
 
 
 def _is_float(arr: Any) -> bool:
@@ -693,16 +817,20 @@ def load_inputs(
     """
     items: list[_Item] = []
     seen_files: set[Path] = set()
+    sources: dict[str, None] = {}
     for arg in paths:
         for f in _expand(arg):
             key = f.resolve()
             if key in seen_files:  # the same file named twice (a directory and its shard)
                 continue
             seen_files.add(key)
+            sources[str(f)] = None
             try:
-                items += _read_file(f)
+                found = _read_file(f)
             except OSError as exc:
                 raise StudyInputError(f"{f}: {exc.strerror or exc}") from None
+            items += found
+            sources.update(dict.fromkeys(it.file for it in found))
     count: dict[str, int] = {}
     for it in items:
         count[it.name] = count.get(it.name, 0) + 1
@@ -739,7 +867,7 @@ def load_inputs(
         raise StudyInputError(
             f"{where}: {what}" + (f"; skipped: {', '.join(kinds)}" if kinds else "")
         )
-    return StudyInputs(tensors, files, scales, skipped)
+    return StudyInputs(tensors, files, scales, skipped, list(sources))
 
 
 def load_tensors(
@@ -761,6 +889,7 @@ def load_tensors(
         raise StudyInputError(f"{p}: no such file")
     if p.is_dir():
         raise StudyInputError(f"{p}: is a directory, not a file")
+    _check_regular(p)
     suffix = p.suffix.lower()
     if suffix not in (".npy", ".npz", ".safetensors"):
         raise StudyInputError(

@@ -14,6 +14,7 @@ from .. import _parallel
 from .._kernels import metrics as km
 from ..formats import FloatFormat, get_format
 from ._arrays import _unmask, array_kind, blocks_and_boxes, check_dtype, float_data, scale_layout
+from ._blocks import split_shapes
 
 __all__ = ["ErrorMetrics", "error_metrics"]
 
@@ -237,11 +238,7 @@ def metric_totals(
     shape4, sstr4, sc = scale_layout(x.shape, scale)
     inner = bool(sstr4[3] == 1)
     kernel = km.metrics_kernel(x.dtype, inner)
-    if fmt is None:
-        limits = np.array([np.inf, 0.0, 0.0])
-    else:
-        ovf, tie_up = km.overflow_threshold(fmt)
-        limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
+    limits = np.array([np.inf, 0.0, 0.0]) if fmt is None else _limits(fmt)
     nchunks = _parallel.chunks_for(x.size)
     partials = np.zeros((nchunks, km.N_METRICS))
     # launch() may fall back to one chunk; unused rows stay zero, which combine() ignores
@@ -273,17 +270,40 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
 
 
 @functools.cache
-def _fused_limits(fmt: FloatFormat) -> np.ndarray:
-    """The ``limits`` argument of the fused kernel for ``fmt`` (read-only)."""
+def _limits(fmt: FloatFormat) -> np.ndarray:
+    """The metric kernels' ``limits`` for ``fmt`` (read-only): the overflow threshold
+    (:func:`fp8kit._kernels.metrics.overflow_threshold`), whether a tie there rounds up,
+    and the subnormal limit: ``|q * scale|`` below it is subnormal.  That limit is the
+    midpoint between the largest subnormal and the smallest normal (``tiny * (1 -
+    2**-(m+1))``, m mantissa bits), where no value of the format lies: ``q = g / scale``
+    rounded in the data's dtype stands for the grid value ``g`` it came from, and a ``g``
+    equal to the smallest normal must not count as subnormal because ``q * scale`` came out
+    an ulp below it (with non-power-of-two scales about half of them did)."""
     ovf, tie_up = km.overflow_threshold(fmt)
-    limits = np.array([ovf, float(tie_up), fmt.smallest_normal])
-    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
+    sub = math.ldexp(fmt.smallest_normal, 0) * (1.0 - 2.0 ** -(fmt.mantissa_bits + 1))
+    limits = np.array([ovf, float(tie_up), sub])
     limits.flags.writeable = False
+    return limits
+
+
+@functools.cache
+def _fused_limits(fmt: FloatFormat) -> np.ndarray:
+    """The ``limits`` argument of the fused kernel for ``fmt`` (read-only): :func:`_limits`,
+    which the kernel compares float32 FMAs with, so they must be float32 values."""
+    limits = _limits(fmt)
+    assert (limits == limits.astype(np.float32)).all()  # (the kernel's counts need it)
     return limits
 
 
 def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> ErrorMetrics:
     """Error of quantized values ``q`` against data ``x``, in float64, in one compiled pass.
+
+    The saturated and subnormal shares are of ``x * scale`` and ``q * scale``: what the
+    rounding saw.  Pass the scale the values were quantized with
+    (``quantize(..., return_scale=True)`` gives it, for every recipe): without it they are
+    counted as if ``q`` held the format's own values (scale 1: ``quantize(...,
+    "none")``), which for scaled values is wrong (an MX-quantized tensor of small weights
+    then shows most of its values as subnormal and none saturated).
 
     Parameters
     ----------
@@ -299,7 +319,10 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
         fractions (None without it).
     scale : array_like, optional
         The multiplier applied before rounding (FakeConvert's ``scale``, as from
-        :func:`scale_for`); broadcasts to x's shape; default 1.
+        :func:`scale_for` or ``quantize(..., return_scale=True)``), default 1: one that
+        broadcasts to x's shape, or per-block scales, an axis of ``s`` scales over ``n``
+        elements (``s`` dividing ``n``) standing for blocks of ``n / s`` (MX blocks,
+        NVFP4 blocks and tiles as :func:`scale_for` returns them).
 
     Returns
     -------
@@ -310,7 +333,8 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     TypeError
         Non-float ``x`` or ``q``.
     ValueError
-        Shapes that differ, an unknown format, or a scale that does not broadcast.
+        Shapes that differ, an unknown format, or a scale that neither broadcasts nor has a
+        length dividing x's along each axis.
 
     Examples
     --------
@@ -321,6 +345,10 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     >>> m = study.error_metrics(x, q, fmt="float8_e4m3fn")
     >>> m.compared, m.nan_inputs, m.max_abs_error, m.flushed_to_zero, m.saturated
     (4, 1, 552.0, 0.25, 0.25)
+    >>> w = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    >>> q, s = study.quantize(w, "float8_e4m3fn", "block", return_scale=True)
+    >>> s.shape, study.error_metrics(w, q, fmt="float8_e4m3fn", scale=s).subnormal
+    ((2, 1), 0.0)
     """
     kx, x = array_kind(x)
     kq, q = array_kind(q)
@@ -339,23 +367,55 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     dt = np.dtype(np.float64 if wide else np.float32)
     xw = np.ascontiguousarray(xa, dtype=dt)
     qw = np.ascontiguousarray(qa, dtype=dt)
+    xw, qw, sc = block_views(xw, qw, sc)
     return metrics_of(xw, qw, sc, f)
 
 
+def scale_blocks(scale: Any, shape: tuple[int, ...], func: str):
+    """``(blocks, scale)``: how a scale maps onto data of ``shape``, and the scale with as
+    many dims as the data.  Along each axis the scale's length ``s`` is 1 (one for the
+    axis), ``n`` (one per index) or a divisor of ``n``: blocks of ``n / s`` consecutive
+    elements (``blocks`` maps those axes to the block size).  Anything else is a
+    ValueError naming ``func``."""
+    sc = np.asarray(scale)
+    if sc.ndim > len(shape):
+        raise ValueError(f"{func}: scale of shape {sc.shape} has more dims than x's shape {shape}")
+    sc = sc.reshape((1,) * (len(shape) - sc.ndim) + sc.shape)
+    blocks = {}
+    for d, (s, n) in enumerate(zip(sc.shape, shape, strict=True)):
+        if s in (1, n):
+            continue
+        if s == 0 or n % s:
+            raise ValueError(
+                f"{func}: scale of shape {np.shape(scale)} does not fit x's shape {shape}: "
+                f"along axis {d} its length {s} must be 1, {n}, or a divisor of {n} "
+                f"(blocks of {n} / {s} elements)"
+            )
+        blocks[d] = n // s
+    return blocks, sc
+
+
+def block_views(x: np.ndarray, q: np.ndarray, sc: np.ndarray):
+    """``(x, q, scale)`` reshaped so that per-block scales broadcast: each blocked axis of
+    length ``n`` split into ``(s, n / s)`` for the data and ``(s, 1)`` for the scale
+    (views of C-contiguous arrays)."""
+    if sc.ndim == 0 or sc.ndim != x.ndim:
+        return x, q, sc
+    blocks, _ = scale_blocks(sc, x.shape, "error_metrics")
+    if not blocks:
+        return x, q, sc
+    xs, ss = split_shapes(x.shape, blocks, sc.shape)
+    return x.reshape(xs), q.reshape(xs), sc.reshape(ss)
+
+
 def check_scale(scale: Any, shape: tuple[int, ...]) -> np.ndarray:
-    """error_metrics' scale as float64 (default 1), or an error if it does not broadcast."""
+    """error_metrics' scale as float64 (default 1) with x's number of dims when it has
+    blocks (:func:`scale_blocks`), or an error if it does not fit x's shape."""
     sc = np.asarray(1.0 if scale is None else scale)
     if sc.dtype.kind != "f" and sc.dtype.kind not in "iu":
         raise TypeError(f"error_metrics: scale must be a number or float array; got {sc.dtype}")
-    try:
-        ok = np.broadcast_shapes(sc.shape, shape) == shape
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"error_metrics: scale of shape {sc.shape} does not broadcast to x's {shape}"
-        )
-    return sc.astype(np.float64)
+    blocks, full = scale_blocks(sc, shape, "error_metrics")
+    return (full if blocks else sc).astype(np.float64)
 
 
 def add_totals(acc: np.ndarray, part: np.ndarray) -> np.ndarray:
@@ -383,7 +443,8 @@ def pair_totals(
     if mask is not None:
         xw = np.where(mask, dt.type(np.nan), xw)
         nmasked = int(np.count_nonzero(mask))
-    totals = metric_totals(xw, qw, np.asarray(scale, np.float64), fmt)
+    xw, qw, sc = block_views(xw, qw, np.asarray(scale, np.float64))
+    totals = metric_totals(xw, qw, sc, fmt)
     totals[km.NAN_IN] -= nmasked
     return xw.size - nmasked, totals
 
@@ -407,18 +468,33 @@ def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
         scale = scale.compute()
     shape = tuple(x.shape) or (1,)
     sc = check_scale(scale, tuple(x.shape))
-    sc = sc.reshape((1,) * (len(shape) - sc.ndim) + sc.shape)
+    blocks, sc = scale_blocks(sc, shape, "error_metrics")
     x = x.reshape(shape)
     q = da.asarray(q).reshape(shape).rechunk(x.chunks)
     qblocks = q.to_delayed()
     tasks = []
     for index, (xb, box) in zip(np.ndindex(*x.numblocks), blocks_and_boxes(x), strict=True):
-        sel = tuple(
-            slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
-        )
-        tasks.append(dask.delayed(pair_totals)(xb, qblocks[index], sc[sel], fmt))
+        tasks.append(dask.delayed(pair_totals)(xb, qblocks[index], scale_part(sc, blocks, box),
+                                               fmt))  # fmt: skip
     count, totals = 0, np.zeros((1, km.N_METRICS))
     for n, t in dask.compute(*tasks):
         count += n
         totals = add_totals(totals, t.reshape(1, -1))
     return ErrorMetrics.from_totals(count, totals[0], fmt is not None)
+
+
+def scale_part(sc: np.ndarray, blocks: dict[int, int], box) -> np.ndarray:
+    """The part of a scale (x's number of dims, :func:`scale_blocks`) that the chunk ``box``
+    of x uses, broadcasting to the chunk (per-block axes expanded to the chunk's length)."""
+    sel, local = [], {}
+    for d, (s, e) in enumerate(box):
+        if d in blocks:
+            b = blocks[d]
+            sel.append(slice(s // b, -(-e // b)))
+            local[d] = (b, s - (s // b) * b, e - s)
+        else:
+            sel.append(slice(0, 1) if sc.shape[d] == 1 else slice(s, e))
+    part = sc[tuple(sel)]
+    for d, (b, off, n) in local.items():
+        part = np.repeat(part, b, axis=d).take(np.arange(off, off + n), axis=d)
+    return part

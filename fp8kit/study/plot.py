@@ -1,4 +1,4 @@
-"""The study figure (matplotlib, an optional extra: ``pip install 'fp8kit[plot]'``).
+"""The study figure (matplotlib, an optional extra: ``pip install matplotlib``).
 
 Three panels, sized for any number of formats, scalings and tensors: the SQNR of every
 format and scaling with all tensors pooled (bars from 0; an infinite SQNR reaches a marked
@@ -41,6 +41,9 @@ EXTENSIONS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
 DPI = 200
 _WIDTH = 12.0  # inches
 _LEFT_LIMIT = -40.0  # log2(v / max): float16's grid ends at -40; wider grids are cut there
+#: The heat maps' colour range: +-3 dB against the row's pooled SQNR, the same in every
+#: figure (half a bit of precision is 3 dB).
+HEAT_DB = 3.0
 
 
 class PlotUnavailable(ImportError):
@@ -52,7 +55,7 @@ def require_matplotlib():
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise PlotUnavailable("plotting needs matplotlib: pip install 'fp8kit[plot]'") from None
+        raise PlotUnavailable("plotting needs matplotlib: pip install matplotlib") from None
     return Figure
 
 
@@ -105,19 +108,48 @@ def layer_index(name: str) -> int | None:
     return None if m is None else int(m.group(1))
 
 
-def _relative_log2(tensors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, int]:
-    """log2(|x| / amax) of a strided sample of each tensor's finite nonzero values."""
-    parts, zeros = [], 0
+def role_of(name: str) -> str:
+    """The role a tensor plays in every layer: its name after the layer number
+    (:func:`layer_index`; after the last ``:``, a file prefix), or the whole name when it
+    has none.
+
+    Parameters
+    ----------
+    name : str
+        A tensor name.
+
+    Returns
+    -------
+    str
+        Its role.
+
+    Examples
+    --------
+    >>> from fp8kit.study.plot import role_of
+    >>> role_of("model.layers.12.self_attn.q_proj.weight"), role_of("lm_head.weight")
+    ('self_attn.q_proj.weight', 'lm_head.weight')
+    """
+    base = name.rsplit(":", 1)[-1]
+    m = _LAYER.search(base)
+    rest = "" if m is None else base[m.end() :].lstrip("._/")
+    return rest or base
+
+
+def _relative_log2(tensors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, int, int, int]:
+    """log2(|x| / amax) of a strided sample of each tensor's finite nonzero values, the
+    zeros of the sample, its size and the number of values it was drawn from."""
+    parts, zeros, drawn, total = [], 0, 0, 0
     per_tensor = max(1024, min(_SAMPLE, _TOTAL // max(1, len(tensors))))
     for arr in tensors.values():
         flat = np.asarray(arr).reshape(-1)
         sample = flat[:: max(1, flat.size // per_tensor)].astype(np.float64)
+        drawn, total = drawn + sample.size, total + flat.size
         a = np.abs(sample[np.isfinite(sample)])
         zeros += int(np.count_nonzero(a == 0))
         a = a[a > 0]
         if a.size:
             parts.append(np.log2(a / a.max()))
-    return (np.concatenate(parts) if parts else np.zeros(0)), zeros
+    return (np.concatenate(parts) if parts else np.zeros(0)), zeros, drawn, total
 
 
 def _pooled_sqnr(rows: Sequence[SweepRow]) -> float:
@@ -397,14 +429,15 @@ def _bars(fig, ax, by, formats, scalings) -> None:
 
 
 def _values(ax_hist, ax_rug, tensors, formats) -> None:
-    rel, zeros = _relative_log2(tensors)
+    rel, zeros, drawn, total = _relative_log2(tensors)
     grids = {f: np.log2(positive_grid(get_format(f)) / get_format(f).max) for f in formats}
     grid_lo = min(float(g.min()) for g in grids.values() if g.size)
     data_lo = float(rel.min()) if rel.size else -8.0
     left = math.floor(min(max(data_lo, -64.0), max(grid_lo, _LEFT_LIMIT))) - 1
     below = int(np.count_nonzero(rel < left))
     bins = np.arange(left, 0.5 + 1e-9, 0.125)
-    label = "data (sampled)"
+    label = (f"data: all {total:,} values" if drawn == total
+             else f"data: a sample of {drawn:,} of {total:,} values")  # fmt: skip
     extra = [f"{zeros:,} zeros"] if zeros else []
     if below:
         extra.append(f"{below:,} below {left}")
@@ -413,7 +446,7 @@ def _values(ax_hist, ax_rug, tensors, formats) -> None:
     ax_hist.hist(rel, bins=bins, color="0.55", label=label)
     ax_hist.set_yscale("log")
     ax_hist.set_ylim(bottom=0.7)
-    ax_hist.set_ylabel("values", fontsize=9)
+    ax_hist.set_ylabel("count (log scale)", fontsize=9)
     ax_hist.set_title("The data's magnitudes against each format's values", fontsize=10)
     ax_hist.legend(fontsize=7.5, loc="upper left", frameon=False)
     ax_hist.tick_params(labelbottom=False, labelsize=8)
@@ -476,10 +509,10 @@ def _heat_image(sub, ax, by, formats, scalings, rows, height: float) -> dict:
     with np.errstate(invalid="ignore"):
         dev = grid - row_db[:, None]
     finite = dev[np.isfinite(dev)]
-    # the range covers 95% of the cells (at least +-1 dB); the rest saturate (arrows)
-    spread = np.abs(finite)
-    lim = max(1.0, float(np.quantile(spread, 0.95)) if finite.size else 1.0)
-    beyond = bool(finite.size) and float(spread.max()) > lim
+    # one fixed range for every figure (+-HEAT_DB dB), so that a colour means the same
+    # deviation in every study; cells beyond it saturate (arrows on the colour bar)
+    lim = HEAT_DB
+    beyond = bool(finite.size) and float(np.abs(finite).max()) > lim
     base = colormaps["RdBu"]
     cmap = base.with_extremes(bad="0.82", under=base(0.0), over=base(1.0))
     shown = np.where(np.isinf(grid), np.nan, dev)

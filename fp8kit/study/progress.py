@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from ._text import printable
+
 __all__ = ["StudyProgress", "terminal_width"]
 
 
@@ -202,6 +204,7 @@ class StudyProgress:
         self.done += elements
         if self._bar is None:
             return
+        label = printable(label)  # (a tensor name from a file: no escape sequence drawn)
         if hasattr(self._bar, "set_postfix_str"):  # tqdm
             ncols = getattr(self._bar, "ncols", None) or self._width
             room = ncols - 62

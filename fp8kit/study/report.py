@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ._text import TABLE_NAME_WIDTH, csv_cell, elide, printable, unicode_safe
 from .gemm import GemmRow, summarize_gemm, worst_gemm
 from .metrics import ErrorMetrics
 from .sweep import SweepRow
@@ -43,6 +44,8 @@ COLUMNS = (
     ("sat %", True),
     ("flush %", True),
     ("subn %", True),
+    ("crest", True),
+    ("grp crest", True),
     ("scale", True),
     ("notes", False),
 )
@@ -86,11 +89,17 @@ def _scale(row: SweepRow) -> str:
     return f"{_num(row.scale_min)}..{_num(row.scale_max)}"
 
 
+def _name(name: str | None) -> str:
+    """A tensor name as a table shows it: escaped (names come from files, see
+    :mod:`fp8kit.study._text`) and, when long, cut in the middle."""
+    return "-" if name is None else elide(printable(name), TABLE_NAME_WIDTH)
+
+
 def cells(row: SweepRow) -> list[str]:
     """The table cells of one row."""
     m = row.metrics
     return [
-        row.tensor,
+        _name(row.tensor),
         row.format,
         row.scaling,
         _num(m.sqnr_db, ".2f"),
@@ -100,6 +109,8 @@ def cells(row: SweepRow) -> list[str]:
         _pct(m.saturated),
         _pct(m.flushed_to_zero),
         _pct(m.subnormal),
+        _num(row.crest),
+        _num(row.group_crest),
         _scale(row),
         "; ".join(row.notes),
     ]
@@ -125,8 +136,9 @@ def format_table(rows: Sequence[SweepRow], *, markdown: bool = False) -> str:
     """An aligned plain-text table (or a Markdown table) with one line per row.
 
     Columns: SQNR in dB, RMSE, largest absolute and relative error, the percentages of
-    saturated, flushed-to-zero and subnormal values, the scale (a range when there are
-    several) and notes.
+    saturated, flushed-to-zero and subnormal values, the tensor's crest factor (and the
+    mean crest factor of the scaling's groups, when the sweep computed it), the scale (a
+    range when there are several) and notes.
 
     Parameters
     ----------
@@ -146,15 +158,18 @@ def format_table(rows: Sequence[SweepRow], *, markdown: bool = False) -> str:
     >>> from fp8kit import study
     >>> from fp8kit.study import report
     >>> rows = study.sweep({"w": np.float32([1.0, 3.0])}, ["float8_e4m3fn"], ["none"])
-    >>> print(report.format_table(rows))
-    tensor  format         scaling  SQNR dB  RMSE  max abs  max rel  sat %  flush %  subn %  scale
-    ------  -------------  -------  -------  ----  -------  -------  -----  -------  ------  -----
-    w       float8_e4m3fn  none         inf     0        0        0      0        0       0      1
+    >>> print(report.format_table(rows))  # doctest: +NORMALIZE_WHITESPACE
+    tensor format scaling SQNR dB RMSE max abs max rel sat % flush % subn % crest scale
+    ------ ------------- ------- ------- ---- ------- ------- ----- ------- ------ ----- -----
+    w      float8_e4m3fn none        inf    0       0       0     0       0      0  1.34     1
     """
     table = [[h for h, _ in COLUMNS]] + [cells(r) for r in rows]
-    if not any(t[-1] for t in table[1:]):  # no notes: drop the column
-        table = [t[:-1] for t in table]
-    right = [r for _, r in COLUMNS][: len(table[0])]
+    # no notes, no group crest factors (sweep(crest=True)): the columns are left out
+    empty = {"notes": "", "grp crest": "-"}
+    keep = [i for i, (h, _) in enumerate(COLUMNS)
+            if h not in empty or any(t[i] != empty[h] for t in table[1:])]  # fmt: skip
+    table = [[t[i] for i in keep] for t in table]
+    right = [COLUMNS[i][1] for i in keep]
     return _render(table, right, markdown)
 
 
@@ -198,10 +213,11 @@ class SummaryRow:
     metrics: ErrorMetrics
     worst_tensor: str | None
     worst_sqnr_db: float
+    group: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """A flat dict: format, scaling, tensors, the pooled metrics' fields, the worst
-        tensor and its SQNR.
+        """A flat dict: format, scaling, (the group, with ``summarize(by=...)``), tensors,
+        the pooled metrics' fields, the worst tensor and its SQNR.
 
         Returns
         -------
@@ -218,6 +234,8 @@ class SummaryRow:
         (1, 2, 'w')
         """
         d: dict[str, Any] = {"format": self.format, "scaling": self.scaling}
+        if self.group is not None:
+            d["group"] = self.group
         d["tensors"] = self.tensors
         d.update(self.metrics.as_dict())
         d.update(worst_tensor=self.worst_tensor, worst_sqnr_db=self.worst_sqnr_db)
@@ -241,24 +259,69 @@ def _sqnr_key(r: SweepRow) -> tuple[bool, float]:
     return (math.isnan(v), v)  # NaN (nothing compared) after every number
 
 
-def summarize(rows: Iterable[SweepRow]) -> list[SummaryRow]:
+#: The groupings of :func:`summarize`'s ``by``.
+GROUP_BY = ("role", "layer")
+
+
+def group_of(name: str, by: str) -> str:
+    """A tensor's group under ``by``: ``"role"``, its name with the layer number and what
+    comes before it taken off (``model.layers.3.self_attn.q_proj.weight`` plays the role
+    ``self_attn.q_proj.weight`` in every layer; a name without a layer number is its own
+    role); ``"layer"``, that number (``"other"`` without one; see
+    :func:`fp8kit.study.plot.layer_index`).
+
+    Parameters
+    ----------
+    name : str
+        A tensor name.
+    by : {"role", "layer"}
+        The grouping.
+
+    Returns
+    -------
+    str
+        The group.
+
+    Examples
+    --------
+    >>> from fp8kit.study.report import group_of
+    >>> name = "model.layers.3.self_attn.q_proj.weight"
+    >>> group_of(name, "role"), group_of(name, "layer")
+    ('self_attn.q_proj.weight', '3')
+    """
+    from .plot import layer_index, role_of
+
+    if by == "role":
+        return role_of(name)
+    i = layer_index(name)
+    return "other" if i is None else str(i)
+
+
+def summarize(rows: Iterable[SweepRow], by: str | None = None) -> list[SummaryRow]:
     """The model-level summary: one :class:`SummaryRow` per (format, scaling), every tensor
-    pooled.
+    pooled; with ``by``, one per (format, scaling, group).
 
     Parameters
     ----------
     rows : iterable of SweepRow
         Rows from :func:`sweep`.
+    by : {"role", "layer"}, optional
+        Pool the tensors of each role (q/k/v/o projections, MLP weights, norms, ... : the
+        name without its layer number, :func:`group_of`) or of each layer apart; the
+        group is the rows' ``group``.
 
     Returns
     -------
     list of SummaryRow
-        Ordered by format, then scaling, each in order of first appearance.
+        Ordered by format, then scaling, each in order of first appearance (then the
+        groups in order of first appearance).
 
     Raises
     ------
     TypeError
         If an item is not a SweepRow.
+    ValueError
+        An unknown ``by`` (the message lists the choices).
 
     Examples
     --------
@@ -267,21 +330,33 @@ def summarize(rows: Iterable[SweepRow]) -> list[SummaryRow]:
     >>> rows = study.sweep(study.demo_tensors(shape=(8, 64)), ["float8_e4m3fn"], ["tensor"])
     >>> [(s.format, s.scaling, s.tensors) for s in study.summarize(rows)]
     [('float8_e4m3fn', 'tensor', 3)]
+    >>> data = {f"layers.{i}.{p}.weight": np.ones((4, 32), np.float32) * (i + 1)
+    ...         for i in range(3) for p in ("q_proj", "mlp")}
+    >>> rows = study.sweep(data, ["float8_e4m3fn"], ["tensor"])
+    >>> [(s.group, s.tensors) for s in study.summarize(rows, by="role")]
+    [('q_proj.weight', 3), ('mlp.weight', 3)]
     """
+    if by is not None and by not in GROUP_BY:
+        raise ValueError(f"summarize: unknown by {by!r}; valid: {', '.join(GROUP_BY)} or None")
     out = []
     for (fmt, scaling), group in _groups(rows, "summarize").items():
-        ranked = [r for r in group if not math.isnan(r.metrics.sqnr_db)]
-        worst_row = min(ranked, key=_sqnr_key) if ranked else None
-        out.append(
-            SummaryRow(
-                format=fmt,
-                scaling=scaling,
-                tensors=len({r.tensor for r in group}),
-                metrics=ErrorMetrics.pooled([r.metrics for r in group]),
-                worst_tensor=None if worst_row is None else worst_row.tensor,
-                worst_sqnr_db=math.nan if worst_row is None else worst_row.metrics.sqnr_db,
+        parts: dict[str | None, list[SweepRow]] = {}
+        for r in group:
+            parts.setdefault(None if by is None else group_of(r.tensor, by), []).append(r)
+        for key, part in parts.items():
+            ranked = [r for r in part if not math.isnan(r.metrics.sqnr_db)]
+            worst_row = min(ranked, key=_sqnr_key) if ranked else None
+            out.append(
+                SummaryRow(
+                    format=fmt,
+                    scaling=scaling,
+                    tensors=len({r.tensor for r in part}),
+                    metrics=ErrorMetrics.pooled([r.metrics for r in part]),
+                    worst_tensor=None if worst_row is None else worst_row.tensor,
+                    worst_sqnr_db=math.nan if worst_row is None else worst_row.metrics.sqnr_db,
+                    group=key,
+                )
             )
-        )
     return out
 
 
@@ -353,13 +428,17 @@ def format_summary(summary: Sequence[SummaryRow], *, markdown: bool = False) -> 
     >>> lines[2].split()
     ['float8_e4m3fn', 'none', '1', '2', '36.77', '0.0354', '0.05', '0', '0', '0', 'w', '36.77']
     """
+    grouped = any(s.group is not None for s in summary)
     table = [[h for h, _ in SUMMARY_COLUMNS]]
+    if grouped:  # (summarize(by=...): the group after the scaling)
+        table[0].insert(2, "group")
     for s in summary:
         m = s.metrics
         table.append(
             [
                 s.format,
                 s.scaling,
+                *([_name(s.group)] if grouped else []),
                 str(s.tensors),
                 str(m.count),
                 _num(m.sqnr_db, ".2f"),
@@ -368,15 +447,20 @@ def format_summary(summary: Sequence[SummaryRow], *, markdown: bool = False) -> 
                 _pct(m.saturated),
                 _pct(m.flushed_to_zero),
                 _pct(m.subnormal),
-                "-" if s.worst_tensor is None else s.worst_tensor,
+                _name(s.worst_tensor),
                 _num(s.worst_sqnr_db, ".2f"),
             ]
         )
-    return _render(table, [r for _, r in SUMMARY_COLUMNS], markdown)
+    right = [r for _, r in SUMMARY_COLUMNS]
+    return _render(table, right[:2] + [False] + right[2:] if grouped else right, markdown)
 
 
 def format_report(
-    rows: Sequence[SweepRow], *, top: int | None = None, markdown: bool = False
+    rows: Sequence[SweepRow],
+    *,
+    top: int | None = None,
+    markdown: bool = False,
+    group_by: str | None = None,
 ) -> str:
     """What ``fp8kit study`` prints: the table of every row (or, with ``top``, of the
     ``top`` worst tensors of each format and scaling), then the model-level summary.
@@ -389,6 +473,8 @@ def format_report(
         Show only the ``top`` rows of lowest SQNR of each (format, scaling) (:func:`worst`).
     markdown : bool, default False
         Markdown tables instead of aligned text.
+    group_by : {"role", "layer"}, optional
+        After the summary, the summary per role or layer (:func:`summarize`'s ``by``).
 
     Returns
     -------
@@ -425,14 +511,21 @@ def format_report(
         f"\nSummary: all {ntensors} {what} pooled ({elements:,} elements; SQNR over all of them):\n"
     )
     parts.append(format_summary(summary, markdown=markdown))
+    if group_by is not None:
+        by = summarize(rows, by=group_by)
+        ngroups = len({s.group for s in by})
+        parts.append(f"\nBy {group_by} ({ngroups} {group_by}s; the tensors of each pooled):\n")
+        parts.append(format_summary(by, markdown=markdown))
     return "\n".join(parts)
 
 
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, str):  # (a non-UTF-8 file name has no JSON string: its bytes escaped)
+        return unicode_safe(v)
     if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
+        return {_jsonable(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     return v
@@ -590,7 +683,10 @@ def to_csv(
     for a line of :func:`summarize` (all tensors pooled). The other columns are the fields
     of :func:`records` of both kinds (shape as ``AxB``, notes joined by ``"; "``, floats in
     full precision, ``inf``/``nan`` as such); a field a kind does not have is empty
-    (``shape`` for the summary, ``worst_tensor`` for the rows...).
+    (``shape`` for the summary, ``worst_tensor`` for the rows...).  Text from the files
+    (tensor and file names) is escaped where it holds control characters, and a cell that
+    starts with ``=``, ``+``, ``-`` or ``@`` gets a ``'`` in front, so that a spreadsheet
+    shows it as text instead of evaluating it as a formula.
 
     Parameters
     ----------
@@ -636,7 +732,8 @@ def to_csv(
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", restval="")
     writer.writeheader()
     for d in lines:
-        writer.writerow({k: ("" if v is None else v) for k, v in d.items()})
+        # (names come from files: escaped, and never read as a spreadsheet formula)
+        writer.writerow({k: ("" if v is None else csv_cell(v)) for k, v in d.items()})
     return buf.getvalue() if rows else ""
 
 
@@ -680,7 +777,7 @@ def gemm_cells(row: GemmRow) -> list[str]:
     """The GEMM table's cells of one row."""
     r = row.result
     return [
-        row.tensor,
+        _name(row.tensor),
         str(r.tokens),
         r.w_format,
         r.w_scaling,
@@ -721,7 +818,7 @@ def format_gemm_report(
         summary.append([
             g.format, g.scaling, g.accumulator, str(g.layers), str(g.error.count),
             _num(g.error.sqnr_db, ".2f"), _num(g.error.rmse), _num(g.error.max_rel_error),
-            _num(g.accumulation.sqnr_db, ".2f"), "-" if g.worst_tensor is None else g.worst_tensor,
+            _num(g.accumulation.sqnr_db, ".2f"), _name(g.worst_tensor),
             _num(g.worst_sqnr_db, ".2f"),
         ])  # fmt: skip
     what = "layer" if nlayers == 1 else "layers"

@@ -31,31 +31,42 @@ from ._chunks import (
     blocks_whole,
     bytes_per_element,
     chunk_totals,
+    empty_stats,
     plan_chunks,
 )
+from ._groups import chunk_sums, crest_of, merge_sums, two_level_totals
 from .metrics import ErrorMetrics, add_totals
 from .scaling import (
     DelayedScaling,
     Grouping,
+    Recipe,
     _amaxes,
+    _blocks_of,
     amax_scale,
     chunk_amax,
+    chunk_nan,
     clamp_scale,
     compact_shape,
     empty_amax,
     group_amax,
+    grouping_of,
     local_grouping,
     local_scale,
     merge_amax,
+    merge_nan,
     mx_exponents,
     mx_scale_from_codes,
+    scales_from_amax,
 )
 
 __all__ = ["Scaling", "SweepRow", "TensorFile", "demo_tensors", "parse_scaling", "sweep"]
 
 DEFAULT_FORMATS = ("float8_e4m3fn", "float8_e5m2")
 DEFAULT_SCALINGS = ("tensor", "channel", "block:32")
-SCALING_SYNTAX = "none, tensor, channel, block[:N], delayed[:LEN[:max|most_recent]]"
+SCALING_SYNTAX = (
+    "none, tensor, channel, block[:N[:floor|ceil|even|rceil]], tile[:N|:RxC][:pow2], "
+    "nvfp4[:1x16|:16x16][:single], delayed[:LEN[:max|most_recent]]"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,45 +75,100 @@ class Scaling:
 
     Parameters
     ----------
-    kind : {"none", "tensor", "channel", "block", "delayed"}
+    kind : {"none", "tensor", "channel", "block", "tile", "nvfp4", "delayed"}
         The recipe.
     block_size : int, default 32
-        Elements per MX block (``kind="block"``).
+        Elements per MX block (``kind="block"``); a tile's or NVFP4 block's columns.
     history_len : int, default 16
         Steps in the amax history (``kind="delayed"``).
     algo : {"max", "most_recent"}, default "max"
         How delayed scaling picks the amax of its history.
+    scale_mode : {"ocp", "floor", "ceil", "even", "rceil"}, default "ocp"
+        The MX shared-exponent rule (``kind="block"``; see :func:`scale_for`).
+    rows : int, default 1
+        A tile's or NVFP4 block's rows (1: blocks along the block axis).
+    pow2 : bool, default False
+        Power-of-two tile scales (Transformer Engine's Float8BlockScaling).
+    tensor_scale : "amax" or None, default "amax"
+        NVFP4's per-tensor scale (None: the block scales alone).
 
     Examples
     --------
     >>> from fp8kit.study import Scaling
     >>> Scaling("delayed", history_len=4).label
     'delayed:4:max'
+    >>> Scaling("block", scale_mode="rceil").label, Scaling("tile", 128, rows=128).label
+    ('block:32:rceil', 'tile:128')
     """
 
     kind: str
     block_size: int = 32
     history_len: int = 16
     algo: str = "max"
+    scale_mode: str = "ocp"
+    rows: int = 1
+    pow2: bool = False
+    tensor_scale: Any = "amax"
 
     @property
     def label(self) -> str:
         """The spec string that parses back to this scaling."""
         if self.kind == "block":
-            return f"block:{self.block_size}"
+            mode = "" if self.scale_mode == "ocp" else f":{self.scale_mode}"
+            return f"block:{self.block_size}{mode}"
+        if self.kind == "tile":
+            size = (str(self.block_size) if self.rows == self.block_size
+                    else f"{self.rows}x{self.block_size}")  # fmt: skip
+            return f"tile:{size}" + (":pow2" if self.pow2 else "")
+        if self.kind == "nvfp4":
+            size = "" if (self.rows, self.block_size) == (1, 16) else (
+                f":{self.rows}x{self.block_size}")  # fmt: skip
+            return f"nvfp4{size}" + (":single" if self.tensor_scale is None else "")
         if self.kind == "delayed":
             return f"delayed:{self.history_len}:{self.algo}"
         return self.kind
 
+    @property
+    def block(self) -> Any:
+        """The block size as :func:`fp8kit.study.scale_for` takes it: an int for MX blocks
+        and 1 x N tiles or NVFP4 blocks, ``(rows, cols)`` for 2-D ones.
+
+        Examples
+        --------
+        >>> from fp8kit.study import parse_scaling
+        >>> parse_scaling("block:32").block, parse_scaling("tile:128").block
+        (32, (128, 128))
+        """
+        if self.kind in ("tile", "nvfp4") and self.rows > 1:
+            return (self.rows, self.block_size)
+        return self.block_size
+
 
 _SPEC = re.compile(
-    r"^(?:(none|tensor|channel)|block(?::(\d+))?|delayed(?::(\d+)(?::(max|most_recent))?)?)$"
+    r"^(?:(?P<plain>none|tensor|channel)"
+    r"|block(?::(?P<bs>\d+)(?::(?P<mode>ocp|floor|ceil|even|rceil))?)?"
+    r"|tile(?::(?P<tile>\d+(?:x\d+)?))?(?P<pow2>:pow2)?"
+    r"|nvfp4(?::(?P<nv>\d+x\d+))?(?P<single>:single)?"
+    r"|delayed(?::(?P<len>\d+)(?::(?P<algo>max|most_recent))?)?)$"
 )
 
 
+def _dims_of(text: str | None, default: tuple[int, int]) -> tuple[int, int]:
+    if text is None:
+        return default
+    r, _, c = text.partition("x")
+    return (int(r), int(c)) if c else (int(r), int(r))
+
+
 def parse_scaling(spec: Any) -> Scaling:
-    """Parse a scaling spec: ``none``, ``tensor``, ``channel``, ``block[:N]`` (MX blocks of
-    N elements, default 32) or ``delayed[:LEN[:ALGO]]`` (Transformer Engine's delayed
+    """Parse a scaling spec: ``none``, ``tensor``, ``channel``, ``block[:N[:MODE]]`` (MX
+    blocks of N elements, default 32, under the shared-exponent rule MODE: ``floor``,
+    ``ceil``, ``even`` or ``rceil`` as torchao computes them, default the OCP rule),
+    ``tile[:N|:RxC][:pow2]`` (tiles of N x N, default 128, or R x C, e.g. ``tile:1x128``,
+    scaled by ``max / amax``; ``:pow2`` rounds the scales down to powers of two, as
+    Transformer Engine's Float8BlockScaling), ``nvfp4[:1x16|:16x16][:single]`` (NVFP4:
+    E4M3 scales per block of 16, or per 16 x 16 tile, times a per-tensor scale, or, with
+    ``:single``, alone) or ``delayed[:LEN[:ALGO]]`` (Transformer Engine's delayed
     scaling, history length LEN, default 16, ALGO ``max`` or ``most_recent``).
 
     Parameters
@@ -125,21 +191,29 @@ def parse_scaling(spec: Any) -> Scaling:
     >>> from fp8kit.study import parse_scaling
     >>> parse_scaling("block:16").block_size, parse_scaling("delayed:4:most_recent").algo
     (16, 'most_recent')
+    >>> parse_scaling("block:32:rceil").scale_mode, parse_scaling("tile:1x128").block
+    ('rceil', 128)
+    >>> parse_scaling("nvfp4:16x16").block, parse_scaling("tile").label
+    ((16, 16), 'tile:128')
     """
     if isinstance(spec, Scaling):
         return spec
     m = _SPEC.match(spec) if isinstance(spec, str) else None
-    if (
-        m is None
-        or (m.group(2) is not None and int(m.group(2)) < 1)
-        or (m.group(3) is not None and int(m.group(3)) < 1)
-    ):
+    sizes = [int(v) for v in re.findall(r"\d+", spec)] if m is not None else []
+    if m is None or any(v < 1 for v in sizes):
         raise ValueError(f"unknown scaling {spec!r}; valid: {SCALING_SYNTAX}")
-    if m.group(1):
-        return Scaling(m.group(1))
+    if m["plain"]:
+        return Scaling(m["plain"])
     if spec.startswith("block"):
-        return Scaling("block", block_size=int(m.group(2) or 32))
-    return Scaling("delayed", history_len=int(m.group(3) or 16), algo=m.group(4) or "max")
+        return Scaling("block", block_size=int(m["bs"] or 32), scale_mode=m["mode"] or "ocp")
+    if spec.startswith("tile"):
+        r, c = _dims_of(m["tile"], (128, 128))
+        return Scaling("tile", block_size=c, rows=r, pow2=bool(m["pow2"]))
+    if spec.startswith("nvfp4"):
+        r, c = _dims_of(m["nv"], (1, 16))
+        return Scaling("nvfp4", block_size=c, rows=r,
+                       tensor_scale=None if m["single"] else "amax")  # fmt: skip
+    return Scaling("delayed", history_len=int(m["len"] or 16), algo=m["algo"] or "max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +241,13 @@ class SweepRow:
         The smallest and largest finite scale used.
     notes : tuple of str
         Special cases met (NaN or Inf inputs, an all-zero tensor, ...).
+    crest : float or None
+        The tensor's crest factor ``max |x| / rms(x)`` over its compared values (None when
+        nothing is compared or every value is 0).
+    group_crest : float or None
+        The mean crest factor of the groups that share a scale under this scaling (a
+        block, tile, channel, step, or the tensor), groups of zeros or NaN/Inf left out;
+        None unless the sweep was asked for it (``crest=True``) or no group has one.
 
     Examples
     --------
@@ -186,6 +267,8 @@ class SweepRow:
     scale_min: float
     scale_max: float
     notes: tuple[str, ...] = ()
+    crest: float | None = None
+    group_crest: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A flat dict: the row's fields with the metrics' fields inlined.
@@ -213,6 +296,7 @@ class SweepRow:
         }
         d.update(self.metrics.as_dict())
         d.update(scale_min=self.scale_min, scale_max=self.scale_max, notes=list(self.notes))
+        d.update(crest=self.crest, group_crest=self.group_crest)
         return d
 
 
@@ -322,6 +406,8 @@ def sweep(
     scheduler: Any = None,
     flush_subnormals: bool = False,
     flush_subnormal_inputs: bool = False,
+    scale_wide: bool = False,
+    crest: bool = False,
 ) -> list[SweepRow]:
     """Quantize every tensor through every format with every scaling and measure the error.
 
@@ -330,6 +416,9 @@ def sweep(
     quantize pass (:func:`quantize`) and one metrics pass (:func:`error_metrics`).  Amaxes
     are computed once per tensor and scaling and shared by the formats.  16-bit data is
     quantized in float32 and rounded once to its dtype; the error is measured on that.
+    Formats wider than 8 bits (bfloat16, float16) are the unscaled baseline: scale 1 under
+    every scaling (a note says so) unless ``scale_wide``.  NVFP4 rows are quantized and
+    measured in two passes (its dequantization is not FakeConvert's division).
 
     Tensors are worked on in chunks of at most ``chunk_bytes`` of working memory (two
     passes over each tensor: every amax, then every quantize-and-measure job, each chunk
@@ -368,11 +457,17 @@ def sweep(
         its share of ``chunk_bytes``), ``"processes"``, ``"sync"``, the address of a
         ``dask.distributed`` scheduler (``"tcp://host:8786"``) or a ``Client``.  Give
         file tensors as :class:`TensorFile` so that each worker reads its own.  Default:
-        scheduler).  Needs ``pip install 'fp8kit[dask]'``.
+        scheduler).  Needs Dask (``pip install 'dask[array]'``).
     flush_subnormals, flush_subnormal_inputs : bool, default False
         As in :func:`quantize`.  When either is set, each row's metrics (and scale range)
         are those of :func:`quantize` with the option followed by :func:`error_metrics`
         (an unfused pass per row, after the fused sweep; not ``delayed`` scalings).
+    scale_wide : bool, default False
+        Scale formats wider than 8 bits like the others (default: unscaled).
+    crest : bool, default False
+        Also compute each row's ``group_crest`` (the mean crest factor of the scaling's
+        groups; one more pass over each tensor).  Each row's ``crest`` (the tensor's) is
+        always there.
 
     Returns
     -------
@@ -397,6 +492,9 @@ def sweep(
     >>> [round(r.metrics.sqnr_db, 9) for r in small] == [round(r.metrics.sqnr_db, 9)
     ...                                                   for r in rows]
     True
+    >>> rows = study.sweep(x, ["float8_e4m3fn"], ["block:32:rceil", "nvfp4"], crest=True)
+    >>> [(r.scaling, round(r.crest, 1), round(r.group_crest, 1)) for r in rows]
+    [('block:32:rceil', 3.9, 2.3), ('nvfp4', 3.9, 2.1)]
     """
     tensors = _named(data)
     fmts = [_args.study_format(f) for f in formats]
@@ -412,25 +510,26 @@ def sweep(
             "scalings; got scalings " + ", ".join(repr(sp.label) for sp in specs)
         )
     total = len(tensors) * len(fmts) * len(specs)
+    options = dict(
+        channel_axis=channel_axis, block_axis=block_axis, margin=float(margin),
+        pow2=bool(pow2), chunk_bytes=budget,
+        scale_wide=_args.flag(scale_wide, "scale_wide", "sweep"),
+        crest=_args.flag(crest, "crest", "sweep"),
+    )  # fmt: skip
     try:
-        rows = _sweep_rows(
-            tensors, fmts, specs, channel_axis, block_axis, margin, pow2, budget, total,
-            scheduler, progress,
-        )  # fmt: skip
+        rows = _sweep_rows(tensors, fmts, specs, options, total, scheduler, progress)
     finally:
         _BUFFERS.clear()
     if ftz or dazi:
-        rows = _flushed_rows(
-            tensors, rows, channel_axis, block_axis, margin, pow2, ftz, dazi
-        )  # fmt: skip
+        rows = _flushed_rows(tensors, rows, options, ftz, dazi)
     return rows
 
 
-def _flushed_rows(tensors, rows, channel_axis, block_axis, margin, pow2, ftz, dazi):
+def _flushed_rows(tensors, rows, options, ftz, dazi):
     """``rows`` with the metrics and scale range of quantize (with the flush options)
     followed by error_metrics, per row (the unfused path)."""
     from .metrics import error_metrics
-    from .scaling import quantize, scale_for
+    from .scaling import quantize
 
     out = []
     data = {}
@@ -443,46 +542,36 @@ def _flushed_rows(tensors, rows, channel_axis, block_axis, margin, pow2, ftz, da
         kind, kw = spec.kind, {}
         if kind == "channel" and np.ndim(x) < 2:
             kind = "tensor"
+        if not options["scale_wide"] and _args.study_format(row.format).bits > 8:
+            kind = "none"
+        if kind in ("channel", "tensor", "tile"):
+            kw = dict(margin=options["margin"], pow2=options["pow2"] or spec.pow2)
         if kind == "channel":
-            kw = dict(axis=channel_axis, margin=margin, pow2=pow2)
-        elif kind == "tensor":
-            kw = dict(margin=margin, pow2=pow2)
-        elif kind == "block":
-            kw = dict(axis=block_axis, block_size=spec.block_size)
-        opts = dict(flush_subnormals=ftz, flush_subnormal_inputs=dazi)
-        q = quantize(x, row.format, kind, **kw, **opts)
-        xs = _args.flush_inputs(np.asarray(x)) if dazi else x
-        if dazi and isinstance(x, np.ma.MaskedArray):
-            xs = np.ma.masked_array(xs, np.ma.getmaskarray(x))
-        sc = np.asarray(scale_for(xs, row.format, kind, **kw), dtype=np.float64)
-        if kind == "block" and sc.ndim:
-            ax = block_axis % np.ndim(x)
-            sc = np.repeat(sc, spec.block_size, axis=ax).take(np.arange(np.shape(x)[ax]), axis=ax)
+            kw["axis"] = options["channel_axis"]
+        elif kind in ("block", "tile", "nvfp4"):
+            kw.update(axis=options["block_axis"], block_size=spec.block)
+            if kind == "block":
+                kw["scale_mode"] = spec.scale_mode
+            if kind == "nvfp4":
+                kw["tensor_scale"] = spec.tensor_scale
+        opts = dict(flush_subnormals=ftz, flush_subnormal_inputs=dazi, return_scale=True)
+        q, sc = quantize(x, row.format, kind, **kw, **opts)
         m = error_metrics(x, q, fmt=row.format, scale=sc)
+        sc = np.asarray(sc, np.float64)
         finite = sc[np.isfinite(sc)]
         lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (np.nan, np.nan)
         out.append(dataclasses.replace(row, metrics=m, scale_min=lo, scale_max=hi))
     return out
 
 
-def _sweep_rows(
-    tensors, fmts, specs, channel_axis, block_axis, margin, pow2, budget, total, scheduler,
-    progress,
-):  # fmt: skip
+def _sweep_rows(tensors, fmts, specs, options, total, scheduler, progress):
     rows: list[SweepRow] = []
     if scheduler is not None:
-        check_axis(channel_axis, 64, "sweep", "channel_axis")
-        check_axis(block_axis, 64, "sweep", "block_axis")
-        options = dict(
-            channel_axis=channel_axis, block_axis=block_axis, margin=float(margin),
-            pow2=bool(pow2), chunk_bytes=budget,
-        )  # fmt: skip
+        check_axis(options["channel_axis"], 64, "sweep", "channel_axis")
+        check_axis(options["block_axis"], 64, "sweep", "block_axis")
         return sweep_tasks(tensors, fmts, specs, options, scheduler, progress)
     for name, arr in tensors.items():
-        for row in study_tensor(
-            name, arr, fmts, specs, channel_axis=channel_axis, block_axis=block_axis,
-            margin=float(margin), pow2=bool(pow2), chunk_bytes=budget,
-        ):  # fmt: skip
+        for row in study_tensor(name, arr, fmts, specs, **options):
             rows.append(row)
             if progress is not None:
                 progress(len(rows), total, f"{name} {row.format} {row.scaling}")
@@ -535,14 +624,19 @@ def _plan(name, shape, dtype, specs, channel_axis, block_axis) -> _Plan:
             notes.append("1-D tensor: one step")
         if kind == "channel":
             g = Grouping("channel", channel_axis % ndim)
-        elif kind == "block":
-            axis, block = block_axis % ndim, spec.block_size
-            g = Grouping("block", axis, block)
-            if work_shape[axis] % block:
-                notes.append(
-                    f"axis length {work_shape[axis]} is not a multiple of {block}: "
-                    f"last block of {work_shape[axis] % block}"
-                )
+        elif kind in ("block", "tile", "nvfp4"):
+            axis = block_axis % ndim
+            g = Grouping(*grouping_of(kind, axis, spec.block, ndim))
+            if isinstance(spec.block, tuple) and g.kind == "block":
+                notes.append(f"{'1-D tensor' if ndim < 2 else 'block axis 0'}: "
+                             f"tiles of 1 x {g.block}")  # fmt: skip
+            for ax, b in _blocks_of(g.kind, g.axis, g.block).items():
+                if work_shape[ax] % b:
+                    where = "axis" if g.kind == "block" else f"axis {ax}"
+                    notes.append(
+                        f"{where} length {work_shape[ax]} is not a multiple of {b}: "
+                        f"last block of {work_shape[ax] % b}"
+                    )
         elif kind == "delayed" and ndim >= 2:
             kind, g = "steps", Grouping("channel", 0)
         elif kind in ("tensor", "delayed"):
@@ -556,53 +650,82 @@ def _plan(name, shape, dtype, specs, channel_axis, block_axis) -> _Plan:
 def _aligns(plan: _Plan) -> dict[int, int]:
     aligns: dict[int, int] = {}
     for g in plan.groupings:
-        if g.kind == "block":
-            aligns[g.axis] = math.lcm(aligns.get(g.axis, 1), g.block)
+        for ax, b in _blocks_of(g.kind, g.axis, g.block).items():
+            aligns[ax] = math.lcm(aligns.get(ax, 1), b)
     return aligns
 
 
-def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=()):
-    """Per (spec, format): (grouping, compact scale) and the spec's notes.  MX groupings in
-    ``local`` get the scale None: each chunk computes its own."""
+def _recipe_of(spec: Scaling, g: Grouping, margin: float, pow2: bool) -> Recipe:
+    return Recipe(spec.kind, g.axis, spec.block, margin, pow2 or spec.pow2, spec.scale_mode,
+                  spec.tensor_scale)  # fmt: skip
+
+
+def _needs_nan(spec: Scaling) -> bool:
+    return spec.kind == "nvfp4" or (spec.kind == "block" and spec.scale_mode != "ocp")
+
+
+def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=(), nans=None,
+            scale_wide: bool = False):  # fmt: skip
+    """``(jobs, dequant, notes)``: per (spec, format) a job ``(format, grouping, compact
+    scale)`` (MX groupings in ``local`` get the scale None: each chunk computes its own)
+    and its notes; ``dequant`` maps the index of an NVFP4 job to its dequantization
+    factors."""
     dt = work_dtype(plan.dtype)
-    jobs, spec_notes = [], []
+    nans = nans or {}
+    jobs, dequant, job_notes = [], {}, []
     for spec, kind, g, notes in plan.specs:
-        notes = list(notes)
-        if g in local:
-            spec_notes.append(notes)
-            jobs += [(fmt, g, None) for fmt in fmts]
-            continue
-        if g is not None:
+        scaled = list(notes)
+        if g is not None and g not in local:
             amax, bad = amaxes[plan.groupings.index(g)]
             zeros = int(np.count_nonzero(amax == 0))
-            if kind in ("tensor", "channel") and zeros:
-                where = "zero amax" if amax.size == 1 else f"{zeros} of {amax.size} channels"
-                notes.append(f"{where}: scale 1")
-            if kind == "block" and bad.any():
-                notes.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
-        spec_notes.append(notes)
+            if kind in ("tensor", "channel", "tile") and zeros:
+                what = "tiles" if kind == "tile" else "channels"
+                where = "zero amax" if amax.size == 1 else f"{zeros} of {amax.size} {what}"
+                scaled.append(f"{where}: scale 1")
+            if kind == "block" and bad.any() and spec.scale_mode == "ocp":
+                scaled.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
         for fmt in fmts:
+            if kind != "none" and fmt.bits > 8 and not scale_wide:
+                jobs.append((fmt, None, np.ones((), dt)))
+                job_notes.append([*notes, f"unscaled ({fmt.bits}-bit baseline)"])
+                continue
+            job_notes.append(scaled)
+            if g in local:
+                jobs.append((fmt, g, None))
+                continue
             if kind == "none":
                 scale = np.ones((), dt)
-            elif kind == "block":
+            elif kind == "block" and spec.scale_mode == "ocp":
                 scale = mx_scale_from_codes(mx_exponents(amax, bad, fmt), dt)
-            elif kind in ("tensor", "channel"):
-                scale = amax_scale(amax, fmt, margin, pow2, dt)
+            elif kind in ("block", "nvfp4"):
+                r = _recipe_of(spec, g, margin, pow2)
+                scale, d = scales_from_amax(amax, bad, nans.get(g), fmt, r, dt)
+                if d is not None:
+                    dequant[len(jobs)] = d
+            elif kind in ("tensor", "channel", "tile"):
+                scale = amax_scale(amax, fmt, margin, pow2 or spec.pow2, dt)
             else:
                 ds = DelayedScaling(fmt, spec.history_len, spec.algo, margin=margin, pow2=pow2)
                 # one step per index of the leading axis (one step for fewer than 2 dims)
                 used = np.array([ds.step(a) for a in amax.reshape(-1)])
                 scale = clamp_scale(used, dt).astype(dt).reshape(amax.shape)
             jobs.append((fmt, g, scale))
-    return jobs, spec_notes
+    return jobs, dequant, job_notes
 
 
-def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, stats):
+def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, stats,
+          tensor_amax: float = math.nan, crests=None):  # fmt: skip
     rows = []
+    ms = [ErrorMetrics.from_totals(count, totals[j], True) for j in range(len(jobs))]
+    # the tensor's crest factor, from the row comparing the most values (one per tensor)
+    top = max(ms, key=lambda m: m.compared, default=None)
+    crest = None
+    if top is not None and top.compared and top.sum_sq_signal > 0 and math.isfinite(tensor_amax):
+        crest = tensor_amax / math.sqrt(top.sum_sq_signal / top.compared)
     for j, (fmt, _g, scale) in enumerate(jobs):
         spec = plan.specs[j // len(fmts)][0]
-        m = ErrorMetrics.from_totals(count, totals[j], True)
-        notes = list(spec_notes[j // len(fmts)])
+        m = ms[j]
+        notes = list(spec_notes[j])
         if scale is None:  # MX scales computed chunk by chunk
             lo, hi, nbad = (float(v) for v in stats[j])
             if nbad:
@@ -627,6 +750,8 @@ def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, s
                 scale_min=lo,
                 scale_max=hi,
                 notes=tuple(notes),
+                crest=crest,
+                group_crest=None if crests is None else crests[j // len(fmts)],
             )  # fmt: skip
         )
     return rows
@@ -643,6 +768,8 @@ def study_tensor(
     margin: float = 0.0,
     pow2: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    scale_wide: bool = False,
+    crest: bool = False,
 ) -> list[SweepRow]:
     """The rows of one tensor (numpy, masked, dask, xarray or a :class:`TensorFile`), in
     order scaling, format."""
@@ -651,18 +778,19 @@ def study_tensor(
     kind, arr = array_kind(arr)
     if kind == "dask":
         return study_dask(
-            name, arr, fmts, specs, channel_axis, block_axis, margin, pow2
+            name, arr, fmts, specs, channel_axis, block_axis, margin, pow2, scale_wide, crest
         )  # fmt: skip
     arr = float_data(arr, "sweep", f"tensor {name!r}", keep_mask=True)
     plan = _plan(name, arr.shape, arr.dtype, specs, channel_axis, block_axis)
     x = arr.reshape(plan.work_shape)
+    shape = plan.work_shape
     masked = isinstance(x, np.ma.MaskedArray)
     per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
-    boxes = plan_chunks(plan.work_shape, per_chunk, _aligns(plan))
+    boxes = plan_chunks(shape, per_chunk, _aligns(plan))
     local, groupings = _split_local(plan, boxes)
     derived = _derived_tensor(groupings)
     passes = [g for g in groupings if g != derived]
-    glob = empty_amax(plan.work_shape, passes)
+    glob = empty_amax(shape, passes)
     # one chunk of unmasked data: widened once for both passes (amax, then the metrics);
     # bfloat16 is read as is by the kernels of both (no widened copy)
     one = len(boxes) == 1 and not masked
@@ -673,30 +801,118 @@ def study_tensor(
         xw, buf = _widened(x) if one else (None, None)
     if buf is None and not direct:  # (a chunked tensor: no buffer kept beside its chunks)
         _BUFFERS.pop(threading.get_ident(), None)
+
+    def chunk(box):
+        return x[box_slices(box)] if xw is None else xw
+
     # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
     # amaxes when its blocks lie along another axis (one amax pass instead of two)
-    pre = _from_blocks(xw, plan.work_shape, local, passes) if xw is not None else None
+    pre = _from_blocks(xw, shape, local, passes) if xw is not None else None
     if pre is not None:
         glob, pre = pre
     elif passes:
         for box in boxes:
-            y = x[box_slices(box)] if xw is None else xw
-            parts = chunk_amax(y, box, plan.work_shape, passes)
-            merge_amax(glob, parts, box, plan.work_shape, passes)
+            merge_amax(glob, chunk_amax(chunk(box), box, shape, passes), box, shape, passes)
     amaxes = _with_tensor(plan, passes, glob, derived)
-    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    nans = _nan_flags(plan, amaxes, [(chunk(box), box) for box in boxes])
+    jobs, dequant, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local, nans,
+                                        scale_wide)  # fmt: skip
+    fused = [job for j, job in enumerate(jobs) if j not in dequant]
     count, totals, stats = 0, None, None
     for box in boxes:
         n, t, st = chunk_totals(
-            x[box_slices(box)], box, plan.work_shape, _local_jobs(jobs, box, plan.work_shape),
+            x[box_slices(box)], box, shape, _local_jobs(fused, box, shape),
             widened=None if direct else xw, amaxes=pre,
         )  # fmt: skip
         count += n
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
+    pieces = [(x[box_slices(box)], box) for box in boxes]
+    totals, stats = _with_two_level(jobs, dequant, totals, stats, pieces, shape)
     if buf is not None:
         _BUFFERS[threading.get_ident()] = buf
-    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+    t_amax = _tensor_amax(amaxes, pre, pieces, shape)
+    crests = _crests(plan, pieces) if crest else None
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats, t_amax, crests)
+
+
+def _each(func, pieces, *args) -> list:
+    """``[func(y, box, *args) for y, box in pieces]``; for dask blocks (Delayed) as Dask
+    tasks, computed together."""
+    if pieces and hasattr(pieces[0][0], "__dask_graph__"):
+        import dask
+
+        return list(dask.compute(*[dask.delayed(func)(y, box, *args) for y, box in pieces]))
+    return [func(y, box, *args) for y, box in pieces]
+
+
+def _nan_flags(plan: _Plan, amaxes, pieces) -> dict:
+    """``{grouping: NaN flags}`` (compact) of the groupings whose rules tell NaN from Inf
+    (torchao's MX rules, NVFP4) and that hold NaN or Inf: one more pass, only then."""
+    need = []
+    for spec, _kind, g, _ in plan.specs:
+        if _needs_nan(spec) and g not in need:
+            amax = amaxes[plan.groupings.index(g)]
+            if amax is not None and amax[1].any():
+                need.append(g)
+    if not need:
+        return {}
+    glob = [np.zeros(amaxes[plan.groupings.index(g)][1].shape, bool) for g in need]
+    for (_, box), part in zip(pieces, _each(chunk_nan, pieces, plan.work_shape, need),
+                              strict=True):  # fmt: skip
+        merge_nan(glob, part, box, plan.work_shape, need)
+    return dict(zip(need, glob, strict=True))
+
+
+def _with_two_level(jobs, dequant, totals, stats, pieces, shape):
+    """The totals (and scale statistics) of every job, in order: those of the fused pass
+    and, for the NVFP4 jobs (``dequant``), their own pass over the chunks."""
+    if not dequant:
+        return totals, stats
+    two = [(jobs[j][0], jobs[j][1], jobs[j][2], d) for j, d in dequant.items()]
+    t2 = None
+    for _, t in _each(two_level_totals, pieces, shape, two):
+        t2 = t if t2 is None else add_totals(t2, t)
+    return _interleave(len(jobs), list(dequant), totals, t2, stats)
+
+
+def _interleave(njobs, two_idx, totals, t2, stats):
+    full = np.zeros((njobs, totals.shape[1]))
+    full_stats = empty_stats(njobs)
+    rest = [j for j in range(njobs) if j not in two_idx]
+    full[rest], full_stats[rest] = totals, stats
+    full[two_idx] = t2
+    return full, full_stats
+
+
+def _tensor_amax(amaxes, pre, pieces, shape) -> float:
+    """The tensor's largest finite ``|x|``: from any amax computed, else one pass."""
+    for a in [*(amaxes or []), *((pre or {}).values())]:
+        if a is not None:
+            return float(np.max(a[0], initial=0.0))
+    g = [Grouping("tensor")]
+    glob = empty_amax(shape, g)
+    for (_, box), part in zip(pieces, _each(chunk_amax, pieces, shape, g), strict=True):
+        merge_amax(glob, part, box, shape, g)
+    return float(glob[0][0])
+
+
+def _crest_grouping(plan: _Plan, kind: str, g: Grouping | None) -> Grouping:
+    return Grouping("tensor") if g is None else g
+
+
+def _crests(plan: _Plan, pieces) -> list[float]:
+    """Per spec, the mean crest factor of the groups that share a scale."""
+    gs = list(dict.fromkeys(_crest_grouping(plan, k, g) for _, k, g, _ in plan.specs))
+    shape = plan.work_shape
+    glob = []
+    for g in gs:
+        cs = compact_shape(shape, g.kind, g.axis, g.block)
+        glob.append((np.zeros(cs), np.zeros(cs), np.zeros(cs)))
+    for (_, box), part in zip(pieces, _each(chunk_sums, pieces, shape, gs), strict=True):
+        merge_sums(glob, part, box, shape, gs)
+    by = {g: crest_of(*sums) for g, sums in zip(gs, glob, strict=True)}
+    return [by[_crest_grouping(plan, k, g)] for _, k, g, _ in plan.specs]
 
 
 #: Per thread, the float32 buffer that the last one-chunk 16-bit tensor was widened into
@@ -756,11 +972,14 @@ def _with_tensor(plan: _Plan, passes, glob, derived):
 
 
 def _split_local(plan: _Plan, boxes):
-    """``(local, pass1)``: MX groupings whose blocks no chunk cuts (scales computed per
-    chunk, in the second pass) and the groupings that need the amax pass."""
+    """``(local, pass1)``: MX groupings under the OCP rule alone whose blocks no chunk cuts
+    (scales computed per chunk, in the second pass) and the groupings that need the amax
+    pass."""
     local = [
         g for g in plan.groupings
         if g.kind == "block" and blocks_whole(boxes, plan.work_shape, g)
+        and all(sp.kind == "block" and sp.scale_mode == "ocp"
+                for sp, _, gg, _ in plan.specs if gg == g)
     ]  # fmt: skip
     return local, [g for g in plan.groupings if g not in local]
 
@@ -773,7 +992,8 @@ def _dtype_name(dt: np.dtype) -> str:
     return "bfloat16" if dt == ml_dtypes.bfloat16 else dt.name
 
 
-def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
+def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2,
+               scale_wide=False, crest=False):  # fmt: skip
     """:func:`fp8kit.study.sweep`'s rows of one dask tensor: two computes (amaxes, then
     the quantize-and-measure totals), one task per block in each."""
     import dask
@@ -788,9 +1008,12 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
     passes = [g for g in groupings if g != derived]
     glob = _amaxes(x, shape, passes) if passes else []
     amaxes = _with_tensor(plan, passes, glob, derived)
-    jobs, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local)
+    nans = _nan_flags(plan, amaxes, pieces)
+    jobs, dequant, spec_notes = _scales(plan, fmts, amaxes, margin, pow2, local, nans,
+                                        scale_wide)  # fmt: skip
+    fused = [job for j, job in enumerate(jobs) if j not in dequant]
     tasks = [
-        dask.delayed(chunk_totals)(b, box, shape, _local_jobs(jobs, box, shape))
+        dask.delayed(chunk_totals)(b, box, shape, _local_jobs(fused, box, shape))
         for b, box in pieces
     ]
     count, totals, stats = 0, None, None
@@ -798,7 +1021,10 @@ def study_dask(name, x, fmts, specs, channel_axis, block_axis, margin, pow2):
         count += n
         totals = t if totals is None else add_totals(totals, t)
         stats = st if stats is None else add_stats(stats, st)
-    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats)
+    totals, stats = _with_two_level(jobs, dequant, totals, stats, pieces, shape)
+    t_amax = _tensor_amax(amaxes, None, pieces, shape)
+    crests = _crests(plan, pieces) if crest else None
+    return _rows(plan, fmts, jobs, spec_notes, count, totals, stats, t_amax, crests)
 
 
 def _sweep_one(name, arr, fmts, specs, options, threads=None):
