@@ -10,10 +10,8 @@ import numpy as np
 
 from . import _args, _backends, _parallel
 from ._kernels.codec import bits_dtype, dummy, f16_lut
-from ._kernels.decode import format_planes
 from ._kernels.encode16 import fake16_kernel, fake_kernel, fake_scalars, fake_walk_kernel
 from ._kernels.fake import SPEC, fake_convert_kernel, round_params
-from ._kernels.modes import mode_kernel
 from ._kernels.rounding import NEAREST_EVEN, is_stochastic
 from ._kernels.tables import decode_table
 from .formats import FloatFormat
@@ -252,12 +250,14 @@ def fake_convert(
         )  # fmt: skip
         return _into(out, target)
     if (
-        _VECTOR_KERNELS and not ov and is_stochastic(rmode) and x.size
+        _VECTOR_KERNELS and not ov and (rmode != NEAREST_EVEN or ftz) and x.size
         and _rounds_natively(fmt, rmode, rbits, ftz)
     ):  # fmt: skip
-        # stochastic rounding: three native passes (the Numba kernel compiled in 0.8-0.9 s
-        # and ran 1.6x slower; in the deterministic modes its fused loop is 2x faster than
-        # three passes, so they keep it)
+        # the other rounding modes (and flushing): three passes, round_to's kernel between
+        # the walk's steps (stochastic rounding: the Numba kernel compiled in 0.8-0.9 s and
+        # ran 1.6x slower; the deterministic modes' fused walk read its codes from LLVM IR
+        # that round_to's modes no longer have, and the general kernel's fused loop ran
+        # 145 us or 1.9 ms for 256K float32 depending on the build)
         shifts = sh_flat if sh is not None else None
         _in_steps(x, fmt, sc_flat, shifts, shape4, sstr4, target, rounding, rmode, key, rbits,
                   ftz, target is out, fix_nan)  # fmt: skip
@@ -265,23 +265,6 @@ def fake_convert(
     # (the CPU plugin's arithmetic, mode="openvino": the general kernel below, as fast as
     # the walk's vector code was)
     walk = fake_walk_kernel(8 * arr.itemsize, fix_nan=fix_nan) if vector and x.size else None
-    extra = ()
-    if (
-        _VECTOR_KERNELS and not ov and not is_stochastic(rmode) and x.size
-        and (rmode != NEAREST_EVEN or ftz)
-    ):  # fmt: skip
-        # a deterministic mode (or flushing): the kernel walking the rows with the mode's
-        # codes looked up in the table's byte planes (the Numba kernel compiled in 0.8-0.9 s)
-        f32 = np.dtype(np.float32)
-        codes, planes = mode_kernel(fmt, f32, True, rmode, ftz), format_planes(fmt, f32)
-        if codes is not None and planes is not None and fmt.bits <= 8:
-            mode, neg_zero, flush = codes._key[5:8]
-            # (rows of up to 32 elements, such as MX blocks: 32 lanes a block, not 64 of
-            # which half would be masked off; measured 10% faster there)
-            lanes = 32 if shape4[3] <= 32 else 64
-            stage = ("mode", mode, neg_zero, flush, lanes)
-            walk = fake_walk_kernel(8 * arr.itemsize, stage=stage, fix_nan=fix_nan)
-            extra = (codes._params, planes)
     if walk is not None:
         # scales in any other layout (per row, per column, per element, MX blocks) and
         # shifts alike: one kernel of vector code walking the rows (the scale of each
@@ -293,7 +276,7 @@ def fake_convert(
         for lo, hi, shp, sst in _row_pieces(shape4, sstr4, tf):
             k = lo * int(sstr4[3])  # (the scale index of element lo of a single row)
             _parallel.launch(walk, hi - lo, consts, xf[lo:hi], sc_flat[k:], hf[k:], shp, sst,
-                             tf[lo:hi], *extra)  # fmt: skip
+                             tf[lo:hi])  # fmt: skip
         return _into(out, target)
     kernel = fake_convert_kernel(
         fmt, arr.dtype, sh is not None, bool(sstr4[3] == 1), variant, rmode, rbits,

@@ -1,9 +1,10 @@
 """The runs' amax kernel (fp8kit._kernels.metrics.amax_runs_kernel, the scales of the
 study's channel and block recipes and mx_scales): the largest finite |x| of each run as
-bits and whether the run holds a NaN or an Inf, its inner loops written as LLVM vector
-code (fp8kit._kernels.bits.runs_amax).  Against numpy, for every data dtype it takes, run
-lengths around the vector widths (16 float32, 8 float64, 32 bfloat16 lanes), NaN and Inf
-in whole blocks and in the masked tail, runs of nothing but NaN and Inf."""
+bits and whether the run holds a NaN or an Inf, a Numba loop over each run
+(fp8kit._kernels.metrics.run_amax) that LLVM vectorizes.  Against numpy, for every data
+dtype it takes, run lengths around the vector widths (16 float32, 8 float64, 32 bfloat16
+lanes), NaN and Inf in whole blocks and in the vector loop's remainder, runs of nothing
+but NaN and Inf."""
 
 import ml_dtypes
 import numpy as np
@@ -60,16 +61,12 @@ def test_amax_and_flags_match_numpy(dt, bits_dt, length, run):
     np.testing.assert_array_equal(bad, want_bad.astype(bits_dt))
 
 
-def test_one_compiled_function_serves_every_width():
-    """The native kernel is one function for 16-, 32- and 64-bit data (the width a
-    parameter), so that a study of a second data type compiles no amax of its own."""
+def test_each_width_builds_once():
+    """One compiled function per bits width, built once per process and reused."""
     from fp8kit._kernels import native
 
-    if not native.available():
-        pytest.skip("no native kernels on this interpreter")
     kernels = [amax_runs_kernel(dt) for dt, _ in DTYPES]
-    assert {k._key for k in kernels} == {("amax_runs",)}
-    assert [int(k._params[0]) for k in kernels] == [32, 64, 16]
+    assert len({k._key for k in kernels}) == 3
     x = np.arange(64, dtype=np.float32)
     for dt, bits_dt in DTYPES:
         bits = x.astype(dt).view(bits_dt)
@@ -80,3 +77,51 @@ def test_one_compiled_function_serves_every_width():
     for dt, _ in DTYPES:
         amax_runs_kernel(dt).build()
     assert native.native_count() == built
+
+
+_COLS = """
+import json
+import numpy as np
+from fp8kit._kernels import codec, native
+from fp8kit.study.scaling import group_amax
+x = np.random.default_rng(3).standard_normal((48, 40)).astype(np.float32)
+x[7, 3] = np.nan
+out = {}
+for kind, axis, block in (("channel", 1, 1), ("block", 0, 16)):
+    am, bad = group_amax(x, kind, axis, block)
+    out[kind] = [np.asarray(am).ravel().tolist(), np.asarray(bad).ravel().tolist()]
+print(json.dumps({"route": native.numba_route() and codec._JIT["cache"], **out}))
+"""
+
+
+def native_route_here() -> bool:
+    from fp8kit._kernels import native
+
+    return native.numba_route()
+
+
+def test_column_amax_through_the_native_route(tmp_path):
+    """The column-wise amax (2-D outputs, a row per chunk) through the checked native entry
+    (1-D arrays only), which the tests' in-process kernels do not take (conftest compiles
+    them without the disk cache): in a process of its own, against numpy."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    run = subprocess.run([sys.executable, "-c", _COLS], env=env, check=True,
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["route"] or not native_route_here()
+    x = np.random.default_rng(3).standard_normal((48, 40)).astype(np.float32)
+    x[7, 3] = np.nan
+    a = np.abs(x.astype(np.float64))
+    fin = np.where(np.isfinite(a), a, 0.0)
+    want = {
+        "channel": (fin.max(axis=0), ~np.isfinite(a).all(axis=0)),  # (a channel a column)
+        "block": (fin.reshape(3, 16, 40).max(axis=1), ~np.isfinite(a).reshape(3, 16, 40).all(1)),
+    }
+    for kind, (am, bad) in want.items():
+        np.testing.assert_array_equal(got[kind][0], am.ravel())
+        np.testing.assert_array_equal(np.array(got[kind][1]) > 0, bad.ravel())

@@ -205,6 +205,5 @@ def test_round_to_modes_read_the_planes(fmt, rounding, random_bits):
         k, _ = encode_mode_kernel(
             f, np.dtype(dt), True, MODES[rounding], random_bits, table.dtype, planes=True
         )
-        vector = k._key[0] == "sr_vec"  # (float32 data: fp8kit._kernels.stochastic)
-        # (the variants' Numba kernel reads the table; their native one, the planes)
+        vector = k._key[0] == "sr"  # (fp8kit._kernels.stochastic: the planes, per run)
         assert k.planes == (vector or (rounding != "stochastic_c" and random_bits > 8))

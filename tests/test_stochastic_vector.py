@@ -1,18 +1,17 @@
-"""Stochastic rounding of float32, bfloat16 and float16 to formats of up to 8 bits runs a kernel
-of LLVM vector code (fp8kit._kernels.stochastic, issue 16: 0.5-0.6 s less to compile, and
-one compiled function for every input dtype); it must give the bits of the Numba kernel it
-replaces, whose words and results the rounding tests check against gfloat and the rule
-itself: for every format it takes, input dtype, random-bit count and saturation, to codes
-and to values, any chunking, and blocks that start inside an array (Dask blocks)."""
+"""Stochastic rounding to formats of up to 16 bits runs fp8kit._kernels.stochastic's kernel
+(each block's random words in one pass, then its runs of elements; values through the
+decode table's byte planes); it must give the bits of encode_mode_kernel's own kernel
+(``vector=False``, another loop structure over the same rules), whose words and results the
+rounding tests check against gfloat and the rule itself, and the exact oracle's: for every
+format it takes, input dtype, random-bit count and saturation, to codes and to values, any
+chunking, and blocks that start inside an array (Dask blocks)."""
 
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import refuse_numba
 
 import fp8kit
 from fp8kit._args import rounding as rounding_arg
-from fp8kit._kernels.bits import cpu_has
 from fp8kit._kernels.codec import dummy, encode_mode_kernel
 from fp8kit._kernels.decode import format_planes
 from fp8kit._kernels.rounding import STOCHASTIC
@@ -31,7 +30,7 @@ VECTOR = sorted(
     f.name
     for f in registered_formats().values()
     if f.bits <= 8
-    and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr_vec"
+    and encode_mode_kernel(f, F32, True, STOCHASTIC, 8)[0]._key[0] == "sr"
     and not encode_mode_kernel(f, F32, True, STOCHASTIC, 8, vector=False)[1].widen_first
 )
 
@@ -82,9 +81,7 @@ def _run(kernel, x, values, fmt, dt, offset, nchunks):
 
 def _inputs_for(dt, values):
     """(bits dtype, the kernels' table dtype or None, inputs, (offset, size, chunks) cases)
-    of ``dt`` data; skips float64 where the CPU has no AVX-512."""
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    of ``dt`` data."""
     bits_dt = {4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize]
     xs = {F32: X, F64: X64}.get(dt, X16)
     cases = ((0, xs.size, 1), (12345, 100_001, 3), (7, 70, 1))
@@ -109,16 +106,6 @@ VECTOR_PARAMS = [
     else pytest.param(name, marks=pytest.mark.slow)
     for name in VECTOR
 ]  # fmt: skip
-
-
-def _flag(kernel, name):
-    """The compile-time flag ``name`` of the native stochastic kernel ``kernel``."""
-    import inspect
-
-    from fp8kit._kernels.stochastic import sr_native
-
-    names = list(inspect.signature(sr_native).parameters)
-    return kernel._key[1 + names.index(name)]
 
 
 class _Choices(tuple):
@@ -165,19 +152,17 @@ DTYPES_F16_SLOW = [F32, BF16, pytest.param(F16, marks=pytest.mark.slow), F64]
 @pytest.mark.parametrize("name", VECTOR_PARAMS)
 def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values, bit_counts):
     fmt = fp8kit.get_format(name)
-    if values and format_planes(fmt, dt) is None:
-        # (no byte planes: no AVX512-VBMI, or float64 values wider than the planes' 16 bits)
-        table = np.dtype({4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize])
-        kernel = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, table, planes=False)[0]
-        assert kernel._key[0] == "mode"  # round_to takes the Numba kernel
-        return
+    # (no byte planes: no AVX512-VBMI, or float64 values wider than the planes' 16 bits:
+    # the table's entries)
+    planes = values and format_planes(fmt, dt) is not None
     bits_dt, table, xs, cases = _inputs_for(dt, values)
     for bits in cell_counts(bit_counts, 2 * DT_INDEX[dt], values):
         for saturate in (True, False):
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
-            vec = encode_mode_kernel(*args, planes=values)[0]
-            ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
-            assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
+            vec = encode_mode_kernel(*args, planes=planes)[0]
+            ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
+            assert vec._key[0] == "sr" and ref._key[0] == "mode"
+            assert vec.planes == planes
             for offset, size, nchunks in cases if dt in (F32, F64) else cases[1:]:
                 x = xs[:size]
                 got = _run(vec, x, values, fmt, dt, offset, nchunks)
@@ -185,28 +170,9 @@ def test_vector_stochastic_rounding_equals_the_numba_kernel(name, dt, values, bi
                 assert got.tolist() == want.tolist(), (bits, saturate, offset, size, nchunks)
 
 
-def test_bfloat16_float16_and_float64_data_share_a_compiled_kernel():
-    """bfloat16, float16 and float64 data share one compiled function of the vector kernel
-    per output (codes, values; their data staged as float32 bits): a further input dtype
-    in a warm process compiles nothing.  float32 data has its own (read as is)."""
-    fmt = fp8kit.get_format("float8_e4m3fn")
-    keys = {}
-    others = (BF16, F16) + ((F64,) if cpu_has("avx512f") else ())
-    for dt in (F32,) + others:
-        table = np.dtype({4: np.uint32, 2: np.uint16, 8: np.uint64}[dt.itemsize])
-        for values, args in ((False, ()), (True, (table,))):
-            if values and format_planes(fmt, dt) is None:
-                continue  # pragma: no cover - (no VBMI: round_to takes the Numba kernel)
-            kernel = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 8, *args, planes=True)[0]
-            keys.setdefault((dt == F32, values), set()).add(kernel._key)
-    assert all(len(k) == 1 for k in keys.values())
-    assert len(set.union(*keys.values())) == len(keys)
-
-
 def test_every_dtype_on_a_generic_cpu(tmp_path):
-    """With ``NUMBA_CPU_NAME=generic`` (no AVX-512, no F16C: masked accesses split into
-    scalar ones, float16 widened by integer operations, float64 left to the Numba kernel)
-    stochastic rounding of every dtype gives the codes it gives here."""
+    """With ``NUMBA_CPU_NAME=generic`` (no AVX-512, no F16C, no VBMI) stochastic rounding
+    of every dtype gives the codes it gives here."""
     import os
     import subprocess
     import sys
@@ -223,8 +189,6 @@ def test_every_dtype_on_a_generic_cpu(tmp_path):
     seed = int(rng.integers(1 << 30))
     code = (
         "import ml_dtypes, numpy as np, fp8kit\n"
-        "from fp8kit._kernels import stochastic\n"
-        "assert not stochastic.F64_INPUT\n"
         f"dts = {{'f32': np.float32, 'bf16': ml_dtypes.bfloat16, 'f16': np.float16,"
         f" 'f64': np.float64}}\n"
         "for name, dt in dts.items():\n"
@@ -253,11 +217,8 @@ VARIANTS = ["stochastic_c", "stochastic_b", "stochastic_odd", "stochastic_half"]
 @pytest.mark.parametrize("name", ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn",
                                   "p3109_k8p3se", "float6_e3m2fn"])  # fmt: skip
 def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit_counts):
-    """The variants (first rounding the fraction to the random bits, ties by their rule)
-    in the native kernel, with the sticky bit of small values read from the source bits:
-    the Numba kernel's bits, where the native kernel takes them (a bit of the fraction
-    below the random bits; for float64 data two, or its bits below float32's staged
-    beside it), and the Numba kernel elsewhere."""
+    """The variants (first rounding the fraction to the random bits, ties by their rule),
+    as many random bits as the format drops or fewer: the reference kernel's bits."""
     from fp8kit._kernels.rounding import MODES
 
     fmt = fp8kit.get_format(name)
@@ -272,19 +233,15 @@ def test_vector_stochastic_variants_equal_the_numba_kernel(name, dt, values, bit
             args = (fmt, dt, True, MODES[mode], bits, table)
             vec = encode_mode_kernel(*args, planes=values)[0]
             ref = encode_mode_kernel(*args, planes=values, vector=False)[0]
-            # (float64 data: rounded to odd on float32 up to sh - 2 bits, then continued
-            # into its 32 bits below float32's: test_float64_variants_from_one_random_...)
-            native = bits < sh and (dt != F64 or cpu_has("avx512f"))
-            assert (vec._key[0] == "sr_vec") is native, (mode, bits)
-            if native:
-                got = _run(vec, xs, values, fmt, dt, 12345, 3)
-                want = _run(ref, xs, values, fmt, dt, 12345, 3)
-                assert got.tolist() == want.tolist(), (mode, bits)
+            assert vec._key[0] == "sr", (mode, bits)
+            got = _run(vec, xs, values, fmt, dt, 12345, 3)
+            want = _run(ref, xs, values, fmt, dt, 12345, 3)
+            assert got.tolist() == want.tolist(), (mode, bits)
 
 
 def test_stochastic_variants_run_natively_through_the_api():
-    """round_to and encode in a variant (16 random bits by default) take the native kernel
-    (its Numba kernel took 1.2 s on a first call), and agree with each other."""
+    """round_to and encode in a variant (16 random bits by default) take the stochastic
+    kernel, and agree with each other."""
     from fp8kit._kernels.bits import _hardware_half
     from fp8kit._kernels.rounding import MODES
 
@@ -292,19 +249,19 @@ def test_stochastic_variants_run_natively_through_the_api():
         fmt = fp8kit.get_format(name)
         for dt in (F32, BF16, F16):
             for mode in VARIANTS:
-                assert encode_mode_kernel(fmt, dt, True, MODES[mode], 16)[0]._key[0] == "sr_vec"
+                assert encode_mode_kernel(fmt, dt, True, MODES[mode], 16)[0]._key[0] == "sr"
                 if _hardware_half() or not (name == "bfloat16" and dt == F16):
                     table = np.dtype(f"u{dt.itemsize}")
                     kernel = encode_mode_kernel(fmt, dt, True, MODES[mode], 16, table)[0]
-                    assert kernel._key[0] == "sr_vec", (name, dt, mode)
+                    assert kernel._key[0] == "sr", (name, dt, mode)
     fmt = fp8kit.get_format("float8_e4m3fn")
     x = np.linspace(-3, 3, 5001, dtype=np.float32)
     for mode in VARIANTS:
-        assert encode_mode_kernel(fmt, F32, True, MODES[mode], 16)[0]._key[0] == "sr_vec"
+        assert encode_mode_kernel(fmt, F32, True, MODES[mode], 16)[0]._key[0] == "sr"
         if format_planes(fmt, F32) is not None:
             table = np.dtype(np.uint32)
             kernel = encode_mode_kernel(fmt, F32, True, MODES[mode], 16, table, planes=True)[0]
-            assert kernel._key[0] == "sr_vec"
+            assert kernel._key[0] == "sr"
         a = fp8kit.round_to(x, fmt, rounding=mode, seed=3)
         b = fp8kit.encode(x, fmt, rounding=mode, seed=3)
         np.testing.assert_array_equal(fp8kit.decode(b, fmt), a)
@@ -384,11 +341,7 @@ def _variants_many_bits(fmt, dt, values, bit_counts, saturate=True):
             args = (fmt, dt, saturate, MODES[mode], bits, table)
             vec = encode_mode_kernel(*args, planes=planes)[0]
             ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
-            # (below float16's smallest normal the fixed point holds mantissa + bits + 1)
-            native = fmt.name == "bfloat16" or fmt.mantissa_bits + bits + 1 <= 30
-            assert (vec._key[0] == "sr_vec") is native, (mode, bits)
-            if not native:
-                continue
+            assert vec._key[0] == "sr", (mode, bits)
             taken += 1
             got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
             for kernel, out in ((vec, got), (ref, want)):
@@ -483,10 +436,8 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values, bit_count
             args = (fmt, dt, saturate, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=False)[0]
             ref = encode_mode_kernel(*args, planes=False, vector=False)[0]
-            if vec._key[0] != "sr_vec":
-                continue
+            assert vec._key[0] == "sr" and not vec.planes and ref._key[0] == "mode"
             taken += 1
-            assert not vec.planes and ref._key[0] == "mode"
             for offset, size, nchunks in cases if dt in (F32, F64) else cases[1:]:
                 x = xs[:size]
                 out_dt = bits_dt if values else np.uint16
@@ -495,42 +446,20 @@ def test_vector_stochastic_rounding_to_16_bit_formats(fmt, dt, values, bit_count
                 for kernel, out in ((vec, got), (ref, want)):
                     kernel.build()(x, dummy(np.uint32), tab, out, KEY, offset, nchunks)
                 assert got.tolist() == want.tolist(), (bits, saturate, offset, size, nchunks)
-    # float32 data: every random-bit count (more than the bits dropped too: float32 ->
-    # float16 in the default 16); float64 data fewer than the bits float32 drops
-    drop, every = 23 - fmt.mantissa_bits, bit_counts
-    if dt == F32 and (not values or fmt.name in ("bfloat16", "float16")):
-        # (below the smallest normal the fixed point takes the mantissa and the random
-        # bits within 30: bfloat16 has float32's subnormals, the others their own)
-        room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
-        assert taken == 2 * sum(room)
-    if dt == F64 and (not values or fmt.name in ("bfloat16", "float16")):
-        # (bfloat16, whose range is float32's, too: see the overflow test; more random
-        # bits than float32 drops from the 32 bits below those it keeps, staged beside)
-        room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
-        assert taken == 2 * sum(room)
-    if values and dt in (BF16, F16):
-        # 16-bit data's values: the codes themselves, or rounded to the other 16-bit dtype
-        # (bfloat16 -> float16 values where the CPU converts float32 to float16); a user's
-        # format has no dtype of its own: the Numba kernel with the table
-        from fp8kit._kernels.bits import _hardware_half
-
-        registered = fmt.name in ("bfloat16", "float16") and fmt.dtype is not None
-        converts = _hardware_half() or not (fmt.name == "bfloat16" and dt == F16)
-        room = [b <= drop or fmt.name == "bfloat16" or fmt.mantissa_bits + b <= 30 for b in every]
-        assert taken == (2 * sum(room) if registered and converts else 0)
+    assert taken == 2 * len(bit_counts)
 
 
 def test_stochastic_rounding_to_bfloat16_runs_natively_through_the_api():
     """fp8kit.round_to and encode of float32 data to bfloat16 in the default stochastic
-    rounding (16 random bits: all the bits float32 drops) compile no Numba kernel and give
-    the Numba kernel's bits."""
+    rounding (16 random bits: all the bits float32 drops) take the stochastic kernel and
+    give the reference kernel's bits."""
     x = np.random.default_rng(3).standard_normal(100_003).astype(np.float32)
     got = fp8kit.round_to(x, "bfloat16", rounding="stochastic", seed=7)
     codes = fp8kit.encode(x, "bfloat16", rounding="stochastic", seed=7)
     np.testing.assert_array_equal(got.view(np.uint32) >> 16, codes)
     fmt = fp8kit.get_format("bfloat16")
     kernel = encode_mode_kernel(fmt, F32, True, STOCHASTIC, 16, np.dtype(np.uint32))[0]
-    assert kernel._key[0] == "sr_vec"
+    assert kernel._key[0] == "sr"
     ref = encode_mode_kernel(fmt, F32, True, STOCHASTIC, 16, vector=False)[0]
     want = np.zeros(x.size, np.uint16)
     _, key, _ = rounding_arg("stochastic", 7, 16, "encode")
@@ -549,7 +478,7 @@ def _flush_case(fmt, dt, values, mode, bits):
     args = (fmt, dt, True, mode, bits, table)
     vec = encode_mode_kernel(*args, planes=planes, flush=True)[0]
     ref = encode_mode_kernel(*args, planes=planes, flush=True, vector=False)[0]
-    assert vec._key[0] == "sr_vec" and ref._key[0] == "mode"
+    assert vec._key[0] == "sr" and ref._key[0] == "mode"
     out_dt = bits_dt if values else (np.uint8 if fmt.bits <= 8 else np.uint16)
     got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
     for kernel, out in ((vec, got), (ref, want)):
@@ -593,10 +522,10 @@ FLUSHED = ["float8_e4m3fn", "float8_e5m2fnuz", "float4_e2m1fn", "p3109_k8p3se", 
 @pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)],
                          ids=["sampled", "every"])  # fmt: skip
 def test_vector_stochastic_rounding_with_flush_subnormals(name, dt, values, every):
-    """flush_subnormals in the vector kernel (compiled in; the Numba kernel took 0.7 s on a
-    first call): the Numba kernel's bits, in stochastic rounding and a variant (the default
-    run: one of them a cell, each compiling a Numba kernel), where a subnormal result (and
-    only it) became a zero of its sign."""
+    """flush_subnormals in the stochastic kernel (compiled in): the reference kernel's
+    bits, in stochastic rounding and a variant (the default run: one of them a cell, each
+    compiling a Numba kernel), where a subnormal result (and only it) became a zero of its
+    sign."""
     from fp8kit._kernels.rounding import MODES
 
     fmt = fp8kit.get_format(name)
@@ -649,9 +578,7 @@ def test_precision_1_formats_round_stochastically_from_float32_bits():
         fmt = fp8kit.get_format(name)
         for dt in (F32, BF16, F16, F64):
             kernel, pl = encode_mode_kernel(fmt, dt, True, STOCHASTIC, 16)
-            if dt == F64 and not cpu_has("avx512f"):
-                continue  # pragma: no cover
-            assert kernel._key[0] == "sr_vec" and not pl.widen_first, (name, dt)
+            assert kernel._key[0] == "sr" and not pl.widen_first, (name, dt)
         codes = np.arange(256 if fmt.bits == 8 else 16, dtype=np.uint8)
         vals = fp8kit.decode(codes, fmt, dtype=np.float64)
         vals = np.unique(vals[np.isfinite(vals)])
@@ -684,17 +611,12 @@ def _decisive(bits, n, seed, spans):
 @pytest.mark.parametrize("dt", [F32, BF16, F64], ids=["float32", "bfloat16", "float64"])
 def test_unsigned_precision_1_formats_round_stochastically_in_the_vector_kernel(dt):
     """P3109's 8-bit unsigned precision-1 formats, whose smallest normal 2**-127 is a
-    float32 subnormal (the plan widens them to float64), round from float32 bits in the
-    vector kernel in every stochastic mode (below float32's smallest normal in integer
-    steps of 2**-127: ``|x| * 2**150`` overflows float32): the exact oracle's codes at
-    values where each element's random number decides, from 0 to the overflow, both
-    saturations, up to the random bits float32 keeps exact (float64 data truncated or
-    rounded to odd on float32: 22 and 20); a first call compiled the Numba kernel (0.5-0.8
-    s)."""
+    float32 subnormal (the plan widens them to float64), round in the stochastic kernel in
+    every stochastic mode: the exact oracle's codes at values where each element's random
+    number decides, from 0 to the overflow, both saturations, up to the random bits
+    float32 keeps exact and beyond."""
     from fp8kit._kernels.rounding import MODES
 
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
     spans = [(0.0, 2.0**-127), (2.0**-127, 2.0**-127), (2.0**-126, 2.0**-126), (1.0, 1.0),
              (2.0**-100, 2.0**-100), (2.0**124, 2.0**124), (2.0**125, 2.0**125)]  # fmt: skip
     edges = [0.0, np.inf, np.nan, 2.0**127, 3e38, 1e-46, 2.0**-150, 2.0**-149, 1.5 * 2.0**-149]
@@ -705,9 +627,9 @@ def test_unsigned_precision_1_formats_round_stochastically_in_the_vector_kernel(
         fmt = fp8kit.get_format(name)
         sr = mode == "stochastic"
         most = (22 if sr else 20) if dt == F64 else (23 if sr else 22)
-        for bits in (most, most + 1):
-            kernel = encode_mode_kernel(fmt, dt, True, MODES[mode], bits)[0]
-            assert (kernel._key[0] == "sr_vec") == (bits == most), (name, mode, bits)
+        for bits in (most, most + 1):  # (on the float64 data the plan widens to)
+            kernel, pl = encode_mode_kernel(fmt, dt, True, MODES[mode], bits)
+            assert kernel._key[0] == "sr" and pl.source == "float64", (name, mode, bits)
         # (bfloat16 holds a fraction of 7 bits)
         for bits in (7,) if dt == BF16 else (9, most):
             x = _decisive(bits, 2000, j, spans)
@@ -730,19 +652,13 @@ def test_float8_e8m0fnu_stochastic_in_the_vector_kernel_matches_the_exact_oracle
     """float8_e8m0fnu's powers of two round stochastically in the vector kernel (up with
     probability (x - 2**k) / 2**k; below 2**-126, a float32 subnormal, between codes 0 and
     1): the exact oracle's codes, every saturation and random-bit count up to 23 (more:
-    the Numba kernel); a first call 0.73 s (Numba) -> 0.1 s.  float64 data, rounded to odd
-    on float32 first up to 21 (the sticky bit below the bits read, 2**-127's too), 22 and
-    23 truncated with the bits below staged beside, with what float32 cannot hold: bits
-    below its precision (the 23rd bit of 2**-127's position too), values beyond its range
-    (which always overflow: a marker) and below its subnormals (not zeros: not NaN)."""
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    the reference kernel).  float64 data with what float32 cannot hold: bits below its
+    precision (the 23rd bit of 2**-127's position too), values beyond its range (which
+    always overflow) and below its subnormals (not zeros: not NaN)."""
     fmt = fp8kit.get_format("float8_e8m0fnu")
     for bits in (1, 9, 16, 21, 22, 23, 24):
         kernel = encode_mode_kernel(fmt, dt, True, STOCHASTIC, bits)[0]
-        assert (kernel._key[0] == "sr_vec") == (bits <= 23), bits
-        if bits <= 23:  # (extra64)
-            assert _flag(kernel, "extra64") == int(dt == F64 and bits > 21), bits
+        assert (kernel._key[0] == "sr") == (bits <= 23), bits
     powers = np.exp2(np.arange(-127.0, 128.0))
     specials = [0.0, -1.0, np.inf, -np.inf, np.nan]
     x = np.concatenate([powers, powers * 1.25, powers * 1.5, powers * 1.75, powers * 0.75,
@@ -792,8 +708,8 @@ def test_float64_beyond_float32s_range_overflows_in_stochastic_rounding_to_bfloa
 
     fmt = fp8kit.get_format("bfloat16")
     for bits in (4, 16):
-        assert encode_mode_kernel(fmt, F64, True, STOCHASTIC, bits)[0]._key[0] == "sr_vec"
-    assert encode_mode_kernel(fmt, F64, True, MODES["stochastic_c"], 8)[0]._key[0] == "sr_vec"
+        assert encode_mode_kernel(fmt, F64, True, STOCHASTIC, bits)[0]._key[0] == "sr"
+    assert encode_mode_kernel(fmt, F64, True, MODES["stochastic_c"], 8)[0]._key[0] == "sr"
     big = np.array([2.0**128, 1e39, 1.7e308, 3.4028235677973366e38, 3.4e38, 3.3e38,
                     np.nextafter(2.0**128, 0), np.inf, np.nan, 1e-300, 1e-45])  # fmt: skip
     x = np.concatenate([big, -big] * 200)
@@ -830,7 +746,7 @@ def _float64_many_bits(fmt, bit_counts, values=False):
             args = (fmt, F64, sat, STOCHASTIC, bits, table)
             vec = encode_mode_kernel(*args, planes=planes)[0]
             ref = encode_mode_kernel(*args, planes=planes, vector=False)[0]
-            assert vec._key[0] == "sr_vec" and _flag(vec, "extra64") == 1, (bits, sat)
+            assert vec._key[0] == "sr", (bits, sat)
             got, want = np.zeros(xs.size, out_dt), np.zeros(xs.size, out_dt)
             for kernel, out in ((vec, got), (ref, want)):
                 tab = dummy(np.uint8)
@@ -849,8 +765,6 @@ def test_float64_stochastic_rounding_with_more_random_bits_than_float32_keeps(fm
     below those truncated on float32 (staged beside them), in the normal range and below
     the smallest normal: the Numba kernel's bits (which rounds float64 itself), values
     with bits below float32's precision at float16's subnormal ties too."""
-    if not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
     _float64_many_bits(fmt, (bits,))
 
 
@@ -905,10 +819,8 @@ def test_float64_stochastic_rounding_ignores_flush_to_zero(fmt):
     it (bfloat16's subnormals, float8_e8m0fnu's 2**-127): the same codes with this
     thread's flush-to-zero and denormals-are-zero bits set (as another library may leave
     them), the float32 subnormals taken by integer operations, not the conversion."""
-    if not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
     kernel = encode_mode_kernel(fp8kit.get_format(fmt), F64, True, STOCHASTIC, 16)[0]
-    assert kernel._key[0] == "sr_vec"
+    assert kernel._key[0] == "sr"
     tiny = np.geomspace(2.0**-151, 2.0**-125, 1500)
     x = np.concatenate([tiny, -tiny, tiny * (1 + 2.0**-40), [2.0**-127, 2.0**-149, 1e-300]])
     kw = dict(rounding="stochastic", seed=13)
@@ -950,47 +862,25 @@ def test_vector_stochastic_rounding_to_a_users_16_bit_format(values):
     test_vector_stochastic_rounding_to_16_bit_formats(E6M9, F32, values, (4, 13, 16, 20))
 
 
-def test_native_stochastic_kernels_compile_by_the_short_pipeline():
-    """The native stochastic kernels compile by native.LEAN_PASSES (their code is vector
-    IR, no loop to vectorize: 30-40% less compile time than Numba's full pipeline, code as
-    fast), so every bit the tests above compare comes from that build; the pipeline is
-    part of the disk cache's key, and llvmlite here has every pass of it."""
-    from llvmlite import binding as llvm
-    from numba.core.registry import cpu_target
-
-    from fp8kit._kernels import native
-    from fp8kit._kernels.rounding import MODES
-
-    for fmt, dt, mode in (
-        ("float8_e4m3fn", F32, STOCHASTIC),
-        ("float16", F64, MODES["stochastic_c"]),
-    ):
-        kernel = encode_mode_kernel(fp8kit.get_format(fmt), dt, True, mode, 16)[0]
-        assert kernel._key[0] == "sr_vec" and kernel.passes == native.LEAN_PASSES
-    codegen = cpu_target.target_context.codegen()
-    lean = native._digest(kernel._key, codegen, native.LEAN_PASSES)
-    assert lean != native._digest(kernel._key, codegen)
-    manager = llvm.create_new_module_pass_manager()
-    assert all(hasattr(manager, f"add_{name}_pass") for name in native.LEAN_PASSES)
-
-
 @pytest.mark.parametrize("dt", [F32, BF16, F16, F64], ids=["float32", "bfloat16", "float16",
                                                          "float64"])  # fmt: skip
-def test_every_registered_format_rounds_stochastically_without_numba(dt, monkeypatch):
+def test_every_registered_format_rounds_stochastically(dt):
     """encode and round_to of every registered format in the stochastic modes (a format
-    one mode, by turns over formats and dtypes) with the default 16 random bits: native
-    kernels only, so a first call of a further format, dtype or mode compiles no Numba
-    kernel (a scan of every format, dtype and mode, encode and round_to, found none)."""
-    if dt == F64 and not cpu_has("avx512f"):
-        pytest.skip("no AVX-512 here: float64 takes the Numba kernel")  # pragma: no cover
+    one mode and two dtypes, by turns) with the default 16 random bits: the same random
+    words, so round_to's values are encode's codes decoded."""
     modes = ["stochastic", *VARIANTS]
     x = np.array([1.5, -2.25, 3e-39, 1e-45, 1e30, np.inf, np.nan, 0.0, 65504.0, 0.1] * 7)
     with np.errstate(over="ignore"):
         x = x.astype(dt)
-
-    refuse_numba(monkeypatch)
     for i, fmt in enumerate(registered_formats().values()):
+        if i % 2 != DT_INDEX[dt] % 2:  # (every format in two dtypes: ~1 s of compile each)
+            continue
         mode = modes[(i + DT_INDEX[dt]) % len(modes)]
         mode = "stochastic" if fmt.specials == "unsigned" else mode  # (its only one)
-        fp8kit.encode(x, fmt, rounding=mode, seed=i)
-        fp8kit.round_to(x, fmt, rounding=mode, seed=i)
+        codes = fp8kit.encode(x, fmt, rounding=mode, seed=i)
+        got = fp8kit.round_to(x, fmt, rounding=mode, seed=i)
+        want = fp8kit.decode(codes, fmt, dtype=dt)
+        u = f"u{dt.itemsize}"
+        nan = np.isnan(want.astype(np.float64))
+        assert (np.isnan(got.astype(np.float64)) == nan).all(), fmt.name
+        np.testing.assert_array_equal(got.view(u)[~nan], want.view(u)[~nan], err_msg=fmt.name)

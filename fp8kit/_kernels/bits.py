@@ -8,7 +8,6 @@ The bit casts are intrinsics because Numba has no scalar ``view``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import platform
 
@@ -130,52 +129,6 @@ def widen_half(builder, h):
     mag = builder.select(builder.icmp_unsigned(">=", a, k(0x7C00)), special, normal)
     mag = builder.select(builder.icmp_unsigned("<", a, k(0x0400)), sub, mag)
     return builder.or_(mag, sign)
-
-
-def flush_subnormal_codes(builder, code, sign, smallest, neg_zero: bool):
-    """:func:`fp8kit._kernels.rounding.flush_code` in LLVM IR (``flush_subnormals``): a code
-    (vector) whose magnitude is below ``smallest`` (the smallest normal's code, 1 << m) and
-    not 0 becomes the zero of its sign (+0 without -0, ``neg_zero`` False).  ``sign``: what
-    a negative value's magnitude is or-ed with (``sign_bit >> sign_shift``): the sign bit,
-    whose magnitude is the code without it; for the unsigned P3109 formats another code,
-    or 0, and the code is kept whole."""
-    one = ir.Constant(code.type, [1] * code.type.count)
-    zero = ir.Constant(code.type, [0] * code.type.count)
-    below = builder.sub(sign, one)
-    single = builder.icmp_unsigned("==", builder.and_(sign, below), zero)
-    mag = builder.select(single, builder.and_(code, below), code)
-    sub = builder.and_(
-        builder.icmp_unsigned("!=", mag, zero), builder.icmp_unsigned("<", mag, smallest)
-    )
-    return builder.select(sub, builder.and_(code, sign) if neg_zero else zero, code)
-
-
-def values_of_16_bit_codes(builder, codes, bf16: bool, to: str):
-    """The values of bfloat16 (``bf16``) or float16 codes (``<N x i16>``) as the bits of
-    ``to`` ("bfloat16", "float16", "float32" or "float64"): the codes themselves, widened
-    exactly, or rounded to the other 16-bit type to nearest-even as the decode tables (a
-    format's NaN codes widen to quiet NaNs, whose low half is zero).  float32 -> float16 is
-    the CPU's conversion (vcvtps2ph): only where :func:`_hardware_half`."""
-    n = codes.type.count
-    v32 = ir.VectorType(ir.IntType(32), n)
-    if to == ("bfloat16" if bf16 else "float16"):
-        return codes
-    if bf16:
-        bits32 = builder.shl(builder.zext(codes, v32), ir.Constant(v32, [16] * n))
-    else:
-        bits32 = widen_half(builder, codes)
-    if to == "float32":
-        return bits32
-    single = builder.bitcast(bits32, ir.VectorType(ir.FloatType(), n))
-    if to == "float64":
-        wide = builder.fpext(single, ir.VectorType(ir.DoubleType(), n))
-        return builder.bitcast(wide, ir.VectorType(ir.IntType(64), n))
-    if to == "float16":
-        half = builder.fptrunc(single, ir.VectorType(ir.HalfType(), n))
-        return builder.bitcast(half, codes.type)
-    odd = builder.and_(builder.lshr(bits32, ir.Constant(v32, [16] * n)), ir.Constant(v32, [1] * n))
-    up = builder.add(builder.add(bits32, ir.Constant(v32, [0x7FFF] * n)), odd)
-    return builder.trunc(builder.lshr(up, ir.Constant(v32, [16] * n)), codes.type)
 
 
 @intrinsic
@@ -957,120 +910,6 @@ def vector_blocks(builder, intp, n, src, dst, in_ty, out_ty, body, stream=None):
             builder.call(fence, [])
 
 
-@contextlib.contextmanager
-def run_walk(builder, intp, length, run, t0, t1):
-    """LLVM loop over runs ``t0 .. t1 - 1`` of data seen as rows of ``length`` elements,
-    each cut into runs of ``run`` (the last of a row shorter when the length is not a
-    multiple); yields ``(t, lo, n)``: the run, its first element and its length, for the
-    body.  The row and the run within it are computed once, then counted on (a division
-    per run costs as much as a 32-element run)."""
-    one = ir.Constant(intp, 1)
-    per_row = builder.sdiv(builder.sub(builder.add(length, run), one), run)
-    row = cgutils.alloca_once_value(builder, builder.sdiv(t0, per_row))
-    part = cgutils.alloca_once_value(builder, builder.srem(t0, per_row))
-    with cgutils.for_range_slice(builder, t0, t1, one, intp) as (t, _):
-        r, b = builder.load(row), builder.load(part)
-        rest = builder.sub(length, builder.mul(b, run))
-        n = builder.select(builder.icmp_signed("<", run, rest), run, rest)
-        yield t, builder.add(builder.mul(r, length), builder.mul(b, run)), n
-        b1 = builder.add(b, one)
-        wrap = builder.icmp_signed("==", b1, per_row)
-        builder.store(builder.select(wrap, ir.Constant(intp, 0), b1), part)
-        builder.store(builder.select(wrap, builder.add(r, one), r), row)
-
-
-@intrinsic
-def runs_amax(typingctx, bits, dims, mask, inf_bits, amax, bad, t0, t1):
-    """For runs ``t0 .. t1 - 1`` (the data seen as rows of ``dims[0]`` elements, each cut
-    into runs of ``dims[1]``, the last of a row shorter when the length is not a multiple):
-    ``amax[t]`` = the largest ``bits[j] & mask`` of run t below ``inf_bits`` (the largest
-    finite magnitude, as bits: they order like the values), ``bad[t]`` = 1 where one is at
-    or above it (a NaN or an Inf), else 0: 512-bit vectors of unsigned maxima, the last
-    partial block masked, a second pass only where the first met ``inf_bits``.  Written
-    out in LLVM vector code, the walk over the runs too (a loop of Numba's would go through
-    LLVM's loop vectorizer, the larger part of that kernel's compile time; the walk in
-    Numba cost 0.05-0.07 s of it)."""
-    if not (isinstance(bits, types.Array) and isinstance(bits.dtype, types.Integer)):
-        return None
-    width = bits.dtype.bitwidth
-
-    def codegen(context, builder, signature, args):
-        ba, da, aa, fa = (
-            context.make_array(signature.args[i])(context, builder, args[i]) for i in (0, 1, 4, 5)
-        )
-        intp = context.get_value_type(types.intp)
-        emit_runs_amax(
-            builder, intp, width, ba.data, da.data, args[2], args[3], aa.data, fa.data, args[6],
-            args[7],
-        )  # fmt: skip
-        return context.get_dummy_value()
-
-    return types.void(bits, dims, mask, inf_bits, amax, bad, t0, t1), codegen
-
-
-def emit_runs_amax(builder, intp, width, bits, dims, mask_value, inf_value, amax, bad, t0, t1):
-    """The LLVM IR of :func:`runs_amax` (pointers ``bits`` to ``width``-bit integers,
-    ``dims`` to i64, ``amax`` and ``bad`` to ``width``-bit integers; ``mask_value`` and
-    ``inf_value`` ``width``-bit integers; runs ``t0 .. t1 - 1``)."""
-    iw = ir.IntType(width)
-    lanes = 512 // width
-    vt = ir.VectorType(iw, lanes)
-    i32 = ir.IntType(32)
-    mask = splat(builder, mask_value, vt)
-    inf = splat(builder, inf_value, vt)
-    zero = ir.Constant(vt, [0] * lanes)
-    vname = f"v{lanes}i{width}"
-    umax = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(vt, [vt, vt]), f"llvm.umax.{vname}"
-    )
-    reduce_max = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(iw, [vt]), f"llvm.vector.reduce.umax.{vname}"
-    )
-    ptr_t = vt.as_pointer()
-    step = ir.Constant(intp, lanes)
-    length, run = (builder.load(builder.gep(dims, [ir.Constant(intp, k)])) for k in (0, 1))
-    with run_walk(builder, intp, length, run, t0, t1) as (t, lo, n):
-        base = builder.gep(bits, [lo])
-        rem = builder.srem(n, step)
-        whole = builder.sub(n, rem)
-        tail_mask = first_lanes(builder, builder.trunc(rem, i32), lanes)
-
-        def load(j, base=base):
-            p = builder.bitcast(builder.gep(base, [j]), ptr_t)
-            return builder.load(p, align=width // 8)
-
-        def tail(base=base, whole=whole, tail_mask=tail_mask):  # (zeros past the end)
-            p = builder.bitcast(builder.gep(base, [whole]), ptr_t)
-            return masked_access(
-                builder, "load", vt, [p, ir.Constant(i32, width // 8), tail_mask, zero]
-            )
-
-        def pass_max(finite_only, whole=whole, rem=rem, load=load, tail=tail):
-            acc = cgutils.alloca_once_value(builder, zero)
-
-            def add(v):
-                a = builder.and_(v, mask)
-                if finite_only:
-                    a = builder.select(builder.icmp_unsigned("<", a, inf), a, zero)
-                builder.store(builder.call(umax, [builder.load(acc), a]), acc)
-
-            with cgutils.for_range_slice(builder, ir.Constant(intp, 0), whole, step, intp) as (
-                j, _,
-            ):  # fmt: skip
-                add(load(j))
-            with builder.if_then(builder.icmp_signed(">", rem, ir.Constant(intp, 0))):
-                add(tail())
-            return builder.call(reduce_max, [builder.load(acc)])
-
-        m = pass_max(False)
-        seen = builder.icmp_unsigned(">=", m, inf_value)
-        result = cgutils.alloca_once_value(builder, m)
-        with builder.if_then(seen, likely=False):
-            builder.store(pass_max(True), result)
-        builder.store(builder.load(result), builder.gep(amax, [t]))
-        builder.store(builder.zext(seen, iw), builder.gep(bad, [t]))
-
-
 # ---------------------------------------------------------------- table in byte planes
 
 #: Codes per block of :func:`plane_lookup`: one 512-bit vector of uint8 codes.
@@ -1258,34 +1097,6 @@ def _f32_subnormal_bits(builder, bits, t, odd):
     return builder.select(builder.icmp_unsigned("<=", e, c(896)), sub, t)
 
 
-def f64_dropped_bits(builder, bits):
-    """The 32 bits of float64 ``bits`` (``<N x i64>``) right below those it keeps truncated
-    on float32 (:func:`f64_to_odd_f32` with ``odd=False``), as ``<N x i32>``: the
-    significand's 29 lowest where float32 is normal, more where it is subnormal (then the
-    top 32 of those, the lowest or-ed with whether any below them is set: a sticky bit,
-    which only the stochastic variants read, below their round bit), 0 from float32's
-    overflow on (and Inf, NaN); integer operations only."""
-    vt = bits.type
-    n = vt.count
-
-    def c(value):
-        return ir.Constant(vt, [value] * n)
-
-    e, m = _f64_fields(builder, bits)
-    # (dropped: 29 where float32 is normal, 926 - E below; their top 32 are m's bits from
-    # 894 - E on, shifted left by E - 894 where fewer than 32 are dropped)
-    right = builder.icmp_unsigned("<=", e, c(894))
-    down = builder.select(right, builder.sub(c(894), e), c(0))
-    down = builder.select(builder.icmp_unsigned(">", down, c(63)), c(63), down)
-    sub = builder.icmp_unsigned("<=", e, c(896))
-    up = builder.select(right, c(0), builder.select(sub, builder.sub(e, c(894)), c(3)))
-    below = builder.and_(m, builder.sub(builder.shl(c(1), down), c(1)))
-    sticky = builder.zext(builder.icmp_unsigned("!=", below, c(0)), vt)
-    low = builder.select(right, builder.or_(builder.lshr(m, down), sticky), builder.shl(m, up))
-    low = builder.select(builder.icmp_unsigned(">", e, c(1150)), c(0), low)
-    return builder.trunc(low, ir.VectorType(ir.IntType(32), n))
-
-
 def nonzero(builder, n):
     """``n``, or 1 where it is 0: a divisor that cannot trap (no rows, no walk, then)."""
     one = ir.Constant(n.type, 1)
@@ -1358,3 +1169,62 @@ def block_store(builder, value, ptr, full, mask):
         with part_:
             args = [value, ptr, ir.Constant(ir.IntType(32), size), mask()]
             masked_access(builder, "store", value.type, args)
+
+
+# ---------------------------------------------------------------- kernel parameters
+
+LOAD_DIRECT = 0  # the input's own bits (float32 or float64)
+LOAD_BF16 = 1  # bfloat16 bits, widened exactly to float32 bits by a shift
+LOAD_LUT = 2  # float16 bits, widened exactly to float32 bits (hardware conversion)
+
+
+@njit(inline="always")
+def load_p(prm, use_magic, neg_zero):
+    """The tuple ``p`` of :func:`_params` from a parameter array (see :func:`pack_params`),
+    with its two flags given.  ``use_magic`` chooses a code path, so kernels pass a
+    compile-time constant (read at run time, with ``neg_zero``, it measured 1.3-1.9x
+    slower); kernels pass ``prm[15] != 0`` for ``neg_zero`` (-0 or not: one select, no
+    measurable cost), so the fnuz formats share the kernels of the others."""
+    return (
+        prm[0], prm[1], prm[2], prm[3], prm[4], as_float(prm[5]), prm[6], use_magic,
+        prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14], neg_zero, prm[16],
+    )  # fmt: skip
+
+
+@njit(inline="always")
+def load_q(prm):
+    """The tuple ``q`` of :func:`_params` (formats with a sign)."""
+    return (prm[17], prm[18], prm[19], prm[20], prm[21], prm[22], prm[23])
+
+
+@njit(inline="always")
+def load_qu(prm):
+    """The tuple ``q`` of :func:`_params` (unsigned formats)."""
+    return (
+        prm[17], prm[18], prm[19], prm[20], prm[21], prm[22], prm[23], prm[24], prm[25],
+        prm[26], prm[27], prm[28],
+    )  # fmt: skip
+
+
+@njit(inline="always")
+def load_o(prm):
+    """The overflow codes of :func:`mode_overflow`."""
+    return (prm[29], prm[30])
+
+
+@njit(inline="always")
+def load_sp(prm, use_magic):
+    """The constants of :func:`stochastic_params` (the flag given, as in :func:`load_p`)."""
+    return (use_magic, as_float(prm[32]), prm[33], prm[34], prm[35])
+
+
+@njit(inline="always")
+def load_bits(xs, j, lut, load, one):
+    """Element ``j`` of ``xs`` as the source float's bits, by the kernel's ``load`` rule."""
+    if load == LOAD_BF16:
+        return cast_like(cast_like(xs[j], one) << 16, one)
+    if load == LOAD_LUT:
+        # (in hardware: the 256 KiB table measured 0.03-0.08 of the streaming limit, its
+        # lookups a gather that misses L1; ``lut`` stays an argument, unused here)
+        return half_to_single_bits(xs[j])
+    return xs[j]

@@ -27,9 +27,11 @@ from numba.extending import intrinsic
 
 from ..formats import FloatFormat, get_format
 from .bits import (
+    LOAD_BF16,
+    LOAD_DIRECT,
+    LOAD_LUT,
     PARAMS_LAYOUT,
     STREAM_BYTES,
-    as_float,
     block_items,
     byte_address,
     cast_like,
@@ -40,7 +42,12 @@ from .bits import (
     encode_generic,
     encode_lean,
     encode_unsigned,
-    half_to_single_bits,
+    load_bits,
+    load_o,
+    load_p,
+    load_q,
+    load_qu,
+    load_sp,
     plane_lookup,
     prefer_512,
     span,
@@ -49,7 +56,7 @@ from .bits import (
     stream_line,
 )
 from .flatten import FlattenError, flatten
-from .native import NumbaKernel, function_key, native_count, numba_route
+from .native import NumbaKernel, _NativeBase, function_key, native_count, numba_route
 from .registry import BUILD_LOCK, source_version
 from .rounding import _LO as _LO32
 from .rounding import (
@@ -82,9 +89,6 @@ _SOURCES = {
 }
 
 # How a kernel loads one input element before rounding it.
-LOAD_DIRECT = 0  # the input's own bits (float32 or float64)
-LOAD_BF16 = 1  # bfloat16 bits, widened exactly to float32 bits by a shift
-LOAD_LUT = 2  # float16 bits, widened exactly to float32 bits (hardware conversion)
 
 _CODE_DTYPES = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16)}
 _BITS_DTYPE = {
@@ -411,6 +415,9 @@ class Kernel:
     #: Whether the kernel reads neither its lut nor its table, so that small calls may
     #: pass x and out alone (:func:`fp8kit._kernels.native.xo_call`).
     xo = False
+    #: Pairs of argument indices (of the signature) whose lengths the entry checks equal;
+    #: None: x and out for the codec signature ``(x, lut, table, out, nchunks)``.
+    sizes: tuple | None = None
     # No kernel allocates (scratch space is a stack buffer): without NRT, Numba emits no
     # reference counting of array views (and its pruning pass has nothing to do).
     _options: dict = {"_nrt": False}
@@ -456,7 +463,9 @@ class Kernel:
         key = (func.__name__, function_key(func), type(self).__name__, self._key)
         # (codec kernels (x, lut, table, out, nchunks) write out element by element of x)
         bound = self._params is not None  # (sizes: indices of the signature's arguments)
-        sizes = ((0 + bound, 3 + bound),) if len(self._sig.args) == 5 + bound else ()
+        sizes = self.sizes
+        if sizes is None:
+            sizes = ((0 + bound, 3 + bound),) if len(self._sig.args) == 5 + bound else ()
 
         def compile_kernel(suffix):
             # (a name of its own: see fp8kit._kernels.native._compile_numba)
@@ -487,6 +496,13 @@ class Kernel:
 
     def serial(self, x, lut, table, out) -> None:
         self.build()(x, lut, table, out, 1)
+
+
+class NumbaNative(Kernel, _NativeBase):
+    """A Numba kernel (:class:`Kernel`) that counts as native
+    (:func:`fp8kit._kernels.native.is_native`): where the checked entry exists it runs as
+    object code from fp8kit's cache, without Numba's set-up, as the IR kernels it replaced
+    did, so callers choose it as they chose those."""
 
 
 class XOKernel(Kernel):
@@ -678,46 +694,6 @@ def pack_params(p, q, o=None, sp=None, mode: int = 0, lean=None) -> np.ndarray:
     assert width in (32, 64)
     prm.flags.writeable = False
     return prm
-
-
-@njit(inline="always")
-def load_p(prm, use_magic, neg_zero):
-    """The tuple ``p`` of :func:`_params` from a parameter array (see :func:`pack_params`),
-    with its two flags given.  ``use_magic`` chooses a code path, so kernels pass a
-    compile-time constant (read at run time, with ``neg_zero``, it measured 1.3-1.9x
-    slower); kernels pass ``prm[15] != 0`` for ``neg_zero`` (-0 or not: one select, no
-    measurable cost), so the fnuz formats share the kernels of the others."""
-    return (
-        prm[0], prm[1], prm[2], prm[3], prm[4], as_float(prm[5]), prm[6], use_magic,
-        prm[8], prm[9], prm[10], prm[11], prm[12], prm[13], prm[14], neg_zero, prm[16],
-    )  # fmt: skip
-
-
-@njit(inline="always")
-def load_q(prm):
-    """The tuple ``q`` of :func:`_params` (formats with a sign)."""
-    return (prm[17], prm[18], prm[19], prm[20], prm[21], prm[22], prm[23])
-
-
-@njit(inline="always")
-def load_qu(prm):
-    """The tuple ``q`` of :func:`_params` (unsigned formats)."""
-    return (
-        prm[17], prm[18], prm[19], prm[20], prm[21], prm[22], prm[23], prm[24], prm[25],
-        prm[26], prm[27], prm[28],
-    )  # fmt: skip
-
-
-@njit(inline="always")
-def load_o(prm):
-    """The overflow codes of :func:`mode_overflow`."""
-    return (prm[29], prm[30])
-
-
-@njit(inline="always")
-def load_sp(prm, use_magic):
-    """The constants of :func:`stochastic_params` (the flag given, as in :func:`load_p`)."""
-    return (use_magic, as_float(prm[32]), prm[33], prm[34], prm[35])
 
 
 #: Elements per block of a round-to-format kernel's code buffer (stays in L1).
@@ -1011,71 +987,6 @@ def stochastic_params(fmt: FloatFormat, source: str, random_bits: int, excess: b
     )
 
 
-def _variant_params(
-    fmt: FloatFormat, source: str, random_bits: int, spare: int, excess: bool = False,
-    extra: bool = False,
-):  # fmt: skip
-    """:func:`stochastic_params` for the stochastic variants' native kernel, or None: they
-    round the fraction to ``random_bits`` first, which needs ``spare`` bits of it below
-    those (1; 2 for float64 data rounded to odd on float32), and every source subnormal
-    below half of ``2**-random_bits`` of the format's subnormal spacing (it then rounds to
-    0 in that first step, as a flush-to-zero mode would read it).  ``excess``: for
-    ``random_bits`` at least the ``sh`` bits the normal range drops (where the fraction is
-    exact in them), the fixed point of smaller values with ``random_bits + 1`` fraction
-    bits (:func:`fp8kit._kernels.stochastic.variant_code_excess`); with ``extra`` (float64
-    data, its 32 bits below float32's staged beside them) from one random bit fewer than
-    ``sh`` on, the round bit then the first of those 32."""
-    if excess:
-        sp = stochastic_params(fmt, source, random_bits + 1, excess=True)
-        if sp is None or random_bits + int(extra) < int(sp[4]):
-            return None
-    else:
-        sp = stochastic_params(fmt, source, random_bits)
-    if sp is None or not excess and random_bits + spare > int(sp[4]):
-        return None
-    src_emin, _ = _src_limits(source)
-    if bool(sp[0]) and fmt.minexp - fmt.mantissa_bits - random_bits - 1 < src_emin:
-        return None
-    return sp
-
-
-def _tiny_sr(fmt: FloatFormat, in_dtype: np.dtype, kind: int, random_bits: int) -> bool:
-    """Whether the native stochastic kernel rounds ``in_dtype`` data to ``fmt`` from float32
-    bits by :func:`fp8kit._kernels.stochastic.emit_sr_range`'s ``tiny`` step: P3109's
-    8-bit unsigned precision-1 formats (smallest normal 2**-127, a float32 subnormal, which
-    the plan widens to float64 for), where their fraction stays exact in float32 for the
-    random bits (23 fraction bits down to 2**-150; float64 data truncated on float32, 22
-    of them from 2**-127's position, or rounded to odd for the variants, 2 fewer)."""
-    if kind == KIND_DET or fmt.mantissa_bits or fmt.minexp != -127 or fmt.specials == "unsigned":
-        return False
-    from .native import available
-    from .stochastic import F64_INPUT
-
-    wide = np.dtype(in_dtype) == np.float64
-    most = (22 if kind == KIND_SR else 20) if wide else (23 if kind == KIND_SR else 22)
-    return random_bits <= most and (F64_INPUT or not wide) and available()
-
-
-def _tiny_params(fmt: FloatFormat) -> tuple:
-    """:func:`stochastic_params`' constants for the ``tiny`` step (see :func:`_tiny_sr`):
-    the fixed point below float32's smallest normal (its bits; no scale), the rebias."""
-    rebias = 127 - fmt.bias
-    return (True, np.float32(1.0), np.uint32(1 << 23),
-            np.uint32((-(rebias << 23)) & 0xFFFFFFFF), np.uint32(23))  # fmt: skip
-
-
-@njit(inline="always")
-def load_bits(xs, j, lut, load, one):
-    """Element ``j`` of ``xs`` as the source float's bits, by the kernel's ``load`` rule."""
-    if load == LOAD_BF16:
-        return cast_like(cast_like(xs[j], one) << 16, one)
-    if load == LOAD_LUT:
-        # (in hardware: the 256 KiB table measured 0.03-0.08 of the streaming limit, its
-        # lookups a gather that misses L1; ``lut`` stays an argument, unused here)
-        return half_to_single_bits(xs[j])
-    return xs[j]
-
-
 @njit(inline="always")
 def store_code(os, j, table, code, lookup):
     """Store a code, or with ``lookup`` the value ``table[code]``, at ``os[j]``."""
@@ -1111,18 +1022,13 @@ def encode_mode_kernel(
     bits, ``flush`` and the format's two path flags are compiled in, and the mode's kind
     (:func:`fp8kit._kernels.rounding.mode_kind`); the mode within its kind is read at run
     time, so one compiled function serves them all (the native kernels compile it in).
-    ``vector``: stochastic rounding may take :mod:`fp8kit._kernels.stochastic`'s native
-    kernel (False: this one, as the tests' reference).
+    ``vector``: stochastic rounding takes :mod:`fp8kit._kernels.stochastic`'s kernel (the
+    random words of a block in one pass, then its runs; False: this one, as the tests'
+    reference).
     """
     kind = mode_kind(mode)
     pl = mode_plan(fmt, np.dtype(in_dtype), mode)
-    # (P3109's 8-bit unsigned precision-1 formats, stochastic: from float32 bits in the
-    # native kernel where it takes them, round-to's values through byte planes; the
-    # Numba kernel rounds them widened to float64)
-    tiny = bool(vector and (table_dtype is None or planes)
-                and _tiny_sr(fmt, np.dtype(in_dtype), kind, int(random_bits)))  # fmt: skip
-    if tiny and np.dtype(in_dtype) != np.float64:
-        pl = Plan("float32", _LOADS[np.dtype(in_dtype)], False, "fast")
+    planes_arg = planes
     p, q = _params(fmt, pl.source, saturate, mode)
     o = mode_overflow(p, mode)
     load = pl.load
@@ -1145,104 +1051,16 @@ def encode_mode_kernel(
     # and the loop then did not vectorize: 10x slower); 8-bit words use the buffered path
     # The variants' longer code does not unroll there either: buffered (measured 16x faster)
     fused = streams <= 8 and kind == KIND_SR
-    # float32, bfloat16, float16 or float64 -> formats of up to 8 bits, stochastic, by the
-    # constant-shift formula, to codes or (with the table's byte planes) values:
-    # fp8kit._kernels.stochastic's kernel, in LLVM vector code (0.5-0.6 s less to compile
-    # than this one, the same bits; one compiled function per output for the dtypes other
-    # than float32)
-    # (and to formats of 9-16 bits: codes, or for bfloat16 and float16 from float32 and
-    # float64 data their values, widened in the kernel)
-    values16 = to16 = 0
-    kind16 = codes16_kind(fmt)
-    if lookup and kind16 and in_bits.itemsize in (4, 8):
-        values16 = kind16 if out_dtype.itemsize == in_bits.itemsize else 0
-    elif lookup and kind16 and out_dtype.itemsize == 2:
-        # (16-bit data: the codes themselves, or rounded to the other 16-bit dtype; float32
-        # -> float16 where the CPU converts it)
-        from .bits import _hardware_half
-
-        to16 = 1 if np.dtype(in_dtype) == np.dtype(ml_dtypes.bfloat16) else 2
-        values16 = kind16 if (to16 == 1 or kind16 == 2 or _hardware_half()) else 0
-    # (float8_e8m0fnu's powers of two: stochastic, float32 and 16-bit data, up to 23
-    # random bits)
-    # (float64 data rounded to odd on float32 first: up to 21 random bits, the sticky bit
-    # then below the fraction's bits read, 2**-127's too; 22 and 23 truncated on float32,
-    # the bits below staged beside it)
+    # stochastic rounding to formats of up to 16 bits: fp8kit._kernels.stochastic's kernel
+    # (each block's random words in one vectorized pass, then its runs of K elements, to
+    # values through the table's byte planes per run): the same bits as this function's
+    # kernel below (the tests' reference), which took 1.2-1.5x its time with 16 random bits
+    # and 10x to values with 8 or fewer (the table read per element), 256K-16M elements
     unsigned_sr = unsigned and kind == KIND_SR and rbits <= 23
     vector_sr = vector and (
         kind in (KIND_SR, KIND_VAR) and (not unsigned or unsigned_sr) and fmt.bits <= 16
-        and (not lookup or values16 or bool(planes) and out_dtype.itemsize == in_bits.itemsize)
     )  # fmt: skip
     prm = pack_params(p, q, o, sp, mode)
-    # (the variants: the same fixed point, their first rounding needing a bit below the
-    # random bits, two for float64 data rounded to odd; see stochastic.variant_up)
-    variant = mode if kind == KIND_VAR else 0
-    vec_sp = sp if kind == KIND_SR else _variant_params(fmt, pl.source, rbits, 1)
-    vec_sp = _tiny_params(fmt) if tiny and width == 32 else vec_sp
-    if kind == KIND_SR and vec_sp is None and width == 32:
-        # (more random bits than the bits dropped: float32 -> float16 in the default 16)
-        vec_sp = stochastic_params(fmt, pl.source, rbits, excess=True)
-    if kind == KIND_VAR and vec_sp is None and width == 32:
-        # (the variants with as many random bits as the bits dropped, or more: bfloat16 and
-        # float16 in the default 16; the fraction is then exact in the random bits in the
-        # normal range, and below it the fixed point has one bit more)
-        vec_sp = _variant_params(fmt, pl.source, rbits, 1, excess=True)
-    excess = int(vec_sp is not None and rbits + (kind == KIND_VAR) > int(vec_sp[4]))
-    vec_prm = pack_params(p, q, o, vec_sp, mode) if vector_sr and vec_sp and width == 32 else None
-    from .stochastic import F64_INPUT  # (float64 data: AVX-512's conversions)
-
-    if vector_sr and unsigned_sr:  # (its q: the unsigned formats' rule, on float32 bits)
-        if width == 32:
-            vec_prm = pack_params(p, q, o, None, mode)
-        elif F64_INPUT:
-            p32, q32 = _params(fmt, "float32", saturate, mode)
-            vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), None, mode)
-    if vector_sr and width == 64:
-        # float64 truncated on float32 (AVX-512), then float32's kernel: the same codes
-        # where random_bits is at most the bits float32 drops (the floor of the fraction at
-        # the random bits is the truncated bits'; larger values saturate or overflow alike,
-        # smaller ones round to zero alike).  The variants, whose first rounding needs the
-        # sticky bit, round to odd on float32, with random_bits 2 below those bits.  In
-        # formats reaching 2**127 (bfloat16) a float64 beyond float32's range would become
-        # float32's largest, which rounds down to the format's largest where the random
-        # number is small, while the value itself always overflows: stochastic rounding
-        # marks them (stochastic.emit_sr_range's ``beyond``), and so do the variants
-        # (rounded to odd on float32, or continuing the fraction into float64's bits below)
-        sp32 = (
-            stochastic_params(fmt, "float32", rbits) if kind == KIND_SR
-            else _variant_params(fmt, "float32", rbits, 2)
-        )  # fmt: skip
-        if kind == KIND_SR and sp32 is None:
-            # (more random bits than float32 drops, float16 in the default 16: the 32 bits
-            # below those float32 keeps carry into the fraction, staged beside them)
-            sp32 = stochastic_params(fmt, "float32", rbits, excess=True)
-            excess = int(sp32 is not None)
-        if kind == KIND_VAR and sp32 is None:
-            # (the variants with one random bit fewer than float32 drops, or more: the same
-            # 32 bits continue the fraction, truncated on float32, whose first rounding
-            # then reads its bits below the random bits whole; up to 30 random bits more
-            # than the format's sh, so that the round bit lies above the sticky bit)
-            sp32 = _variant_params(fmt, "float32", rbits, 1, excess=True, extra=True)
-            sp32 = sp32 if sp32 is not None and rbits - int(sp32[4]) <= 30 else None
-            excess = int(sp32 is not None)
-        if tiny:
-            sp32, excess = _tiny_params(fmt), 0
-        if (
-            F64_INPUT and sp32 is not None
-            and fmt.maxexp <= 128
-            and (tiny or mode_plan(fmt, np.dtype(np.float32), mode)
-                 == Plan("float32", LOAD_DIRECT, False, "fast"))
-        ):  # fmt: skip
-            p32, q32 = _params(fmt, "float32", saturate, mode)
-            vec_prm = pack_params(p32, q32, mode_overflow(p32, mode), sp32, mode)
-    if vec_prm is not None:
-        from .native import available  # (the native kernel's entry reads numpy's arrays)
-
-        vec_prm = vec_prm if available() else None
-    vector_sr = vec_prm is not None
-    if tiny and not vector_sr:  # pragma: no cover - (the Numba kernel: widened to float64)
-        return encode_mode_kernel(fmt, in_dtype, saturate, mode, random_bits, table_dtype,
-                                  flush, planes, vector=False)  # fmt: skip
     planes = bool(planes and lookup and fmt.bits <= 8 and (fused or not stochastic))
     sig = _encode_signature(
         width, in_bits, out_dtype, lookup and not planes, (_array(np.uint32, True), types.int64)
@@ -1416,26 +1234,20 @@ def encode_mode_kernel(
         return kernel
 
     if vector_sr:  # (see above)
-        from .native import LEAN_PASSES, GenericNativeKernel
-        from .stochastic import IN_BF16, IN_F16, IN_F32, IN_F64, sr_native
+        from .stochastic import sr_make
 
-        in_kind = {LOAD_DIRECT: IN_F32, LOAD_BF16: IN_BF16, LOAD_LUT: IN_F16}[load]
-        in_kind = IN_F64 if width == 64 else in_kind
-        neg_zero = 1 if vec_prm[_P + 15] else 0  # (compiled in: half the sign logic)
-        staged = 0 if in_kind == IN_F32 else 1  # (float32 read as is; the others staged)
-        # (the input kind, a run-time argument of the staged build, after the constants)
-        params = np.append(vec_prm, vec_prm.dtype.type(in_kind))
-        code_bytes = 1 if fmt.bits <= 8 else 2
-        # (every staged kernel of such a format, so that its dtypes share one function)
-        beyond = int(staged and fmt.maxexp == 128 and F64_INPUT)
-        extra64 = int(staged and F64_INPUT and (
-            bool(excess) if not unsigned else width == 64 and rbits > 21))  # fmt: skip
-        flags = (rbits, split, neg_zero, staged, int(lookup), vec_prm.size, variant, code_bytes,
-                 values16, excess, int(flush), int(unsigned), to16 if values16 else 0,
-                 beyond, extra64, int(tiny))  # fmt: skip
-        kernel = GenericNativeKernel(("sr_vec",) + flags, sr_native(*flags), params)
-        kernel.passes = LEAN_PASSES  # (its code: vector IR, no loop to vectorize)
-        kernel.planes = lookup and not values16
+        sr_planes = bool(planes_arg and lookup and fmt.bits <= 8)
+        sr_sig = _encode_signature(width, in_bits, out_dtype, lookup and not sr_planes,
+                                   (_array(np.uint32, True), types.int64))  # fmt: skip
+        sr_key = ("sr", load, unsigned, kind, mode if kind == KIND_VAR else 0, fast, rbits,
+                  flush, width, lookup, out_dtype.str, use_magic, sp_magic, code_type.__name__,
+                  sr_planes)  # fmt: skip
+        kernel = NumbaNative(
+            sr_make(load, unsigned, kind, mode if kind == KIND_VAR else STOCHASTIC, fast, rbits,
+                    flush, use_magic, sp_magic, sr_planes, lookup, code_type, version),
+            sr_sig, sr_key, prm,
+        )  # fmt: skip
+        kernel.planes = sr_planes
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)
     kernel.planes = planes

@@ -26,18 +26,31 @@ import functools
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import cgutils
 
+from .._parallel import NO_STREAM
 from ..formats import FloatFormat
 from .bits import (
+    STREAM_BYTES,
+    as_bits,
+    as_float,
+    byte_address,
+    cast_like,
+    chunk_range,
+    chunks,
     cpu_has,
     emit_plane_lookup,
-    splat,
+    prefer_512,
+    shl,
+    span,
+    stack_buffer,
+    store_fence,
+    stream_line,
     table_planes,
-    vector_blocks,
 )
-from .codec import STREAM_MIN_TRAFFIC, dummy
+from .codec import _STREAM_BLOCK, STREAM_MIN_TRAFFIC, _array, dummy, lookup_kernel
+from .inplace import NumbaNative
 from .native import NativeKernel, typed_pointer
+from .registry import source_version
 
 _INF32 = np.uint32(0x7F800000)
 _QNAN32 = np.uint32(0x7FC00000)
@@ -101,7 +114,7 @@ def decode_params(fmt: FloatFormat) -> np.ndarray | None:
 
 
 @functools.cache
-def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> NativeKernel | None:
+def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> NumbaNative | None:
     """Kernel decoding ``code_dtype`` codes of ``fmt`` to float32 bits by the formula (same
     call as :func:`fp8kit._kernels.codec.lookup_kernel`'s kernel; the table is not read;
     it returns the or of the codes it read, for the caller's range check: codes above the
@@ -115,8 +128,10 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> NativeKernel | 
     prm = decode_params(fmt)
     if prm is None or code_dtype not in (np.dtype(np.uint8), np.dtype(np.uint16)):
         return None
-    code_bits = code_dtype.itemsize * 8
-    kernel = NativeKernel(("decode_formula", code_bits), _formula_native(code_bits), prm)
+    sig = types.uint32(_array(np.uint32, True), _array(code_dtype, True),
+                       _array(np.uint32, True), _array(np.uint32, True), _array(np.uint32),
+                       types.intp)  # fmt: skip
+    kernel = NumbaNative(_make_formula, sig, ("decode_formula", code_dtype.str), prm)
     kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     n = min(1 << fmt.bits, np.iinfo(code_dtype).max + 1)
     got = np.empty(n, np.uint32)
@@ -126,113 +141,115 @@ def decode_f32_kernel(fmt: FloatFormat, code_dtype: np.dtype) -> NativeKernel | 
     return kernel
 
 
-def _formula_native(code_bits: int):
-    """The emitter of :func:`decode_f32_kernel`'s native kernel (see
-    :func:`fp8kit._kernels.native.native_address`): ``code_bits`` codes to float32 bits by
-    the fields' formula with :func:`decode_params`' constants ``prm``, 16 lanes a vector;
-    it returns the or of the codes it read (i32)."""
-    lanes = 16
+def _make_formula(parallel):
+    """:func:`decode_f32_kernel`'s kernel: codes to float32 bits by the fields' formula with
+    :func:`decode_params`' constants ``prm``; it returns the or of the codes it read."""
+    version = source_version()
+    one = np.uint32(1)
+    qnan = _QNAN32
 
-    def emit(context, builder, args):
-        prm, _, _, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
-        i32 = ir.IntType(32)
-        vt = ir.VectorType(i32, lanes)
-        vf = ir.VectorType(ir.FloatType(), lanes)
-        words = builder.bitcast(prm, i32.as_pointer())
-        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
-             for k in range(_NPARAMS)]  # fmt: skip
-        mag_mask, sign_bit, sign_shift, sh, adj, min_norm, scale, sp_code, sp_bits = w[:9]
-        nan_lo, nz_code = w[9], w[10]
-        qnan = ir.Constant(vt, [int(_QNAN32)] * lanes)
-        seen = cgutils.alloca_once_value(builder, ir.Constant(vt, [0] * lanes))
+    def kernel(prm, x, lut, table, out, nchunks):
+        if version == 0 or parallel is None:  # see source_version
+            return one
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        mag_mask, sign_bit, sign_shift, sh, adj, min_norm = (
+            prm[0],
+            prm[1],
+            prm[2],
+            prm[3],
+            prm[4],
+            prm[5],
+        )  # noqa: E501
+        scale, sp_code, sp_bits, nan_lo, nz_code = as_float(prm[6]), prm[7], prm[8], prm[9], prm[10]
+        seen = one - one
+        step = (x.size + nchunks - 1) // nchunks
+        for c in range(c_first, c_stop):
+            prefer_512()
+            xc, oc = chunks(x, out, c, step)
+            for j in range(xc.size):
+                v = cast_like(xc[j], one)
+                seen = cast_like(seen | v, one)
+                a = cast_like(v & mag_mask, one)
+                norm = cast_like(shl(a, sh, one) + adj, one)
+                # (subnormal codes: exact, and the product a float32 normal)
+                r = as_bits(np.float32(a) * scale) if a < min_norm else norm
+                r = sp_bits if a == sp_code else r
+                r = qnan if a >= nan_lo else r
+                r = qnan if v == nz_code else r
+                oc[j] = r | (shl(v, sign_shift, one) & sign_bit)
+        return seen
 
-        def body(codes):
-            v = builder.zext(codes, vt)
-            builder.store(builder.or_(builder.load(seen), v), seen)
-            a = builder.and_(v, mag_mask)
-            norm = builder.add(builder.shl(a, sh), adj)
-            # (subnormal codes: exact, and the product a float32 normal)
-            sub = builder.fmul(builder.uitofp(a, vf), builder.bitcast(scale, vf))
-            r = builder.select(builder.icmp_unsigned("<", a, min_norm), builder.bitcast(sub, vt),
-                               norm)  # fmt: skip
-            r = builder.select(builder.icmp_unsigned("==", a, sp_code), sp_bits, r)
-            r = builder.select(builder.icmp_unsigned(">=", a, nan_lo), qnan, r)
-            r = builder.select(builder.icmp_unsigned("==", v, nz_code), qnan, r)
-            return builder.or_(r, builder.and_(builder.shl(v, sign_shift), sign_bit))
-
-        x_at = typed_pointer(builder, x, code_bits, first)
-        out_at = typed_pointer(builder, out, 32, first)
-        vin = ir.VectorType(ir.IntType(code_bits), lanes)
-        vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, vin, vt, body)
-        reduce_or = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(i32, [vt]), "llvm.vector.reduce.or.v16i32"
-        )
-        return builder.call(reduce_or, [builder.load(seen)])
-
-    return emit
+    return kernel
 
 
 @functools.cache
-def bf16_widen_kernel() -> NativeKernel:
+def bf16_widen_kernel() -> NumbaNative:
     """Kernel decoding bfloat16 codes to float32 bits: the bits shifted up 16, a NaN the
     canonical quiet NaN of its sign (the decode table's bits); it reads no lut or table
-    (small calls pass x and out alone).  It replaced a Numba kernel (0.19 s to compile on
-    a first call, and Numba's set-up)."""
-    kernel = NativeKernel(("decode_bf16_widen",), _bf16_widen_native, dummy(np.uint8))
+    (small calls pass x and out alone)."""
+    sig = types.void(_array(np.uint16, True), _array(np.uint32, True),
+                     _array(np.uint32, True), _array(np.uint32), types.intp)  # fmt: skip
+    kernel = NumbaNative(_make_bf16_widen, sig, ("decode_bf16_widen",))
     kernel.xo = True
     return kernel
 
 
-def _bf16_widen_native(context, builder, args):
-    _, _, _, x, out, first, stop, total = args
-    intp = context.get_value_type(types.intp)
-    lanes = 32
-    vt = ir.VectorType(ir.IntType(32), lanes)
-
-    def k(value):
-        return ir.Constant(vt, [value] * lanes)
-
-    def body(h):
-        v = builder.zext(h, vt)
-        nan = builder.icmp_unsigned(">", builder.and_(v, k(0x7FFF)), k(0x7F80))
-        quiet = builder.or_(builder.shl(builder.and_(v, k(0x8000)), k(16)), k(int(_QNAN32)))
-        return builder.select(nan, quiet, builder.shl(v, k(16)))
-
-    x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 32, first)
-    vin = ir.VectorType(ir.IntType(16), lanes)
+def _make_bf16_widen(parallel):
+    version = source_version()
+    one = np.uint32(1)
+    abs_mask, inf, sign = np.uint32(0x7FFF), np.uint32(0x7F80), np.uint32(0x8000)
+    qnan = _QNAN32
     # (large outputs streamed: into a caller's out only, see fp8kit._parallel.NO_STREAM;
     # measured 3.7-4.0 against 10.0 ms for 16M elements there, one thread)
-    stream = builder.icmp_signed(">=", total, ir.Constant(intp, _stream_min(16, 32)))
-    n = builder.sub(stop, first)
-    vector_blocks(builder, intp, n, x_at, out_at, vin, vt, body, stream=stream)
-    return ir.Constant(ir.IntType(32), 0)
+    stream_min = _stream_min(16, 32)
+    block = _STREAM_BLOCK
+    line = STREAM_BYTES // 4
+
+    def kernel(x, lut, table, out, nchunks):
+        if version == 0 or parallel is None:  # see source_version
+            return
+        stream = (x.size >= stream_min) & ((nchunks & NO_STREAM) == 0)
+        nchunks, c_first, c_stop = chunk_range(nchunks)
+        stream = stream and byte_address(out, 0) % 4 == 0
+        sbuf = stack_buffer(block, np.uint32)
+        step = (x.size + nchunks - 1) // nchunks
+        for c in range(c_first, c_stop):
+            prefer_512()
+            # (streamed: whole blocks on line boundaries of out through a stack buffer, the
+            # partial blocks at both ends in place, as codec.encode_kernel's)
+            b0 = c * step
+            hi = b0 + step
+            hi = hi if hi < x.size else x.size
+            b1 = hi
+            if stream:
+                b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // 4
+            while b0 < hi:
+                b1 = b1 if b1 < hi else hi
+                full = stream and b1 - b0 == block
+                xs = span(x, b0, b1)
+                os = sbuf if full else span(out, b0, b1)
+                for j in range(xs.size):
+                    v = cast_like(xs[j], one)
+                    nan = cast_like(shl(v & sign, 16, one) | qnan, one)
+                    os[j] = nan if cast_like(v & abs_mask, one) > inf else shl(v, 16, one)
+                if full:
+                    for k in range(0, block, line):
+                        stream_line(out, b0 + k, sbuf, k)
+                b0 = b1
+                b1 = b0 + block
+            if stream:
+                store_fence()
+
+    return kernel
 
 
 @functools.cache
-def lookup_native_kernel(code_dtype: np.dtype, table_dtype: np.dtype) -> NativeKernel:
+def lookup_native_kernel(code_dtype: np.dtype, table_dtype: np.dtype) -> NumbaNative:
     """Kernel writing ``table[x[i]]`` (the decode table of any format and output dtype;
-    uint8 or uint16 codes), as :func:`fp8kit._kernels.codec.lookup_kernel`'s Numba kernel:
-    the same scalar loop, which LLVM vectorizes where it finds that worth it."""
-    code_bits = np.dtype(code_dtype).itemsize * 8
-    out_bits = np.dtype(table_dtype).itemsize * 8
-    emit = _lookup_native(code_bits, out_bits)
-    return NativeKernel(("decode_lookup", code_bits, out_bits), emit, dummy(np.uint8))
-
-
-def _lookup_native(code_bits: int, out_bits: int):
-    def emit(context, builder, args):
-        _, _, table, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
-        x_at = typed_pointer(builder, x, code_bits)
-        out_at = typed_pointer(builder, out, out_bits)
-        entries = typed_pointer(builder, table, out_bits)
-        with cgutils.for_range_slice(builder, first, stop, ir.Constant(intp, 1), intp) as (j, _):
-            code = builder.zext(builder.load(builder.gep(x_at, [j])), intp)
-            builder.store(builder.load(builder.gep(entries, [code])), builder.gep(out_at, [j]))
-        return ir.Constant(ir.IntType(32), 0)
-
-    return emit
+    uint8 or uint16 codes): :func:`fp8kit._kernels.codec.lookup_kernel`'s Numba kernel,
+    counted native."""
+    k = lookup_kernel(np.dtype(code_dtype), np.dtype(table_dtype))
+    return NumbaNative(k._make, k._sig, k._key, k._params)
 
 
 # ---------------------------------------------------------------- byte-plane table kernel

@@ -57,23 +57,25 @@ import functools
 import ml_dtypes
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 
 from ..formats import FloatFormat, get_format
-from . import modes
 from .bits import (
     _X86,
-    PLANE_BLOCK,
     PREFETCH_BYTES,
     STREAM_BYTES,
+    as_bits,
+    as_float,
     block_load,
     block_mask,
     block_store,
+    byte_address,
     cast_like,
     chunk_range,
     chunks,
     cpu_has,
+    encode_fast,
     f64_to_odd_f32,
     first_lanes,
     half_to_single_bits,
@@ -84,7 +86,13 @@ from .bits import (
     plane_values,
     prefer_512,
     prefetches,
+    round_in_place,
+    shl,
+    span,
     splat,
+    stack_buffer,
+    store_fence,
+    stream_line,
     vector_blocks,
     walk_rows,
     widen_half,
@@ -335,29 +343,140 @@ def fake_scalars(r8, scale: np.float32, shift: np.float32 | None) -> np.ndarray:
 @functools.cache
 def fake_kernel() -> Kernel:
     """Kernel of FakeConvert's formula ``(round(x * scale - shift) + shift) / scale`` for
-    float32 data and one scale (and shift), nearest-even, in one pass of LLVM vector code:
+    float32 data and one scale (and shift), nearest-even, in one pass (:func:`_fake_word`):
     the call of the encode kernels, ``lut`` :func:`fake_scalars` (every format: its
     constants are there), ``table`` unused, ``out`` float32 bits.  The same float32
     arithmetic as :func:`fp8kit._kernels.fake.fake_convert_kernel`'s for scales and shifts
-    that are not NaN (the caller's check: their x86 NaN rule needs no fix then); compiled
-    in 0.16 s where that kernel, which also walks broadcast scales and takes every option,
-    took 0.37."""
-    return byte_kernel(_F32_FAKE, dummy(np.uint8))
+    that are not NaN (the caller's check: their x86 NaN rule needs no fix then), in a plain
+    loop over each chunk that LLVM vectorizes; from :data:`STREAM_MIN` elements it writes
+    whole cache lines with non-temporal stores."""
+    return _fake_loop(False)
 
 
 @functools.cache
 def fake16_kernel() -> Kernel:
     """:func:`fake_kernel` for bfloat16 and float16 data: the same float32 arithmetic on
-    their values (exact), the result rounded once to the data's type, as
+    their values (exact), the result rounded once to the data's type
+    (:func:`fp8kit._kernels.bits.encode_fast`), as
     :func:`fp8kit._kernels.fake.fake_convert_kernel` does in spec mode; ``lut``:
     :func:`fake_scalars` and a word, 1 for float16 data and 0 for bfloat16 (one compiled
-    kernel for both: 0.16 s where the general kernel took 0.46-0.49 s per type)."""
-    return byte_kernel(_FAKE16, dummy(np.uint8))  # (bfloat16/float16 bits in and out)
+    kernel for both, a loop for each)."""
+    return _fake_loop(True)
+
+
+@njit(inline="always")
+def _fake_word(b, s, h, has_shift, r):
+    """FakeConvert of the float32 bits ``b``: ``(round(x * s - h) + h) / s`` in float32
+    (without a shift no subtraction and no addition, which would turn -0 into +0),
+    ``round`` as :func:`fp8kit._kernels.bits.round_in_place` with the constants ``r``."""
+    y = as_float(b) * s
+    y = y - h if has_shift else y
+    fq = as_float(round_in_place(as_bits(y), r))
+    fq = fq + h if has_shift else fq
+    return as_bits(fq / s)
+
+
+@njit(inline="always")
+def _fake16_run(xs, os, s, h, has_shift, r, half, q):
+    """:func:`_fake_word` of the float16 (``half``) or bfloat16 bits ``xs`` widened to
+    float32 (exact), each result rounded to the data's type with the constants ``q``
+    (:func:`fp8kit._kernels.bits.encode_fast`) into ``os``."""
+    for j in range(xs.size):
+        v = xs[j]
+        # (shl: Numba's << gives int64, which would make the bits a float64)
+        b = half_to_single_bits(v) if half else shl(v, np.uint32(16), np.uint32(1))
+        os[j] = encode_fast(_fake_word(b, s, h, has_shift, r), q)
+
+
+def _fake_loop(half_data: bool) -> Kernel:
+    """The Numba kernel of :func:`fake_kernel` (float32 bits) or, ``half_data``,
+    :func:`fake16_kernel` (bfloat16 or float16 bits), with the codec call
+    ``(prm, x, lut, table, out, nchunks)`` (prm and table unused)."""
+    bits_dt = np.uint16 if half_data else np.uint32
+    from .fake import F16, round_params
+
+    # float32 result -> float16 or bfloat16 (spec mode: one IEEE rounding, overflow to Inf)
+    q16 = _params(get_format("float16"), "float32", False)[0]
+    qbf = _params(get_format("bfloat16"), "float32", False)[0]
+    assert F16 == 1 and bool(q16[7]) and not bool(qbf[7])
+    r32 = round_params(get_format("float8_e4m3fn"))  # (the float32-source words of r8)
+    version = source_version()
+    stream_min, line = STREAM_MIN, STREAM_BYTES // np.dtype(bits_dt).itemsize
+    u32 = np.uint32
+
+    def make(parallel):
+        def kernel(prm, x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # never true; see codec.source_version
+                return
+            no_stream = (nchunks >> 62) & 1  # (fp8kit._parallel.NO_STREAM: a new array)
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            s, h = as_float(lut[_FK_SCALE]), as_float(lut[_FK_SHIFT])
+            has_shift = lut[_FK_HAS_SHIFT] != 0
+            # (round_in_place's constants: the format's from fake_scalars, a smallest normal
+            # of 0 where the FPU step is not used, the -0 rule read at run time)
+            r = (r32[0], r32[1], lut[_FK_HALF], (lut[_FK_KEEP], lut[_FK_KEEP_SH]),
+                 lut[_FK_MIN_NORMAL], as_float(lut[_FK_MAGIC]), True, r32[7], lut[_FK_MAX],
+                 r32[9], r32[10], lut[_FK_ZSIGN] != u32(0), r32[12])  # fmt: skip
+            half = half_data and lut[_FK_N] != u32(0)
+            n = x.size
+            step = (n + nchunks - 1) // nchunks
+            # (large arrays: whole cache lines of out with non-temporal stores, from a stack
+            # buffer, as codec.encode_kernel does; out aligned to its elements, as numpy
+            # allocates it)
+            stream = n >= stream_min and no_stream == 0
+            stream = stream and byte_address(out, 0) % out.itemsize == 0
+            for c in range(c_first, c_stop):
+                prefer_512()  # see bits.prefer_512
+                sbuf = stack_buffer(_FAKE_BLOCK, bits_dt)
+                b0 = c * step
+                hi = b0 + step
+                hi = hi if hi < n else n  # (not min: see bits.chunk)
+                b1 = hi
+                if stream:
+                    b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // out.itemsize
+                while b0 < hi:
+                    b1 = b1 if b1 < hi else hi
+                    full = stream and b1 - b0 == _FAKE_BLOCK
+                    xs = span(x, b0, b1)
+                    os = sbuf if full else span(out, b0, b1)
+                    # (16-bit data: a loop per type, not one with both roundings selected:
+                    # 256K bfloat16 in 0.8 of the time)
+                    if half_data and half:
+                        _fake16_run(xs, os, s, h, has_shift, r, True, q16)
+                    elif half_data:
+                        _fake16_run(xs, os, s, h, has_shift, r, False, qbf)
+                    else:
+                        for j in range(xs.size):
+                            os[j] = _fake_word(xs[j], s, h, has_shift, r)
+                    if full:
+                        for k in range(0, _FAKE_BLOCK, line):
+                            stream_line(out, b0 + k, sbuf, k)
+                    b0 = b1
+                    b1 = b0 + _FAKE_BLOCK
+                if stream:
+                    store_fence()
+
+        return kernel
+
+    sig = types.void(
+        _array(np.uint8, readonly=True),
+        _array(bits_dt, readonly=True),
+        _array(np.uint32, readonly=True),
+        _array(np.uint8, readonly=True),
+        _array(bits_dt),
+        types.intp,
+    )
+    return Kernel(make, sig, ("fake_one_scale", half_data, version), dummy(np.uint8))
+
+
+#: Elements per block of the one-scale FakeConvert kernels' streamed output (a stack
+#: buffer that stays in L1).
+_FAKE_BLOCK = 512
 
 
 def _emit_fake_walk(
-    context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, ov=None,
-    stage=None, extra=(), fix_nan=False,
+    context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, stage=None,
+    fix_nan=False,
 ):  # fmt: skip
     """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
     ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
@@ -366,24 +485,13 @@ def _emit_fake_walk(
     element ``(a, b, d, t)`` at ``a * sstr[0] + b * sstr[1] + d * sstr[2] + t * sstr[3]``
     with ``sstr[3]`` 0 (one per row) or 1 (one per element along rows), 16 lanes a
     block, a row's last masked: every broadcast layout of scales in one kernel of LLVM
-    vector code (0.15 s to compile, where the general kernel took 0.36-0.39).  ``ov``:
-    ``(kind, node, variant)`` of the OpenVINO arithmetic (:func:`_ov_body`) instead;
-    ``stage``: ``"pre"`` (:func:`_pre_body`, float32 bits out) or ``"post"``
-    (:func:`_post_body`, float32 bits in) of FakeConvert in the other rounding modes, or
-    ``("mode", mode, neg_zero, flush, lanes)``: the three steps fused, the rounding a
-    deterministic mode's codes (:func:`fp8kit._kernels.modes._code_body` from the
-    parameters at ``extra[0]``) looked up in the decode table's byte planes
-    (``extra[1]``), ``lanes`` (64, or 32 for short rows) a block; ``fix_nan``: scales or
-    shifts may be NaN (:func:`_x86_first_nan`)."""
+    vector code (0.15 s to compile, where the general kernel took 0.36-0.39).  ``stage``:
+    ``"pre"`` (:func:`_pre_body`, float32 bits out) or ``"post"``
+    (:func:`_post_body`, float32 bits in) of FakeConvert in the other rounding modes;
+    ``fix_nan``: scales or shifts may be NaN (:func:`_x86_first_nan`)."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
-    fused = isinstance(stage, tuple)
     lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
-    if fused:  # (the lanes of the plane lookup, 64, or 32 for rows of up to 32 elements)
-        lanes = stage[4]
-        mode_prm, planes = extra
-        code = modes._code_body(builder, intp, mode_prm, 32, 32, False, *stage[1:4], lanes)
-        planes = load_planes(builder, planes, intp)
     v32 = ir.VectorType(i32, lanes)
     vf = ir.VectorType(ir.FloatType(), lanes)
     vx = ir.VectorType(ir.IntType(16 if half_data and stage != "post" else 32), lanes)
@@ -422,8 +530,7 @@ def _emit_fake_walk(
         return result
 
     # (not the "pre" stage's buffer, which round_to reads next: from the caches; nor in
-    # place, where each line was just read into them; nor the OpenVINO arithmetic, bound by
-    # its instructions: streamed, 16M float32 took 33 ms against 12-18 ms)
+    # place, where each line was just read into them)
     out_at = builder.ptrtoint(out, i64)
     long_rows = builder.icmp_signed(">=", n3, ir.Constant(i64, 4 * lanes))
     lines_whole = all_of(
@@ -433,7 +540,7 @@ def _emit_fake_walk(
         ),
     )
     stream = all_of(
-        ir.Constant(i1, _X86 and stage != "pre" and ov is None),
+        ir.Constant(i1, _X86 and stage != "pre"),
         builder.icmp_unsigned("!=", may_stream, ir.Constant(may_stream.type, 0)),
         builder.icmp_signed(">=", traffic, ir.Constant(i64, STREAM_MIN_TRAFFIC)),
         builder.or_(lines_whole, long_rows),
@@ -512,31 +619,12 @@ def _emit_fake_walk(
                         prefetch(builder.gep(shift, [builder.add(base, t)]), 4 * lanes)
             dst = builder.gep(out, [builder.add(start, t)])
             v = block_load(builder, src, vx, full, lambda: mask)
-            if fused:
-                wide = _widen16(builder, v, half) if half_data else v
-                y = _pre_body(builder, wide, w, scale_v, shift_v, has_shift, fix_nan)
-                codes = builder.trunc(code(y), ir.VectorType(ir.IntType(8), lanes))
-                if lanes < PLANE_BLOCK:  # (a lookup of 64 codes: these twice, half kept)
-                    twice = ir.Constant(ir.VectorType(i32, PLANE_BLOCK),
-                                        [k % lanes for k in range(PLANE_BLOCK)])  # fmt: skip
-                    codes = builder.shuffle_vector(codes, codes, twice)
-                q = plane_values(builder, planes, codes, 32)
-                if lanes < PLANE_BLOCK:
-                    q = builder.shuffle_vector(q, q, ir.Constant(v32, list(range(lanes))))
-                res = _post_body(builder, q, scale_v, shift_v, has_shift, fix_nan)
-                res = _narrow16(builder, res, half) if half_data else res
-            elif stage == "pre":
+            if stage == "pre":
                 wide = _widen16(builder, v, half) if half_data else v
                 res = _pre_body(builder, wide, w, scale_v, shift_v, has_shift, fix_nan)
             elif stage == "post":
                 res = _post_body(builder, v, scale_v, shift_v, has_shift, fix_nan)
                 res = _narrow16(builder, res, half) if half_data else res
-            elif ov is not None:
-                wide = v
-                if half_data:
-                    wide = _ov_from16(builder, builder.zext(v, v32), ov[0])
-                res = _ov_body(builder, wide, w, scale_v, shift_v, has_shift, *ov, fix_nan)
-                res = builder.trunc(res, vx) if half_data else res
             elif half_data:
                 res = _fake16_body(builder, v, w, scale_v, shift_v, has_shift, half, fix_nan)
             else:
@@ -559,7 +647,7 @@ def _emit_fake_walk(
             builder.call(fence, [])
 
 
-def _fake_walk_native(width: int, ov=None, stage=None, fix_nan=False):
+def _fake_walk_native(width: int, stage=None, fix_nan=False):
     """The emitter of :func:`fake_walk_kernel`'s native kernel
     (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
     shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
@@ -567,10 +655,8 @@ def _fake_walk_native(width: int, ov=None, stage=None, fix_nan=False):
     x_bits = ir.IntType(16 if width == 16 and stage != "post" else 32).as_pointer()
     out_bits = ir.IntType(16 if width == 16 and stage != "pre" else 32).as_pointer()
     f32, i64 = ir.FloatType().as_pointer(), ir.IntType(64)
-    i8p = ir.IntType(8).as_pointer()
-    fused = isinstance(stage, tuple)  # (two more arguments: the mode's parameters, planes)
     types_ = [ir.IntType(32).as_pointer(), x_bits, f32, f32, i64.as_pointer(),
-              i64.as_pointer(), out_bits, i64, i64] + [i8p, i8p] * fused  # fmt: skip
+              i64.as_pointer(), out_bits, i64, i64]  # fmt: skip
 
     def emit(context, builder, args):
         ptrs, ints, _ = args
@@ -578,29 +664,25 @@ def _fake_walk_native(width: int, ov=None, stage=None, fix_nan=False):
         consts, x, scale, shift, shape, sstr, out = (
             builder.bitcast(p, t) for p, t in zip(loaded, types_[:7], strict=True)
         )
-        extra = [builder.load(builder.gep(ptrs, [ir.Constant(i64, k)])) for k in (8, 9)][
-            : 2 * fused
-        ]
         rows = builder.load(shape)
         for k in (1, 2):
             rows = builder.mul(rows, builder.load(builder.gep(shape, [ir.Constant(i64, k)])))
-        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 10 if fused else 8)]))
+        spec = builder.load(builder.gep(ints, [ir.Constant(i64, 8)]))
         r0, r1 = chunk_bounds(builder, spec, rows)
 
         def body(inner, a):
-            _emit_fake_walk(context, inner, width == 16, *a[:9], ov=ov, stage=stage,
-                            extra=a[9:], fix_nan=fix_nan)  # fmt: skip
+            _emit_fake_walk(context, inner, width == 16, *a, stage=stage, fix_nan=fix_nan)
 
         walk = body_function(builder, "walk", types_, body, prefer_512=True)
         with builder.if_then(builder.icmp_signed("<", r0, r1)):
-            builder.call(walk, [consts, x, scale, shift, shape, sstr, out, r0, r1, *extra])
+            builder.call(walk, [consts, x, scale, shift, shape, sstr, out, r0, r1])
         return ir.Constant(ir.IntType(32), 0)
 
     return emit
 
 
 @functools.cache
-def fake_walk_kernel(width: int, ov=None, stage=None, fix_nan=False) -> GenericNativeKernel | None:
+def fake_walk_kernel(width: int, stage=None, fix_nan=False) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16) data (``consts``: :func:`fake_scalars`, a word 1 for float16 data, a word 1 where
     large outputs may be streamed: see :func:`_emit_fake_walk`) and scales (and
@@ -610,25 +692,18 @@ def fake_walk_kernel(width: int, ov=None, stage=None, fix_nan=False) -> GenericN
     there is none; the chunks split the rows.  A native kernel (no Numba compile); None
     where native kernels cannot be called (:func:`fp8kit._kernels.native.available`).
     ``fix_nan``: scales or shifts may be NaN (x86's NaN rule fixed: :func:`_x86_first_nan`;
-    another kernel, so that the others spend no instruction on it).  ``ov``:
-    ``(kind, node, variant)``, the OpenVINO CPU plugin's arithmetic for
-    data of type ``kind`` on nodes of type ``node`` (F32, F16, BF16 of
-    :mod:`fp8kit._kernels.fake`) in ``variant`` (OV_FP16 or OV_F32) instead of the
-    formula's (:func:`_ov_body`; the Numba kernel took 0.7-0.9 s on a first call).
-    ``stage``: ``"pre"`` or ``"post"``, the steps of FakeConvert in the other rounding
-    modes before and after :func:`fp8kit.round_to` (:func:`_pre_body`, from the data to
-    float32 bits, and :func:`_post_body`, from float32 bits to the data's type), or
-    ``("mode", mode, neg_zero, flush, lanes)``: the three fused for a deterministic mode
-    (``lanes`` a block: 64, or 32 for rows of up to 32 elements), called
-    with two more arrays before ``nchunks``, the parameters of
-    :func:`fp8kit._kernels.modes.mode_kernel` for float32 and the byte planes of the
-    format's float32 decode table (:func:`fp8kit._kernels.decode.format_planes`)."""
+    another kernel, so that the others spend no instruction on it).  (The OpenVINO CPU
+    plugin's arithmetic runs :func:`fp8kit._kernels.fake.fake_convert_kernel`: as fast,
+    measured.)  ``stage``: ``"pre"`` or ``"post"``, the steps of FakeConvert in the other
+    rounding modes before and after :func:`fp8kit.round_to` (:func:`_pre_body`, from the
+    data to float32 bits, and :func:`_post_body`, from float32 bits to the data's type).
+    (The spec's formula stays LLVM vector code here: the general Numba kernel took 1.2-1.4x
+    its time on float32 data with a scale per row, 16M and 256K elements, one thread.)"""
     if not native_available():
         return None
-    key = ("fake_walk", width) + (() if ov is None else ("openvino",) + tuple(ov))
-    key += () if stage is None else (stage,)
+    key = ("fake_walk", width) + (() if stage is None else (stage,))
     key += ("fix_nan",) if fix_nan else ()
-    return GenericNativeKernel(key, _fake_walk_native(width, ov, stage, fix_nan), _NO_PARAMS)
+    return GenericNativeKernel(key, _fake_walk_native(width, stage, fix_nan), _NO_PARAMS)
 
 
 _NO_PARAMS = np.zeros(0, np.uint8)
@@ -772,7 +847,10 @@ def f16_to_bf16_kernel(saturate) -> Kernel:
     :func:`encode16_kernel`'s kernels).  Every float16 is a bfloat16 normal in range, so
     only the mantissa rounds: the float32 value (the hardware conversion, exact) rounded by
     one add and shift, Inf and NaN by the saturation's codes (about 8 vector operations per
-    16 elements, where the general float32 kernel takes 20)."""
+    16 elements, where the general float32 kernel takes 20).  Where the CPU converts to
+    bfloat16 in hardware, LLVM IR that does (:func:`_f16_to_bf16_native`): the Numba
+    kernel (:func:`_make_f16_bf16`, the same bits) took 1.4x its time in cache (256K
+    elements, one thread; equal from memory)."""
     p, _ = _params(get_format("bfloat16"), "float32", saturate)
     prm = np.array([int(p[11]), int(p[12])], np.uint16)  # inf_res, nan_mag
     prm.flags.writeable = False
@@ -1275,131 +1353,6 @@ def _post_body(builder, q, scale, shift, has_shift, fix_nan=False):
     return builder.bitcast(builder.fdiv(fq, scale), q.type)
 
 
-# The data types of the OpenVINO arithmetic (fp8kit._kernels.fake's F32, F16, BF16) and its
-# variants (SPEC is not one: spec mode is _fake_body's).
-_OV_F32_NODE, _OV_F16_NODE, _OV_BF16_NODE = 0, 1, 2
-_OV_FP16, _OV_F32 = 1, 2
-
-
-@functools.cache
-def _half_words() -> tuple[int, ...]:
-    """:func:`fake_scalars`' words for float16 precision (the CPU plugin's float16 step)."""
-    from .fake import round_params
-
-    return tuple(int(v) for v in fake_scalars(round_params(get_format("float16")), 1.0, None))
-
-
-def _ov_half_bits(builder, r):
-    """float32 bits ``r`` (``<N x i32>``) -> float16 bits (in i32 lanes) as the CPU plugin
-    stores them (:func:`fp8kit._kernels.fake._to16`): nearest-even, overflow to Inf, a NaN
-    quiet with its sign and top payload bits."""
-    vt = r.type
-    vf = ir.VectorType(ir.FloatType(), vt.count)
-
-    def k(value):
-        return ir.Constant(vt, [value] * vt.count)
-
-    a = builder.and_(r, k(0x7FFFFFFF))
-    sign = builder.and_(builder.lshr(r, k(16)), k(0x8000))
-    t = builder.sub(a, k(112 << 23))
-    odd = builder.and_(builder.lshr(t, k(13)), k(1))
-    n = builder.lshr(builder.add(t, builder.add(k(0xFFF), odd)), k(13))
-    n = builder.select(builder.icmp_unsigned(">", n, k(0x7C00)), k(0x7C00), n)
-    small = builder.fadd(builder.bitcast(a, vf), ir.Constant(vf, [0.5] * vt.count))
-    small = builder.sub(builder.bitcast(small, vt), k(0x3F000000))
-    hf = builder.select(builder.icmp_unsigned("<", a, k(0x38800000)), small, n)
-    nan = builder.or_(k(0x7E00), builder.and_(builder.lshr(r, k(13)), k(0x3FF)))
-    hf = builder.select(builder.icmp_unsigned(">", a, k(0x7F800000)), nan, hf)
-    return builder.or_(hf, sign)
-
-
-def _ov_bf16_bits(builder, r):
-    """float32 bits -> bfloat16 bits (in i32 lanes) as the CPU plugin's vcvtneps2bf16 stores
-    them (:func:`fp8kit._kernels.fake._to16`): nearest-even; float32 subnormals become
-    zeros of their sign; a NaN keeps its top bits, made quiet."""
-    vt = r.type
-
-    def k(value):
-        return ir.Constant(vt, [value] * vt.count)
-
-    high = builder.lshr(r, k(16))
-    rne = builder.lshr(builder.add(r, builder.add(k(0x7FFF), builder.and_(high, k(1)))), k(16))
-    flushed = builder.and_(high, k(0x8000))
-    res = builder.select(
-        builder.icmp_unsigned("==", builder.and_(r, k(0x7F800000)), k(0)), flushed, rne
-    )
-    nan = builder.icmp_unsigned(">", builder.and_(r, k(0x7FFFFFFF)), k(0x7F800000))
-    return builder.select(nan, builder.or_(high, k(0x40)), res)
-
-
-def _ov_from16(builder, h, kind):
-    """float16 (``kind`` F16) or bfloat16 bits in i32 lanes -> float32 bits, exact."""
-    vt = h.type
-    if kind == _OV_F16_NODE:
-        return widen_half(builder, builder.trunc(h, ir.VectorType(ir.IntType(16), vt.count)))
-    return builder.shl(h, ir.Constant(vt, [16] * vt.count))
-
-
-def _ov_store(builder, f, node):
-    """The float32 value ``f`` stored in a node of type ``node`` and read back (float32
-    bits): a CPU-plugin node's output rounding (:func:`fp8kit._kernels.fake._store`)."""
-    vt = ir.VectorType(ir.IntType(32), f.type.count)
-    b = builder.bitcast(f, vt)
-    if node == _OV_F32_NODE:
-        return f
-    h = _ov_half_bits(builder, b) if node == _OV_F16_NODE else _ov_bf16_bits(builder, b)
-    return builder.bitcast(_ov_from16(builder, h, node), f.type)
-
-
-def _ov_body(builder, v, w, scale, shift, has_shift, kind, node, variant, fix_nan=False):
-    """FakeConvert in the OpenVINO CPU plugin's arithmetic (the ``openvino`` branch of
-    :func:`fp8kit._kernels.fake.fake_convert_kernel`; ``fix_nan``: for NaN scales or
-    shifts, the NaN x86 gives, as :func:`_x86_first_nan`): ``x * scale - shift`` clamped to
-    the format's range (NaN -> -max), stored in the
-    nodes' type ``node``, rounded to float16 (``variant`` OV_F32: with the software
-    conversion's slip), then to the format; times ``1 / scale`` (and, with a shift, minus
-    ``-shift``, each stored in the nodes' type); the result in the data's type ``kind``
-    (float32 bits, or float16/bfloat16 bits in i32 lanes)."""
-    vt = v.type
-    vf = ir.VectorType(ir.FloatType(), vt.count)
-
-    def k(value):
-        return ir.Constant(vt, [value] * vt.count)
-
-    mx = builder.bitcast(w[_FK_MAX], vf)
-    neg_mx = builder.fsub(ir.Constant(vf, [0.0] * vt.count), mx)
-    y = builder.fmul(builder.bitcast(v, vf), scale)
-    y = builder.select(has_shift, builder.fsub(y, shift), y)
-    nan = builder.fcmp_unordered("uno", y, y)
-    y = builder.select(builder.fcmp_ordered(">", y, mx), mx, y)
-    y = builder.select(builder.fcmp_ordered("<", y, neg_mx), neg_mx, y)
-    y = builder.select(nan, neg_mx, y)
-    b = builder.bitcast(_ov_store(builder, y, node), vt)
-    w16 = [k(word) for word in _half_words()]
-    r = _round_bits(builder, b, w16)
-    if variant == _OV_F32:  # the software float32 -> float16 conversion's slip (fake.py)
-        e = builder.and_(builder.lshr(b, k(23)), k(0xFF))
-        slips = builder.and_(
-            builder.icmp_unsigned("<=", builder.sub(e, k(109)), k(2)),
-            builder.icmp_unsigned("==", builder.and_(b, k(0x7FF000)), k(0x7FF000)),
-        )
-        slipped = builder.or_(
-            builder.and_(b, k(0x80000000)), builder.shl(builder.add(e, k(2)), k(23))
-        )
-        r = builder.select(slips, slipped, r)
-    qv = builder.bitcast(_round_bits(builder, r, w), vf)
-    rr = builder.fdiv(ir.Constant(vf, [1.0] * vt.count), scale)
-    plain = builder.fmul(qv, rr)
-    neg = _ov_store(builder, builder.fsub(ir.Constant(vf, [0.0] * vt.count), shift), node)
-    av = builder.fsub(qv, neg)
-    # (a NaN shift's where the scale is NaN too: the first operand's NaN)
-    shifted = _x86_first_nan(builder, av, builder.fmul(av, _ov_store(builder, rr, node)), fix_nan)
-    res = builder.bitcast(builder.select(has_shift, shifted, plain), vt)
-    if kind == _OV_F32_NODE:
-        return res
-    return _ov_half_bits(builder, res) if kind == _OV_F16_NODE else _ov_bf16_bits(builder, res)
-
-
 #: Elements per block of :func:`_emit_fake_walk` on float32 data: 16 lanes (block-scaling rows
 #: are 32).
 ROW_BLOCK = 16
@@ -1476,7 +1429,7 @@ def _byte_body(builder, hi, lo, t, c, half):
 
 #: Bits of an element read (and written, where not codes) by each source of
 #: :func:`_byte_native`.
-_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 4: 32, 5: 64, 6: 16, 7: 16, 8: 16}
+_SOURCE_BITS = {0: 16, 1: 16, 2: 32, 5: 64, 7: 16, 8: 16}
 
 
 def _byte_native(kind: int, stream_min: int = STREAM_MIN):
@@ -1485,30 +1438,22 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
     (:func:`_byte_body`; AVX512-VBMI); ``kind`` the source:
     0 bfloat16 bits, 1 float16 bits, 2 float32 bits (rounded as the bfloat16 of their top
     16 bits, the lowest of them or-ed with whether any of the others is set: see
-    :func:`f32_byte_kernel`), 4 float32
-    bits to FakeConvert's ``(round(x * scale - shift) + shift) / scale`` (the spec's
-    formula, float32 arithmetic as the float32 kernel's, ``round`` as
-    :func:`fp8kit._kernels.bits.round_in_place` on the float32 bits: no codes, no tables;
-    ``lut``: :func:`fake_scalars`), 5 float64 bits (as float32 bits rounded to odd,
-    :func:`f64_to_odd_f32`, then as 2), 6 bfloat16 or float16 bits to the same
-    FakeConvert of their float32 values, its result rounded once to the data's type
-    (:func:`_fake16_body`; ``lut``: :func:`fake_scalars` and a word, 1 for float16),
-    7 bfloat16 and 8 float16 bits to the bits of the codes' values in the same type
-    (round-to-format: looked up in the decode table's byte planes ``table``,
-    :func:`fp8kit._kernels.bits.plane_values`; unused otherwise).
+    :func:`f32_byte_kernel`), 5 float64 bits (as float32 bits rounded to odd,
+    :func:`f64_to_odd_f32`, then as 2), 7 bfloat16 and 8 float16 bits to the bits of the
+    codes' values in the same type (round-to-format: looked up in the decode table's byte
+    planes ``table``, :func:`fp8kit._kernels.bits.plane_values`; unused otherwise).
     Arrays of ``stream_min`` elements or more are written in whole cache lines with
     non-temporal stores (:func:`fp8kit._kernels.bits.vector_blocks`; not for sources 7 and
     8, measured no faster)."""
 
     def emit(context, builder, args):
-        prm, lut, table, x, out, first, stop, total = args
+        prm, _, table, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
         i8 = ir.IntType(8)
         width = _SOURCE_BITS[kind]
         x_at = typed_pointer(builder, x, width, first)
-        out_at = typed_pointer(builder, out, width if kind in (4, 6, 7, 8) else 8, first)
+        out_at = typed_pointer(builder, out, width if kind in (7, 8) else 8, first)
         n = builder.sub(stop, first)
-        scalars = builder.bitcast(lut, ir.IntType(32).as_pointer())
         v8 = ir.VectorType(i8, BYTE_BLOCK)
         tables = builder.bitcast(prm, v8.as_pointer())
         t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(6)]
@@ -1517,23 +1462,11 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             x8 = builder.load(builder.gep(prm, [ir.Constant(intp, k)]))
             splats[k] = splat(builder, x8, v8)
         vin = ir.VectorType(ir.IntType(width), BYTE_BLOCK)
-        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 4, 5) else None
+        word_indexes = _word_byte_indexes(builder, (3, 2)) if kind in (2, 5) else None
         value_planes = load_planes(builder, table, intp) if kind in (7, 8) else None
-        vf = ir.VectorType(ir.FloatType(), BYTE_BLOCK)
-        if kind in (4, 6):
-            v32 = ir.VectorType(ir.IntType(32), BYTE_BLOCK)
-            w, has_shift = _fake_constants(builder, scalars, intp, v32)
-            scale, shift = (builder.bitcast(w[k], vf) for k in (_FK_SCALE, _FK_SHIFT))
-        if kind == 6:  # (float16 or bfloat16: the word after fake_scalars')
-            half = builder.load(builder.gep(scalars, [ir.Constant(intp, _FK_N)]))
-            half = builder.icmp_unsigned("!=", half, ir.Constant(half.type, 0))
 
         def body(v):
-            if kind == 6:
-                return _fake16_body(builder, v, w, scale, shift, has_shift, half)
-            if kind != 4:
-                return codes_of(v, kind, t, splats)
-            return _fake_body(builder, v, w, scale, shift, has_shift)
+            return codes_of(v, kind, t, splats)
 
         def codes_of(v, kind, t, splats):
             if kind in (0, 1, 7, 8):
@@ -1551,7 +1484,7 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
                 return plane_values(builder, value_planes, codes, 16)
             return codes
 
-        vout = vin if kind in (4, 6, 7, 8) else v8
+        vout = vin if kind in (7, 8) else v8
         stream = None
         if kind not in (7, 8):
             stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
@@ -1564,15 +1497,13 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
 # The byte-lane loops (numbers 0 and 1 were the Numba-called loops, now native kernels of
 # their own: _words_native, _f16_to_bf16_native)
 _BYTES, _HALF_BYTES, _F32_BYTES = 2, 3, 4
-_F32_FAKE, _F64_BYTES, _FAKE16, _BF16_ROUND, _F16_ROUND = 6, 7, 8, 9, 10
+_F64_BYTES, _BF16_ROUND, _F16_ROUND = 7, 9, 10
 #: The byte-lane loops, run as native kernels: (name, source of :func:`_byte_native`).
 _NATIVE = {
     _BYTES: ("encode16_bytes", 0),
     _HALF_BYTES: ("encode16_half_bytes", 1),
     _F32_BYTES: ("encode32_bytes", 2),
-    _F32_FAKE: ("fake32", 4),
     _F64_BYTES: ("encode64_bytes", 5),
-    _FAKE16: ("fake16", 6),
     _BF16_ROUND: ("round16_bytes", 7),
     _F16_ROUND: ("round16_half_bytes", 8),
 }

@@ -30,12 +30,29 @@ import ml_dtypes
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.extending import intrinsic
 
+from .._parallel import NO_STREAM
 from .._reference import encode_value
 from ..formats import FloatFormat
-from .bits import splat, vector_blocks, widen_half
-from .codec import STREAM_MIN_TRAFFIC
-from .native import NativeKernel, typed_pointer
+from .bits import (
+    STREAM_BYTES,
+    as_bits,
+    as_float,
+    byte_address,
+    cast_like,
+    chunk_range,
+    half_to_single_bits,
+    prefer_512,
+    shl,
+    shr,
+    span,
+    stack_buffer,
+    store_fence,
+    stream_line,
+)
+from .codec import _STREAM_BLOCK, STREAM_MIN_TRAFFIC, NumbaNative, _array
+from .registry import source_version
 from .tables import decode_table
 
 # (mantissa bits, smallest normal exponent) of the data types
@@ -150,90 +167,130 @@ def _narrows(fmt: FloatFormat, dtype: np.dtype) -> bool:
     return np.array_equal(narrowed, t16)
 
 
-def _round_emitter(
-    width: int, flip: bool, need_inf: bool, need_zero: bool, signs: bool, data: str = ""
-):
-    """The emitter of the native function (:data:`fp8kit._kernels.native.FUNCTION_TYPE`)
-    rounding the float32 or float64 (``width``) bits ``x[first:stop]`` to ``out`` with
-    :func:`round_params`' constants ``prm`` (``lut`` and ``table`` unused), ``LANES``
-    elements a vector; ``data`` "bfloat16" or "float16": the data are that type's bits,
-    widened to float32 (exact) and the results narrowed back (exact: see
-    :func:`_narrows`).  The flags drop what most formats do not need (each class costs a
-    compare and two blends of the ~16 vector operations a register): ``flip``, the tie
-    rule of formats without mantissa bits; ``need_inf``, Inf's own result (else the
-    overflow's, which the rounded Inf takes); ``need_zero``, a zero's own sign rule (else
-    the input's sign); ``signs``, a sign rule of overflow, Inf or NaN other than the
-    input's sign (fnuz: an unsigned NaN)."""
-    lanes = LANES[width]
+@intrinsic
+def single_to_half_bits(typingctx, bits):
+    """float32 bits (uint32) -> float16 bits (uint16), the hardware conversion
+    (nearest-even; exact for the values a float16 holds).  Numba has no float16 on the
+    CPU."""
+    if bits != types.uint32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        f = builder.fptrunc(builder.bitcast(args[0], ir.FloatType()), ir.HalfType())
+        return builder.bitcast(f, ir.IntType(16))
+
+    return types.uint16(bits), codegen
+
+
+def _make_round(width: int, flip: bool, need_inf: bool, need_zero: bool, signs: bool, data: str):
+    """:func:`round_kernel`'s kernel: the float32 or float64 (``width``) bits of x rounded
+    to ``out`` with :func:`round_params`' constants ``prm`` (``lut`` and ``table`` unused);
+    ``data`` "bfloat16" or "float16": the data are that type's bits, widened to float32
+    (exact) and the results narrowed back (exact: see :func:`_narrows`).  The flags drop
+    what most formats do not need (each class costs a compare and two selects of the ~16
+    vector operations an element): ``flip``, the tie rule of formats without mantissa
+    bits; ``need_inf``, Inf's own result (else the overflow's, which the rounded Inf
+    takes); ``need_zero``, a zero's own sign rule (else the input's sign); ``signs``, a
+    sign rule of overflow, Inf or NaN other than the input's sign (fnuz: an unsigned
+    NaN)."""
+    version = source_version()
+    ut = np.uint32 if width == 32 else np.uint64
     src_m = _TYPES[width][0]
-    sign_bit = 1 << (width - 1)
-    inf_bits = ((1 << (width - 1 - src_m)) - 1) << src_m
-    data_bits = 16 if data else width
-    stream_min = STREAM_MIN[data_bits]
+    one = ut(1)
+    sign_bit = ut(1 << (width - 1))
+    abs_mask = ut((1 << (width - 1)) - 1)
+    inf_bits = ut(((1 << (width - 1 - src_m)) - 1) << src_m)
+    bf16, f16 = data == "bfloat16", data == "float16"
+    data_bytes = 2 if data else width // 8
+    stream_min = STREAM_MIN[data_bytes * 8]
+    block = _STREAM_BLOCK
+    line = STREAM_BYTES // data_bytes
+    dtype = np.uint16 if data else ut
+    zero16 = np.uint16(0)
 
-    def emit(context, builder, args):
-        prm, _, _, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
-        vt = ir.VectorType(ir.IntType(width), lanes)
-        vf = ir.VectorType(ir.FloatType() if width == 32 else ir.DoubleType(), lanes)
-        vd = ir.VectorType(ir.IntType(data_bits), lanes)
-        words = builder.bitcast(prm, ir.IntType(width).as_pointer())
-        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
-             for k in range(_N)]  # fmt: skip
-        magic = builder.bitcast(w[_MAGIC], vf)
+    def make(parallel):
+        def kernel(prm, x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # see source_version
+                return
+            # (large outputs streamed: into a caller's out only, see _parallel.NO_STREAM)
+            stream = (x.size >= stream_min) & ((nchunks & NO_STREAM) == 0)
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            stream = stream and byte_address(out, 0) % data_bytes == 0
+            half, odd_bit, keep, flip_bit, min_normal = prm[0], prm[1], prm[2], prm[3], prm[4]
+            magic, top, zero_sign, ovf, ovf_sign = as_float(prm[5]), prm[6], prm[7], prm[8], prm[9]
+            inf_r, inf_sign, nan_r, nan_sign, ones = prm[10], prm[11], prm[12], prm[13], prm[14]
+            zero = one - one
+            sbuf = stack_buffer(block, dtype)
+            step = (x.size + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                prefer_512()
+                # (streamed: whole blocks on line boundaries of out through a stack
+                # buffer, the partial blocks at both ends in place, as codec.encode_kernel's)
+                b0 = c * step
+                hi = b0 + step
+                hi = hi if hi < x.size else x.size
+                b1 = hi
+                if stream:
+                    b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // data_bytes
+                while b0 < hi:
+                    b1 = b1 if b1 < hi else hi
+                    full = stream and b1 - b0 == block
+                    xs = span(x, b0, b1)
+                    os = sbuf if full else span(out, b0, b1)
+                    for j in range(xs.size):
+                        if bf16:
+                            v = shl(xs[j], 16, one)
+                        elif f16:
+                            v = half_to_single_bits(xs[j])
+                        else:
+                            v = xs[j]
+                        a = cast_like(v & abs_mask, one)
+                        # nearest-even: half an ulp less one, plus the kept bits' lowest (a
+                        # run-time 1: LLVM then keeps the masked add)
+                        o = cast_like(a ^ flip_bit, one) if flip else a
+                        r = cast_like(a + half, one)
+                        r = cast_like(r + ones, one) if (o & odd_bit) != zero else r
+                        r = cast_like(r & keep, one)
+                        sub = as_bits((as_float(a) + magic) - magic)
+                        r = sub if a < min_normal else r
+                        sign = sign_bit
+                        if need_zero:
+                            sign = zero_sign if r == zero else sign
+                        over = r > top
+                        r = ovf if over else r
+                        if signs:
+                            sign = ovf_sign if over else sign
+                        if need_inf:
+                            inf = a == inf_bits
+                            r = inf_r if inf else r
+                            if signs:
+                                sign = inf_sign if inf else sign
+                        nan = a > inf_bits
+                        r = nan_r if nan else r
+                        if signs:
+                            sign = nan_sign if nan else sign
+                        r = cast_like(r ^ (v & sign), one)
+                        if bf16:
+                            os[j] = cast_like(shr(r, 16, one), zero16)
+                        elif f16:
+                            os[j] = single_to_half_bits(r)
+                        else:
+                            os[j] = r
+                    if full:
+                        for k in range(0, block, line):
+                            stream_line(out, b0 + k, sbuf, k)
+                    b0 = b1
+                    b1 = b0 + block
+                if stream:
+                    store_fence()
 
-        def k(value):
-            return ir.Constant(vt, [value] * lanes)
+        return kernel
 
-        def body(v):
-            if data == "bfloat16":
-                v = builder.shl(builder.zext(v, vt), k(16))
-            elif data == "float16":
-                v = widen_half(builder, v)
-            a = builder.and_(v, k(sign_bit - 1))
-            # nearest-even: half an ulp less one, plus the kept bits' lowest (a test under
-            # mask and a masked add)
-            odd = builder.xor(a, w[_FLIP]) if flip else a
-            odd = builder.icmp_unsigned("!=", builder.and_(odd, w[_ODD_BIT]), k(0))
-            r = builder.add(a, w[_HALF])
-            # (a run-time 1: LLVM then keeps the masked add)
-            r = builder.and_(builder.select(odd, builder.add(r, w[_ONE]), r), w[_KEEP])
-            sub = builder.fsub(builder.fadd(builder.bitcast(a, vf), magic), magic)
-            small = builder.icmp_unsigned("<", a, w[_MIN_NORMAL])
-            r = builder.select(small, builder.bitcast(sub, vt), r)
-            sign = k(sign_bit)
-            if need_zero:
-                sign = builder.select(builder.icmp_unsigned("==", r, k(0)), w[_ZERO_SIGN], sign)
-            over = builder.icmp_unsigned(">", r, w[_MAX])
-            r = builder.select(over, w[_OVF], r)
-            sign = builder.select(over, w[_OVF_SIGN], sign) if signs else sign
-            if need_inf:
-                inf = builder.icmp_unsigned("==", a, k(inf_bits))
-                r = builder.select(inf, w[_INF_R], r)
-                sign = builder.select(inf, w[_INF_SIGN], sign) if signs else sign
-            nan = builder.icmp_unsigned(">", a, k(inf_bits))
-            r = builder.select(nan, w[_NAN], r)
-            sign = builder.select(nan, w[_NAN_SIGN], sign) if signs else sign
-            r = builder.xor(r, builder.and_(v, sign))
-            if data == "bfloat16":
-                return builder.trunc(builder.lshr(r, k(16)), vd)
-            if data == "float16":
-                half = ir.VectorType(ir.HalfType(), lanes)
-                return builder.bitcast(builder.fptrunc(builder.bitcast(r, vf), half), vd)
-            return r
-
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
-        x_at = typed_pointer(builder, x, data_bits, first)
-        out_at = typed_pointer(builder, out, data_bits, first)
-        n = builder.sub(stop, first)
-        vector_blocks(builder, intp, n, x_at, out_at, vd, vd, body, stream=stream)
-        return ir.Constant(ir.IntType(32), 0)
-
-    return emit
+    return make
 
 
 @functools.cache
-def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | None:
+def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NumbaNative | None:
     """Kernel rounding float32, float64, bfloat16 or float16 (``dtype``) bits to the bits of
     ``fmt``'s nearest-even values in the same type (round-to-format), with
     :func:`fp8kit._kernels.codec.encode_kernel`'s call with ``table_dtype`` (its ``lut``
@@ -252,6 +309,9 @@ def round_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | 
         any(int(params[k]) != sign_bit for k in (_OVF_SIGN, _INF_SIGN, _NAN_SIGN)),
         _NARROW.get(np.dtype(dtype), ""),
     )
-    kernel = NativeKernel(("round_in_place", width) + flags, _round_emitter(width, *flags), params)
+    data = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    sig = types.void(_array(params.dtype, True), _array(data, True), _array(np.uint32, True),
+                     _array(data, True), _array(data), types.intp)  # fmt: skip
+    kernel = NumbaNative(_make_round(width, *flags), sig, ("round_in_place", width) + flags, params)
     kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     return kernel
