@@ -211,22 +211,21 @@ NO_STREAM = 1 << 62
 
 
 def _unaligned(a) -> bool:
-    return isinstance(a, np.ndarray) and not a.flags.aligned
+    # (or not C-contiguous: a read-only broadcast view of a scale, say)
+    return isinstance(a, np.ndarray) and not (a.flags.aligned and a.flags.c_contiguous)
 
 
 def launch_compiled(fn, size: int, *args, flags: int = 0):
     """:func:`launch` of a kernel's compiled function ``fn`` (what ``Kernel.build`` returns,
     or an entry point of it taking the same arguments); ``flags``: :data:`NO_STREAM` or 0,
     or-ed into the chunk argument.  An input array not aligned to its elements (numpy
-    allows them: a memory-mapped file's tensor at an odd offset) is read from an aligned
-    copy: the kernels' vector loads assume alignment, and their entry refuses such arrays
-    (an unaligned output is the caller's to handle: codec._apply writes a temporary)."""
-    # (the data: the first argument, or any read-only one; never a writeable later one,
-    # which may be an output)
-    args = tuple(
-        a.copy() if _unaligned(a) and (k == 0 or not a.flags.writeable) else a
-        for k, a in enumerate(args)
-    )
+    allows them: a memory-mapped file's tensor at an odd offset) or not C-contiguous is
+    read from an aligned, contiguous copy: the kernels' vector loads assume alignment, and
+    their entry refuses such arrays (an unaligned output is the caller's to handle:
+    codec._apply writes a temporary)."""
+    # (outputs are never copied here: fp8kit allocates them aligned and contiguous, and
+    # codec._apply gives the kernels a temporary for a caller's unaligned out=)
+    args = tuple(a.copy() if _unaligned(a) else a for a in args)
     nchunks = chunks_for(size)
     if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
         return fn(*args, nchunks | flags)

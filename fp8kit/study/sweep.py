@@ -684,10 +684,6 @@ def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=(), nans
                 scaled.append(f"{where}: scale 1")
             if kind == "block" and bad.any() and spec.scale_mode == "ocp":
                 scaled.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
-            if kind in ("block", "nvfp4") and zeros:
-                # (an all-zero block's scale is the rule's smallest, 2**-127 for OCP MX:
-                # its codes are all zero whatever the scale)
-                scaled.append(f"{zeros} of {amax.size} blocks zero amax")
         for fmt in fmts:
             if kind != "none" and fmt.bits > 8 and not scale_wide:
                 jobs.append((fmt, None, np.ones((), dt)))
