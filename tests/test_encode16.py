@@ -400,7 +400,7 @@ def test_float32_round_to_in_place_on_the_byte_lane_boundaries(name):
     fmt = fp8kit.get_format(name)
     f32 = np.dtype(np.float32)
     table = decode_table(fmt, f32)
-    d32, d8 = dummy(np.uint32), dummy(np.uint8)
+    d32 = dummy(np.uint32)
     for sat in SATURATE:
         kernel = inplace.round_kernel(fmt, f32, sat)
         assert kernel._key[:2] == ("round_in_place", 32)
