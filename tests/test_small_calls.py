@@ -375,8 +375,10 @@ def test_native_entry_of_numba_kernels_refuses_what_does_not_fit():
             assert not out.any()
 
 
-def test_entry_point_refuses_what_does_not_fit(monkeypatch):
-    monkeypatch.setattr(kernels_codec, "numba_route", lambda: False)  # (Numba dispatchers)
+def test_entry_point_refuses_what_does_not_fit(fresh_kernels):
+    # Numba dispatchers, built here: a kernel another test built earlier in this worker may
+    # be native code, whose checked entry tells types apart by item size only
+    fresh_kernels(kernels_codec, "numba_route", lambda: False)
     x = data((10,))
     fp8kit.encode(x, "float8_e4m3fn")
     kernel, _ = codec.encode_kernel(fp8kit.get_format("float8_e4m3fn"), x.dtype, True)
