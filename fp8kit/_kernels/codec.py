@@ -468,9 +468,11 @@ class Kernel:
             sizes = ((0 + bound, 3 + bound),) if len(self._sig.args) == 5 + bound else ()
 
         def compile_kernel(suffix):
-            # (a name of its own: see fp8kit._kernels.native._compile_numba)
-            func.__qualname__ = f"{func.__qualname__}_{suffix}"
-            return self._compile(func, cache=False)
+            # (the function to compile, flattened, and its options as an uncompiled
+            # dispatcher; a name of its own: see fp8kit._kernels.native._compile_numba)
+            flat = _flat(func) if _FLATTEN else func
+            flat.__qualname__ = f"{func.__qualname__}_{suffix}"
+            return flat, njit(**{**_JIT, **self._options, "cache": False})(flat)
 
         kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes)
         kernel.xo = self.xo  # (it reads neither lut nor table: see native.xo_call)
@@ -579,19 +581,26 @@ def _compile_flattened(disp, func) -> None:
     plain = compiler.compile
 
     def compile_flat(args, return_type):
-        try:
-            compiler.py_func = flatten(func)
-            compiler.py_func.__qualname__ = func.__qualname__
-        except (OSError, TypeError, ValueError, FlattenError) as exc:  # no source file, or a
-            # construct the flattener does not take: the helper-built kernel, same bits
-            FLATTEN_FALLBACKS.append((func.__qualname__, repr(exc)))
-            compiler.py_func = func
+        compiler.py_func = _flat(func)
         try:
             return plain(args, return_type)
         finally:
             compiler.py_func = func
 
     compiler.compile = compile_flat
+
+
+def _flat(func):
+    """:func:`fp8kit._kernels.flatten.flatten` of ``func`` under its qualified name, or
+    ``func`` itself where the flattener does not take it (no source file, or a construct
+    it does not know: the helper-built kernel, same bits)."""
+    try:
+        flat = flatten(func)
+    except (OSError, TypeError, ValueError, FlattenError) as exc:
+        FLATTEN_FALLBACKS.append((func.__qualname__, repr(exc)))
+        return func
+    flat.__qualname__ = func.__qualname__
+    return flat
 
 
 def compiled_count() -> int:

@@ -1196,27 +1196,108 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
 
 def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     """``(library, symbol)``: the C-callable adapter (:func:`_adapter_source`) of the
-    compiled Numba ``kernel``, compiled by Numba with the kernel linked in.
+    Numba kernel ``kernel`` (``(function, dispatcher)``: the Python function to compile and
+    the uncompiled dispatcher whose options it compiles with), kernel and adapter compiled
+    into one code library and finalized once (:func:`_compile_together`).  Where Numba's
+    internals are not the ones that route reads, the dispatcher is compiled and a
+    ``cfunc`` adapter calls it (:func:`_compile_apart`: the kernel optimised and turned into
+    machine code twice, ~0.13 s more a kernel), with a warning.
 
     The adapter's name, like the kernel's (``compile_kernel``'s argument in
     :func:`numba_address`), holds the cache key's ``digest``: Numba's symbol names hold a
     per-process counter, which two processes (or two adapters of one) can share, and code
     loaded later in a process calls a symbol of that name defined earlier (found: the
     bfloat16 kernel ran the float16 one's code)."""
-    from numba import cfunc, types
+    if _TOGETHER[0]:
+        try:
+            return _compile_together(kernel, sig, bound, sizes, digest)
+        except (AttributeError, ImportError, TypeError) as exc:  # other Numba internals
+            _TOGETHER[0] = False
+            _warn_once(
+                "adapter",
+                "fp8kit compiles each kernel's adapter apart (about 0.13 s more per "
+                f"kernel on a first call with an empty cache): Numba's internals differ ({exc!r})"
+            )
+    return _compile_apart(kernel, sig, bound, sizes, digest)
 
-    from .bits import array_at
 
+_TOGETHER = [True]  # (False once the one-library route failed: see _compile_numba)
+
+
+def _adapter_function(sig, bound, sizes, digest, kernel):
     source, names = _adapter_source(sig, bound, sizes)
     source = source.replace("def adapter(", f"def adapter_{digest}(", 1)
+    from .bits import array_at
+
     names.update(kernel=kernel, carray=array_at)
     exec(compile(source, "<fp8kit adapter>", "exec"), names)  # noqa: S102
-    c_sig = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64),
-                        types.CPointer(types.int64), types.int64)  # fmt: skip
-    adapter = cfunc(c_sig, nopython=True, error_model="numpy", boundscheck=False, _nrt=False)(
-        names[f"adapter_{digest}"]
+    return names[f"adapter_{digest}"]
+
+
+#: The adapter's C signature (:data:`CHECKED_TYPE`).
+_C_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64),
+                     types.CPointer(types.int64), types.int64)  # fmt: skip
+
+
+def _compile_apart(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+    from numba import cfunc
+
+    func, disp = kernel
+    disp.compile(sig)
+    adapter = cfunc(_C_SIG, nopython=True, error_model="numpy", boundscheck=False, _nrt=False)(
+        _adapter_function(sig, bound, sizes, digest, disp)
     )
     return adapter._library, adapter.native_name
+
+
+def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+    """Kernel and adapter lowered by Numba's compiler into one library (no CPython
+    wrapper, no cfunc wrapper for the kernel), the adapter calling the kernel's native
+    function through Numba's calling convention (:func:`_native_call`)."""
+    from numba.core import compiler
+    from numba.core.registry import cpu_target
+
+    func, disp = kernel
+    typing, target = cpu_target.typing_context, cpu_target.target_context
+    typing.refresh()
+    target.refresh()
+    library = target.codegen().create_library(f"fp8kit_{digest}")
+    library.enable_object_caching()
+    flags = compiler.Flags()
+    disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
+    flags = disp._compiler._customize_flags(flags)
+    flags.no_cpython_wrapper = flags.no_cfunc_wrapper = flags.no_compile = True
+    done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type, flags,
+                                  {}, library=library)  # fmt: skip
+    adapter = _adapter_function(sig, bound, sizes, digest, _native_call(done.fndesc, sig))
+    flags = compiler.Flags()
+    cpu_target.options.parse_as_flags(
+        flags, {"nopython": True, "error_model": "numpy", "boundscheck": False, "_nrt": False}
+    )
+    flags.no_cpython_wrapper = flags.no_compile = True
+    flags.no_cfunc_wrapper = False
+    done = compiler.compile_extra(typing, target, adapter, _C_SIG.args, _C_SIG.return_type,
+                                  flags, {}, library=library)  # fmt: skip
+    library.finalize()
+    return library, done.fndesc.llvm_cfunc_wrapper_name
+
+
+def _native_call(fndesc, sig):
+    """An intrinsic calling the compiled function ``fndesc`` (of signature ``sig``) by
+    Numba's calling convention: how the adapter calls a kernel lowered into its library."""
+
+    def codegen(context, builder, signature, args):
+        fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, fndesc.llvm_func_name)
+        return context.call_conv.call_function(builder, fn, sig.return_type, sig.args, args)[1]
+
+    params = ", ".join(f"a{k}" for k in range(len(sig.args)))
+    names = {"codegen": codegen, "signature": sig.return_type}
+    # (typed with the caller's argument types: array views and the kernel's readonly
+    # arrays share one data model)
+    source = f"def call(typingctx, {params}):\n    return signature({params}), codegen\n"
+    exec(source, names)  # noqa: S102
+    return intrinsic(names["call"])
 
 
 def function_key(func) -> str:
