@@ -504,15 +504,14 @@ def check_spans(kernel, bits, lut, table, want):
 
 @pytest.mark.parametrize("name", ["float8_e5m2fnuz", "p3109_k8p3se", "p3109_k8p3sf"])
 def test_float16_blocks_with_and_without_subnormals(name):
-    """float16 to the formats one exponent below its normals: blocks without a float16
-    subnormal on 16-bit lanes (the lean kernel), the others widened to float32; every
-    float16 in order, shuffled (most blocks mixed), and normal data with a few subnormals
-    and zeros strewn in give the float32 kernel's codes."""
+    """float16 to the formats one exponent below its normals (the lean kernel, widened to
+    float32 bits): every float16 in order, shuffled, and normal data with a few
+    subnormals and zeros strewn in give the float32 kernel's codes."""
     from fp8kit._kernels import lean
 
     fmt = fp8kit.get_format(name)
     assert encode16_kernel(fmt, np.dtype(np.float16), True) is None
-    assert lean.lean_kernel(fmt, np.dtype(np.float16), True)._key[-1][0] == 1 << 10
+    assert lean.lean_kernel(fmt, np.dtype(np.float16), True) is not None
     rng = np.random.default_rng(3)
     sparse = rng.standard_normal(20_000).astype(np.float16).view(np.uint16)
     sparse[rng.integers(0, sparse.size, 40)] = rng.integers(1, 0x400, 40) | 0x8000 * (

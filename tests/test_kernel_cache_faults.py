@@ -176,7 +176,8 @@ def test_other_numba_internals_compile_the_adapter_apart(tmp_path):
     cache the next time."""
     res = _run(tmp_path, _OTHER_INTERNALS)
     assert res["ok"] and res["native"] and res["compiled"] >= 1
-    assert len(res["warnings"]) == 1 and "compiles each kernel's adapter apart" in res["warnings"][0]
+    assert len(res["warnings"]) == 1
+    assert "compiles each kernel's adapter apart" in res["warnings"][0]
     again = _run(tmp_path)
     assert again["ok"] and again["native"] and again["compiled"] == 0 and not again["warnings"]
 

@@ -13,7 +13,7 @@ from conftest import ALL_FORMATS, CAST_WARNINGS, FLOAT_DTYPES, boundary_probes
 
 import fp8kit
 from fp8kit import get_format
-from fp8kit._kernels import encode16, lean
+from fp8kit._kernels import lean
 from fp8kit._kernels.codec import compiled_count, dummy, encode_kernel, f16_lut, plan
 from fp8kit._kernels.decode import format_planes
 from fp8kit._kernels.encode16 import encode16_kernel
@@ -252,39 +252,35 @@ def test_float8_e8m0fnu_from_float16_blocks_with_and_without_subnormals(rounding
         np.testing.assert_array_equal(fp8kit.encode(every, E8M0, saturate=False), oracle)
 
 
-# (name, dtype, whether its 16-bit-lane blocks test for subnormals)
-LANES16 = [
-    ("p3109_k8p1se", ml_dtypes.bfloat16, False),  # flipped ties, the FPU step
-    ("p3109_k8p8ue", ml_dtypes.bfloat16, False),  # no rounding (shift 0), unsigned
-    ("p3109_k8p3uf", ml_dtypes.bfloat16, False),  # unsigned, saturating: negatives give 0
-    ("p3109_k8p1se", np.float16, True),  # the rebias after the shift, float16's subnormals
-    ("p3109_k8p1ue", np.float16, True),  # normals reaching below float32's
-    ("p3109_k7p2sf", np.float16, True),  # normals one exponent below float16's
-    ("p3109_k8p4uf", np.float16, True),
+# 16-bit data to the formats encode16's lanes do not take (P3109's precision-1 formats,
+# unsigned ones, those one exponent below float16's normals), widened to float32 bits
+WIDENED16 = [
+    ("p3109_k8p1se", ml_dtypes.bfloat16),  # flipped ties, the FPU step
+    ("p3109_k8p8ue", ml_dtypes.bfloat16),  # no rounding (shift 0), unsigned
+    ("p3109_k8p3uf", ml_dtypes.bfloat16),  # unsigned, saturating: negatives give 0
+    ("p3109_k8p1se", np.float16),  # float16's subnormals
+    ("p3109_k8p1ue", np.float16),  # normals reaching below float32's
+    ("p3109_k7p2sf", np.float16),  # normals one exponent below float16's
+    ("p3109_k8p4uf", np.float16),
 ]
 
 
-@pytest.mark.parametrize(("name", "dtype", "tested"), LANES16, ids=str)
-def test_16_bit_data_rounds_on_16_bit_lanes(name, dtype, tested):
-    """bfloat16 and float16 data round on 16-bit lanes (64 elements in two vectors) by
-    encode16's formula with the ``normals`` constants; a block with a source subnormal,
-    where the formula does not round them, widened: the general kernel's codes for every
-    bit pattern (test_the_general_kernels_codes) and for data with subnormals, zeros,
-    Inf and NaN strewn at random at every offset (blocks on either path), in every
-    saturation."""
+@pytest.mark.parametrize(("name", "dtype"), WIDENED16, ids=str)
+def test_16_bit_data_widened_in_the_kernel(name, dtype):
+    """bfloat16 and float16 data widened to float32 bits in the kernel: the general
+    kernel's codes for every bit pattern with subnormals, zeros, Inf and NaN strewn at
+    random, at every offset, in every saturation."""
     fmt, dtype = get_format(name), np.dtype(dtype)
     rng = np.random.default_rng(5)
     every = np.arange(1 << 16, dtype=np.uint16)
     x = rng.permutation(np.concatenate([every, every[rng.integers(0, 1 << 16, 5000)]]))
-    x[rng.integers(0, x.size, 4000)] = 0  # (zeros, on both paths)
+    x[rng.integers(0, x.size, 4000)] = 0
     x = x.view(dtype)
     for sat in SATURATE:
         kernel = lean.lean_kernel(fmt, dtype, sat)
         if kernel is None:  # (Inf's rule under "propagate": not encode_lean's)
             assert sat == "propagate"
             continue
-        lanes16 = kernel._key[-1]
-        assert lanes16 and bool(lanes16[0]) is tested, (sat, lanes16)
         for start in (0, 1, 33, 64):
             part = x[start:]
             want = general_codes(fmt, part, sat)
@@ -293,20 +289,3 @@ def test_16_bit_data_rounds_on_16_bit_lanes(name, dtype, tested):
         np.testing.assert_array_equal(fp8kit.encode(x, fmt, saturate=sat), want)
 
 
-def test_normals_constants_give_the_codes_of_every_source_normal():
-    """encode16._prm with ``normals`` (numpy model of the 16-bit formula) against the
-    general kernel on every normal, zero, Inf and NaN of both 16-bit types, for every
-    registered format it takes; the subnormals too where lean_kernel says so."""
-    for fmt in ALL_FORMATS:
-        for dtype in DTYPES[2:]:
-            kernel = lean.lean_kernel(fmt, dtype, True)
-            if kernel is None or not kernel._key[-1]:
-                continue
-            prm = encode16._prm(fmt, dtype, True, normals=True)
-            every = np.arange(1 << 16, dtype=np.uint16)
-            a = every & 0x7FFF
-            smallest = 1 << (10 if dtype == np.float16 else 7)
-            normal = (a == 0) | (a >= smallest) if kernel._key[-1][0] else a >= 0
-            want = general_codes(fmt, every.view(dtype), True)
-            got = encode16._word_codes(prm)
-            np.testing.assert_array_equal(got[normal], want[normal], f"{fmt.name} {dtype}")

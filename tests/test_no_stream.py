@@ -29,7 +29,7 @@ def test_the_flag_changes_no_bit(x, threads):
     numba_kernel, _ = encode_kernel(e4, x.dtype, True)
     cases = [
         (round_kernel(e4, x.dtype, True), np.float32),  # (native, streams by total)
-        (lean_kernel(e3, x.dtype, True), np.uint8),  # (native, streams by total)
+        (lean_kernel(e3, x.dtype, True), np.uint8),  # (Numba, the native entry)
         (numba_kernel, np.uint8),  # (Numba: chunk_range masks the flag)
     ]
     xb = x.view(np.uint32)

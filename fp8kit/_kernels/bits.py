@@ -391,8 +391,9 @@ def encode_unsigned(v, q):
     abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
     zero = one - one
     a = v & abs_mask
-    e = shr(a + half, src_m, one)
-    code = e - rebias if e > rebias else zero
+    # (in the source's width: Numba types uint32 + uint32 as 64 bits, on half the lanes)
+    e = shr(cast_like(a + half, one), src_m, one)
+    code = cast_like(e - rebias, one) if e > rebias else zero
     code = (one if a > c0 else zero) if a < c1 else code
     code = ovf if code > max_code else code
     code = inf_res if a == src_inf else code

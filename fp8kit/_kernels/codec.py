@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 from numba import from_dtype, njit, types
-from numba.extending import intrinsic
 
 from ..formats import FloatFormat, get_format
 from .bits import (
@@ -524,20 +523,6 @@ class XOKernel(Kernel):
         return built
 
 
-@intrinsic
-def _address(typingctx, arr):
-    """The address of a 1-D array's first element, as an intp (``arr.ctypes.data`` types
-    and lowers Numba's ctypes machinery: +0.05 s on a cold first call, measured)."""
-    if not isinstance(arr, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, value=args[0])
-        return builder.ptrtoint(ary.data, context.get_value_type(types.intp))
-
-    return types.intp(arr), codegen
-
-
 @njit(inline="always")
 def refuse_small_call(x, out, limit):
     """Whether an :class:`XOKernel` called by the small-call fast path must leave the call
@@ -547,7 +532,8 @@ def refuse_small_call(x, out, limit):
     In the kernel, these checks cost a few ns; in Python ~0.15 us of a 1,000-element call."""
     n = x.size
     xs, os = x.itemsize, out.itemsize
-    xa, oa = _address(x), _address(out)
+    # (the addresses as intp, as the sizes: a signed and unsigned mix types as float64)
+    xa, oa = cast_like(byte_address(x, 0), n), cast_like(byte_address(out, 0), n)
     # (bitwise, not `or`/`and`/`%`: fewer blocks and branches to compile cold)
     bad = (n >= limit) | (out.size != n) | (((xa & (xs - 1)) | (oa & (os - 1))) != 0)
     bad = bad | ((n > 1) & ((x.strides[0] != xs) | (out.strides[0] != os)))

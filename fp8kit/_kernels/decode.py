@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from llvmlite import ir
 from numba import types
 
 from .._parallel import NO_STREAM
@@ -49,7 +48,7 @@ from .bits import (
 )
 from .codec import _STREAM_BLOCK, STREAM_MIN_TRAFFIC, _array, dummy, lookup_kernel
 from .inplace import NumbaNative
-from .native import NativeKernel, typed_pointer
+from .native import NativeKernel, element_range
 from .registry import source_version
 
 _INF32 = np.uint32(0x7F800000)
@@ -308,14 +307,9 @@ def _plane_native(width: int):
     :func:`fp8kit._kernels.native.native_address`): codes to ``width``-bit table entries."""
 
     def emit(context, builder, args):
-        prm, lut, table, x, out, first, stop, total = args
         intp = context.get_value_type(types.intp)
-        x_at = typed_pointer(builder, x, 8, first)
-        out_at = typed_pointer(builder, out, width, first)
-        # (large outputs streamed: into a caller's out, fp8kit's own new arrays pass a
-        # total of 0, see fp8kit._parallel.NO_STREAM)
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, _stream_min(8, width)))
-        n = builder.sub(stop, first)
-        return emit_plane_lookup(builder, intp, width, prm, x_at, out_at, n, stream=stream)
+        # (large outputs streamed)
+        x_at, out_at, n, stream = element_range(builder, args, 8, width, _stream_min(8, width))
+        return emit_plane_lookup(builder, intp, width, args[0], x_at, out_at, n, stream=stream)
 
     return emit

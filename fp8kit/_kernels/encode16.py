@@ -98,7 +98,13 @@ from .bits import (
     widen_half,
 )
 from .codec import STREAM_MIN_TRAFFIC, Kernel, _array, _params, dummy, plan, source_version
-from .native import GenericNativeKernel, NativeKernel, body_function, chunk_bounds, typed_pointer
+from .native import (
+    GenericNativeKernel,
+    NativeKernel,
+    body_function,
+    chunk_bounds,
+    element_range,
+)
 from .native import available as native_available
 
 # 16-bit source layouts: (mantissa bits, exponent bits, bias)
@@ -126,17 +132,9 @@ def _fits(fmt: FloatFormat, in_dtype: np.dtype) -> bool:
     return plan(fmt, in_dtype).strategy == "fast"
 
 
-def _prm(
-    fmt: FloatFormat, in_dtype: np.dtype, saturate, normals: bool = False
-) -> np.ndarray | None:
+def _prm(fmt: FloatFormat, in_dtype: np.dtype, saturate) -> np.ndarray | None:
     """The kernel's constants, or None where its folded Inf rule would differ (then the
-    float32 kernels run).  ``normals``: constants whose codes are right for the source's
-    normals, zeros, Inf and NaN alone (not its subnormals, which the caller rounds apart:
-    :func:`fp8kit._kernels.lean.lean_kernel`), for every format of 8 bits or fewer that
-    is no ``unsigned`` one and whose smallest normal is not above the source's largest
-    normal: then the formula may flip its tie test (``_FLIP``: P3109's precision 1, ties
-    to the even code), keep every mantissa bit (shift 0: no rounding), and add the rebias
-    after the shift where the format's bias is the larger (``_OFFSET``, else 0)."""
+    float32 kernels run)."""
     src_m, src_e, src_bias = _SOURCES16[in_dtype]
     p, _ = _params(fmt, "float32", saturate)  # the codes: source-independent
     max_mag, ovf, inf_res, nan_mag = (int(v) for v in p[9:13])
@@ -149,10 +147,7 @@ def _prm(
     src_inf = ((1 << src_e) - 1) << src_m
     assert ovf in (max_mag, max_mag + 1)
     flip = m == 0 and rebias % 2 == 1
-    offset = (-rebias << m) & 0xFFFF if normals and rebias < 0 else 0
-    if normals:
-        if sh < 0 or fmt.bits > 8 or fmt.specials == "unsigned" or emin_field > src_inf >> src_m:
-            return None
+    offset = 0  # (the rebias after the shift: no format this kernel takes needs it)
     # The sign rule of bits._finish_with for formats without -0 (keep, s) and the result
     # it gives a negative Inf.
     s = sign_or
@@ -716,19 +711,14 @@ _NO_PARAMS = np.zeros(0, np.uint8)
 BLOCK = 32
 
 
-def _vector_body(
-    builder, v, c, pmadd, f16, neg_zero, need_inf, flip=False, offset=False, exact=False,
-    magic=True,
-):  # fmt: skip
+def _vector_body(builder, v, c, pmadd, f16, neg_zero, need_inf):
     """The codes (``<n x i8>``) of the bits ``v`` (``<n x i16>``, n even; 32 with
     ``pmadd``); ``c(k)``:
     constant k of _prm's array splat over the vector.  Element i of the input is in the
     low (even i) or high (odd i) half of 32-bit lane i // 2 of the same register: below the
     smallest normal the FPU rounds on those lanes directly (no widening of 16-bit lanes to
     two registers and back, which cost 10 of the 24 operations of the auto-vectorized
-    loop, half its time).  ``flip``, ``offset``, ``exact``: _prm's ``normals`` variants
-    (ties by the opposite bit, the rebias added after the shift, no rounding); ``magic``:
-    whether any input is below the smallest normal (_prm's ``min_normal`` not 0)."""
+    loop, half its time)."""
     lanes = v.type.count
     i32 = ir.IntType(32)
     v32 = ir.VectorType(i32, lanes // 2)
@@ -741,18 +731,8 @@ def _vector_body(
     # nearest-even on the source's bits: the carry out of the mantissa bumps the exponent
     sh = c(_SH)
     one = ir.Constant(v.type, [1] * lanes)
-    if exact:
-        code = builder.add(a, c(_RB))
-    else:
-        kept = builder.lshr(a, sh)
-        # (flip: the tie rounds up where the kept bit is 0; and-not, one operation too)
-        lsb = builder.and_(builder.not_(kept) if flip else kept, one)
-        code = builder.lshr(builder.add(builder.add(a, c(_RB)), lsb), sh)
-    if offset:  # (zero's code stays 0: every source normal is a normal of fmt here)
-        nonzero = builder.icmp_unsigned("!=", a, ir.Constant(v.type, [0] * lanes))
-        code = builder.select(nonzero, builder.add(code, c(_OFFSET)), code)
-    if not magic:
-        return _vector_finish(builder, v, a, code, c, neg_zero, need_inf)
+    lsb = builder.and_(builder.lshr(a, sh), one)
+    code = builder.lshr(builder.add(builder.add(a, c(_RB)), lsb), sh)
     # below fmt's smallest normal: value + magic in float32 (bits.encode_fast), whose low
     # 16 bits are the code (magic's are zero)
     w = builder.bitcast(a, v32)
@@ -831,9 +811,9 @@ def _words_native(use_pmadd: bool, half: bool, neg_zero: bool, need_inf: bool):
 
         for k in range(_KEEP + 1):  # (in the entry: the loop and the tail block use them)
             c(k)
-        x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 8, first)
+        x_at, out_at, n, _ = element_range(builder, args, 16, 8)
         vector_blocks(
-            builder, intp, builder.sub(stop, first), x_at, out_at, v16, v8,
+            builder, intp, n, x_at, out_at, v16, v8,
             lambda v: _vector_body(builder, v, c, use_pmadd, half, neg_zero, need_inf),
         )  # fmt: skip
         return ir.Constant(ir.IntType(32), 0)
@@ -935,8 +915,8 @@ def _f16_to_bf16_native(context, builder, args):
             builder.icmp_unsigned(">", a, k16(0x7C00)), builder.xor(nan_mag, sign), r
         )
 
-    x_at, out_at = typed_pointer(builder, x, 16, first), typed_pointer(builder, out, 16, first)
-    vector_blocks(builder, intp, builder.sub(stop, first), x_at, out_at, v16, v16, body)
+    x_at, out_at, n, _ = element_range(builder, args, 16, 16)
+    vector_blocks(builder, intp, n, x_at, out_at, v16, v16, body)
     return ir.Constant(i32, 0)
 
 
@@ -1451,9 +1431,9 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
         intp = context.get_value_type(types.intp)
         i8 = ir.IntType(8)
         width = _SOURCE_BITS[kind]
-        x_at = typed_pointer(builder, x, width, first)
-        out_at = typed_pointer(builder, out, width if kind in (7, 8) else 8, first)
-        n = builder.sub(stop, first)
+        # (sources 7 and 8 not streamed)
+        out_bits, stream_at = (width, None) if kind in (7, 8) else (8, stream_min)
+        x_at, out_at, n, stream = element_range(builder, args, width, out_bits, stream_at)
         v8 = ir.VectorType(i8, BYTE_BLOCK)
         tables = builder.bitcast(prm, v8.as_pointer())
         t = [builder.load(builder.gep(tables, [ir.Constant(intp, k)]), align=1) for k in range(6)]
@@ -1485,9 +1465,6 @@ def _byte_native(kind: int, stream_min: int = STREAM_MIN):
             return codes
 
         vout = vin if kind in (7, 8) else v8
-        stream = None
-        if kind not in (7, 8):
-            stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
         vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
         return ir.Constant(ir.IntType(32), 0)
 

@@ -1,17 +1,17 @@
-"""encode (nearest-even) to the formats off the byte lanes, as a native kernel: the formula
-of :func:`fp8kit._kernels.bits.encode_lean` written out in LLVM vector code.
+"""encode (nearest-even) to the formats off the byte lanes, as Numba kernels run as native
+code (:class:`fp8kit._kernels.codec.NumbaNative`): the formula of
+:func:`fp8kit._kernels.bits.encode_lean` with the P3109 precision-1 tie rule and tiny step.
 
 The byte-lane kernels (:mod:`fp8kit._kernels.encode16`) take the float8 formats and the
 8-bit P3109 formats with 2-4 mantissa bits; the others (float8_e3m4, the float6 and float4
-formats, bfloat16 and float16, most P3109 formats) ran the Numba-lowered kernel of
-:func:`fp8kit._kernels.codec.encode_kernel`, whose first call in a process pays Numba's
-set-up (0.3 s here) on top of its compile.  This kernel computes the same codes from the
-same constants (:func:`fp8kit._kernels.codec._params` and
-:func:`fp8kit._kernels.codec.lean_params`, so only where the general kernel itself rounds
-by ``encode_lean``): float32 and float64 data on their own bits, bfloat16 and float16
-widened to float32 bits exactly in the kernel (as the general kernel's loads do).
-:func:`unsigned_kernel` does the same for float8_e8m0fnu's formula
-(:func:`fp8kit._kernels.bits.encode_unsigned` and its rounding modes).
+formats, bfloat16 and float16, most P3109 formats) take this kernel, on the same constants
+(:func:`fp8kit._kernels.codec._params` and :func:`fp8kit._kernels.codec.lean_params`, so
+only where the general kernel itself rounds by ``encode_lean``): float32 and float64 data
+on their own bits, bfloat16 and float16 widened to float32 bits exactly in the kernel (as
+the general kernel's loads do), and P3109's precision-1 formats, which the general kernel
+rounds from data widened to float64, from float32 bits.  :func:`unsigned_kernel` does the
+same for float8_e8m0fnu's formula (:func:`fp8kit._kernels.rounding.encode_unsigned_mode`,
+its rounding modes compiled in).
 """
 
 from __future__ import annotations
@@ -20,23 +20,43 @@ import functools
 
 import ml_dtypes
 import numpy as np
-from llvmlite import ir
 from numba import types
 
 from ..formats import FloatFormat
-from . import encode16
-from .bits import load_planes, plane_values, splat, vector_blocks, widen_half
+from .bits import (
+    as_bits,
+    as_float,
+    cast_like,
+    chunk_range,
+    chunks,
+    half_to_single_bits,
+    plane_lookup,
+    prefer_512,
+    shl,
+    shr,
+    span,
+    stack_buffer,
+)
 from .codec import (
+    _LOOKUP_BLOCK,
     LOAD_DIRECT,
-    STREAM_MIN_TRAFFIC,
+    NumbaNative,
+    _array,
     _odd_parity,
     _params,
     _strategy,
     lean_params,
     plan,
 )
-from .native import NativeKernel, typed_pointer
-from .rounding import NEAREST_AWAY, NEAREST_EVEN, TOWARD_NEGATIVE, TOWARD_POSITIVE, TOWARD_ZERO
+from .registry import source_version
+from .rounding import (
+    NEAREST_AWAY,
+    NEAREST_EVEN,
+    TOWARD_NEGATIVE,
+    TOWARD_POSITIVE,
+    TOWARD_ZERO,
+    encode_unsigned_mode,
+)
 
 #: The data kinds: (bits read an element, source layout the rounding works on)
 _KINDS = {
@@ -50,31 +70,28 @@ _KINDS = {
 (_ABS, _RB, _ODD_BIT, _SH, _MIN_NORMAL, _MAGIC, _OVF, _NAN_THR, _NAN, _SIGN, _NEG_THR, _ONE,
  _N) = range(13)  # fmt: skip
 
-#: The tiny step (see _lean_emitter): float32 subnormal bits to codes of 2**-127.
+#: The tiny step (see _make_lean): float32 subnormal bits to codes of 2**-127.
 _TINY_SH = 22
 _TINY_HALF = (1 << (_TINY_SH - 1)) - 1
 
-#: Elements a vector: one cache line of 8-bit codes (32 of 16-bit ones).
-LANES = {1: 64, 2: 32}
+
+def _sig(width: int, bits: int, table, out_bits: int):
+    """A kernel's signature: constants of ``width`` bits, data of ``bits``, the table
+    argument's dtype ``table`` (a dummy, or the decode table's byte planes), results of
+    ``out_bits``."""
+    return types.void(_array(f"u{width // 8}", True), _array(f"u{bits // 8}", True),
+                      _array(np.uint32, True), _array(table, True),
+                      _array(f"u{out_bits // 8}"), types.intp)  # fmt: skip
 
 
 @functools.cache
-def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | None:
+def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NumbaNative | None:
     """Kernel rounding ``dtype`` data (float32, float64, bfloat16 or float16 bits) to
     ``fmt`` codes, nearest-even, with :func:`fp8kit._kernels.codec.encode_kernel`'s call
     and results; None where that kernel does not round by ``encode_lean`` (or rounds
     widened float64, or an unsigned format), except for P3109's precision-1 formats (see
     below) and float16 data, which widens to float32 normals: any format within float32's
-    range then.
-
-    bfloat16 and float16 data to formats of 8 bits or fewer round on 16-bit lanes (the
-    formula of :func:`fp8kit._kernels.encode16._vector_body`, on the constants of
-    :func:`fp8kit._kernels.encode16._prm` with ``normals``), 64 elements in two vectors
-    where widened to float32 they take four, and a block of 64 holding a source subnormal
-    widened (one branch a block): 0.62-0.64 -> about 1.0 of the streaming limit, one thread
-    (float16 -> P3109's precision-1 formats, bfloat16 -> the unsigned ones).  Both
-    formulas' codes are compared in numpy on every 16-bit input but the subnormals when
-    the kernel is made (:func:`_lean_codes`); where they differ the widening takes all."""
+    range then."""
     dtype = np.dtype(dtype)
     if dtype not in _KINDS or fmt.specials == "unsigned":
         return None
@@ -120,34 +137,9 @@ def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NativeKernel | N
     params = np.array(words, f"u{width // 8}")
     code_bytes = 1 if fmt.bits <= 8 else 2
     flags = (bits, width, code_bytes, half, bool(p[15]), bool(p[7]), flip, clear, tiny)
-    lanes16 = ()
-    if bits == 16 and code_bytes == 1:
-        w16 = encode16._prm(fmt, dtype, saturate, normals=True)
-        if w16 is not None:
-            v = np.arange(1 << 16)
-            a = v & 0x7FFF
-            src_m, _, src_bias = encode16._SOURCES16[dtype]
-            normal = (a == 0) | (a >= 1 << src_m)
-            want, got = _lean_codes(params, flags, v), encode16._word_codes(w16)
-            if np.array_equal(got[normal], want[normal]):
-                params = np.concatenate([params.view(np.uint8), w16.view(np.uint8)])
-                # no test for subnormals where the 16-bit formula rounds them too: not
-                # by the FPU step, or only where they all round to 0 (so that a
-                # denormals-are-zero mode cannot change a code)
-                smallest, src_emin = 1 << src_m, 1 - src_bias
-                if np.array_equal(got, want) and (
-                    not w16[encode16._MIN_NORMAL] or fmt.minexp == src_emin
-                    or fmt.minexp - fmt.mantissa_bits - 1 >= src_emin
-                ):  # fmt: skip
-                    smallest = 0
-                lanes16 = (
-                    smallest, encode16.cpu_has("avx512bw"), bool(w16[encode16._NEED_INF]),
-                    bool(w16[encode16._FLIP]), bool(w16[encode16._OFFSET]),
-                    int(w16[encode16._SH]) == 0, bool(w16[encode16._MIN_NORMAL]),
-                )  # fmt: skip
     params.flags.writeable = False
-    flags += (lanes16,)
-    kernel = NativeKernel(("encode_lean",) + flags, _lean_emitter(*flags), params)
+    sig = _sig(width, bits, np.uint8, 8 * code_bytes)
+    kernel = NumbaNative(_make_lean(*flags), sig, ("encode_lean",) + flags, params)
     kernel.xo = True  # (no lut or table: small calls pass x and out alone)
     assert pl.load == LOAD_DIRECT or bits == 16 or flip
     return kernel
@@ -158,178 +150,73 @@ def width_of(source: str) -> int:
     return 32 if source == "float32" else 64
 
 
-def _lean_codes(params: np.ndarray, flags: tuple, v: np.ndarray) -> np.ndarray:
-    """The codes :func:`_lean_emitter`'s formula gives the 16-bit inputs ``v`` (int64),
-    widened to float32 bits, in numpy: the same constants (``params``) and steps."""
-    _, _, _, half, neg_zero, use_magic, flip, clear, tiny = flags
-    w = [np.uint32(k) for k in params]
-    if half:
-        v32 = v.astype(np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
-    else:
-        v32 = v.astype(np.uint32) << np.uint32(16)
-    a = v32 & w[_ABS]
-    r = a + w[_RB]  # (uint32: wraps as the vector adds do)
-    odd = (a & w[_ODD_BIT]) != 0
-    r = np.where(odd != flip, r + w[_ONE], r)
-    mag = np.minimum(r >> w[_SH], w[_OVF])
-    nan = a > w[_NAN_THR]
-    if not clear:
-        mag = np.where(nan, w[_NAN], mag)
-    if tiny:
-        step = (a + np.uint32(_TINY_HALF) + ((a >> np.uint32(_TINY_SH)) & 1)) >> _TINY_SH
-        mag = np.where(a < w[_MIN_NORMAL], step, mag)
-    elif use_magic:
-        with np.errstate(invalid="ignore", over="ignore"):
-            total = a.view(np.float32) + w[_MAGIC].view(np.float32)
-        mag = np.where(a < w[_MIN_NORMAL], total.view(np.uint32), mag)
-    if clear:
-        mag = np.where(nan, w[_NAN], np.where(v32 > w[_ABS], 0, mag))
-    elif neg_zero:
-        mag = np.where(v32 > w[_ABS], mag ^ w[_SIGN], mag)
-    else:
-        mag = np.where(v32 > w[_NEG_THR], mag | w[_SIGN], mag)
-    return (mag & 0xFF).astype(np.uint8)
-
-
-def _lean_emitter(
+def _make_lean(
     bits: int, width: int, code_bytes: int, half: bool, neg_zero: bool, use_magic: bool,
-    flip: bool = False, clear: bool = False, tiny: bool = False, lanes16: tuple = (),
+    flip: bool = False, clear: bool = False, tiny: bool = False,
 ):  # fmt: skip
-    """The emitter of the native function (:data:`fp8kit._kernels.native.FUNCTION_TYPE`)
-    encoding ``x[first:stop]`` (``bits`` an element; 16: bfloat16, or float16 where
-    ``half``, widened to float32 bits) to ``out`` (codes of ``code_bytes``) with
-    :func:`lean_kernel`'s constants ``prm`` on ``width``-bit lanes; ``neg_zero``: the
-    format has -0 (the sign xor-ed into the code, else or-ed in above ``neg_thr``);
-    ``use_magic``: the FPU rounds below the format's smallest normal (not where it is the
-    source's: bfloat16 from float32); ``flip``: ties round up where the kept bit is 0
-    (P3109's precision 1: the code's parity is the opposite of the source exponent's);
-    ``clear``: negative numbers give code 0 (NaN still the NaN code: an unsigned format,
-    saturating); ``tiny``: below float32's smallest normal (``min_normal``), integer
-    nearest-even steps of 2**-127 (codes 0, 1, 2: P3109's 8-bit unsigned precision-1
-    formats), not the FPU's.  ``lanes16``: where not empty, blocks without a source
-    subnormal round on 16-bit lanes (:func:`fp8kit._kernels.encode16._vector_body`, its
-    constants after ``prm``'s): the source's smallest normal (0: no test, the formula
-    rounds every input) and that function's flags."""
-    lanes = LANES[code_bytes]
-    float_type = ir.FloatType() if width == 32 else ir.DoubleType()
-    stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + code_bytes)
+    """The make function of :func:`lean_kernel`'s kernel: ``bits`` an element (16:
+    bfloat16, or float16 where ``half``, widened to float32 bits) to codes of
+    ``code_bytes``, on ``width``-bit words; ``neg_zero``: the format has -0 (the sign
+    xor-ed into the code, else or-ed in above ``neg_thr``); ``use_magic``: the FPU rounds
+    below the format's smallest normal (not where it is the source's: bfloat16 from
+    float32); ``flip``: ties round up where the kept bit is 0 (P3109's precision 1: the
+    code's parity is the opposite of the source exponent's); ``clear``: negative numbers
+    give code 0 (NaN still the NaN code: an unsigned format, saturating); ``tiny``: below
+    float32's smallest normal, integer nearest-even steps of 2**-127 (codes 0, 1, 2:
+    P3109's 8-bit unsigned precision-1 formats), not the FPU's."""
+    version = source_version()
+    wide = bits == 16
+    one32 = np.uint32(1)
 
-    def emit(context, builder, args):
-        prm, _, _, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
-        vt = ir.VectorType(ir.IntType(width), lanes)
-        vf = ir.VectorType(float_type, lanes)
-        vin = ir.VectorType(ir.IntType(bits), lanes)
-        vout = ir.VectorType(ir.IntType(8 * code_bytes), lanes)
-        words = builder.bitcast(prm, ir.IntType(width).as_pointer())
-        w = [splat(builder, builder.load(builder.gep(words, [ir.Constant(intp, k)])), vt)
-             for k in range(_N)]  # fmt: skip
-        magic = builder.bitcast(w[_MAGIC], vf)
-        zero = ir.Constant(vt, [0] * lanes)
+    def make(parallel):
+        def kernel(prm, x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # see source_version
+                return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            abs_mask, rb, odd_bit, sh = prm[_ABS], prm[_RB], prm[_ODD_BIT], prm[_SH]
+            min_normal, magic, ovf = prm[_MIN_NORMAL], as_float(prm[_MAGIC]), prm[_OVF]
+            nan_thr, nan, sign, neg_thr = prm[_NAN_THR], prm[_NAN], prm[_SIGN], prm[_NEG_THR]
+            one = prm[_ONE]  # (a run-time 1: LLVM then keeps the masked add of the tie rule)
+            zero = cast_like(one - one, one)
+            step = (x.size + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                prefer_512()
+                xc, oc = chunks(x, out, c, step)
+                for j in range(xc.size):
+                    if wide and half:
+                        v = half_to_single_bits(xc[j])
+                    elif wide:
+                        v = shl(xc[j], 16, one32)
+                    else:
+                        v = xc[j]
+                    a = cast_like(v & abs_mask, one)
+                    r = cast_like(a + rb, one)
+                    # the ties-to-even bit: a test under mask and a masked add
+                    if ((a & odd_bit) == zero) if flip else ((a & odd_bit) != zero):
+                        r = cast_like(r + one, one)
+                    code = shr(r, sh, one)
+                    mag = ovf if code > ovf else code
+                    if not clear:
+                        mag = nan if a > nan_thr else mag
+                    if tiny:
+                        kept = shr(a, _TINY_SH, one) & one
+                        small = shr(cast_like(a + _TINY_HALF + kept, one), _TINY_SH, one)
+                        mag = small if a < min_normal else mag
+                    elif use_magic:  # (below the smallest normal the FPU: the sum's low
+                        # bits are the code)
+                        mag = as_bits(as_float(a) + magic) if a < min_normal else mag
+                    if clear:
+                        mag = zero if v > abs_mask else mag
+                        mag = nan if a > nan_thr else mag
+                    elif neg_zero:
+                        mag = mag ^ sign if v > abs_mask else mag
+                    else:
+                        mag = mag | sign if v > neg_thr else mag
+                    oc[j] = mag
 
-        def splat_int(value):
-            return ir.Constant(vt, [value] * lanes)
+        return kernel
 
-        def widened(v):
-            if bits == 16:  # (bfloat16: the top half of float32's bits; float16: exact)
-                v = widen_half(builder, v) if half else builder.shl(
-                    builder.zext(v, vt), ir.Constant(vt, [16] * lanes)
-                )  # fmt: skip
-            a = builder.and_(v, w[_ABS])
-            r = builder.add(a, w[_RB])
-            # the ties-to-even bit: a test under mask and a masked add
-            odd = builder.icmp_unsigned("==" if flip else "!=",
-                                        builder.and_(a, w[_ODD_BIT]), zero)  # fmt: skip
-            r = builder.select(odd, builder.add(r, w[_ONE]), r)
-            code = builder.lshr(r, w[_SH])
-            mag = builder.select(builder.icmp_unsigned(">", code, w[_OVF]), w[_OVF], code)
-            nan = builder.icmp_unsigned(">", a, w[_NAN_THR])
-            if not clear:
-                mag = builder.select(nan, w[_NAN], mag)
-            if tiny:
-                kept = builder.and_(builder.lshr(a, splat_int(_TINY_SH)), splat_int(1))
-                step = builder.add(builder.add(a, splat_int(_TINY_HALF)), kept)
-                sub = builder.lshr(step, splat_int(_TINY_SH))
-                mag = builder.select(builder.icmp_unsigned("<", a, w[_MIN_NORMAL]), sub, mag)
-            elif use_magic:  # below the smallest normal the FPU: the sum's low bits the code
-                sub = builder.bitcast(builder.fadd(builder.bitcast(a, vf), magic), vt)
-                mag = builder.select(builder.icmp_unsigned("<", a, w[_MIN_NORMAL]), sub, mag)
-            if clear:
-                negative = builder.icmp_unsigned(">", v, w[_ABS])
-                mag = builder.select(negative, zero, mag)
-                mag = builder.select(nan, w[_NAN], mag)
-            elif neg_zero:
-                negative = builder.icmp_unsigned(">", v, w[_ABS])
-                mag = builder.select(negative, builder.xor(mag, w[_SIGN]), mag)
-            else:
-                signed = builder.icmp_unsigned(">", v, w[_NEG_THR])
-                mag = builder.select(signed, builder.or_(mag, w[_SIGN]), mag)
-            return builder.trunc(mag, vout)
-
-        body = widened
-        if lanes16:
-            smallest, pmadd, need_inf, flip16, offset, exact, magic16 = lanes16
-            i16 = ir.IntType(16)
-            v16 = ir.VectorType(i16, lanes)
-            half16 = ir.VectorType(i16, lanes // 2)  # (one 512-bit vector)
-            at = builder.gep(prm, [ir.Constant(intp, _N * width // 8)])
-            words16 = builder.bitcast(at, i16.as_pointer())
-            s16 = [builder.load(builder.gep(words16, [ir.Constant(intp, k)]))
-                   for k in range(encode16._OFFSET + 1)]  # fmt: skip
-            # (splat in the entry: the loop and the tail block use them)
-            c16 = [splat(builder, scalar, half16) for scalar in s16]
-
-            def c(k, scalar=False):
-                return s16[k] if scalar else c16[k]
-
-            one16 = ir.Constant(v16, [1] * lanes)
-            below = ir.Constant(v16, [max(smallest - 1, 0)] * lanes)
-            abs16 = ir.Constant(v16, [0x7FFF] * lanes)
-            mask_ty = ir.IntType(lanes)
-
-            def part(v, k):
-                pick = ir.Constant(ir.VectorType(ir.IntType(32), lanes // 2),
-                                   list(range(k, k + lanes // 2)))  # fmt: skip
-                return builder.shuffle_vector(v, v, pick)
-
-            def fast(v):
-                lo, hi = (
-                    encode16._vector_body(
-                        builder, part(v, k), c, pmadd, half, neg_zero, need_inf,
-                        flip=flip16, offset=offset, exact=exact, magic=magic16,
-                    )
-                    for k in (0, lanes // 2)
-                )  # fmt: skip
-                both = ir.Constant(ir.VectorType(ir.IntType(32), lanes), list(range(lanes)))
-                return builder.shuffle_vector(lo, hi, both)
-
-            def body(v):
-                if not smallest:
-                    return fast(v)
-                # a block with a subnormal (0 < |v| < smallest) takes the widening
-                a = builder.and_(v, abs16)
-                sub = builder.icmp_unsigned("<", builder.sub(a, one16), below)
-                any_sub = builder.icmp_unsigned(
-                    "!=", builder.bitcast(sub, mask_ty), ir.Constant(mask_ty, 0)
-                )
-                with builder.if_else(any_sub, likely=False) as (rare, usual):
-                    with rare:
-                        slow, slow_block = widened(v), builder.block
-                    with usual:
-                        usual_codes, usual_block = fast(v), builder.block
-                result = builder.phi(vout)
-                result.add_incoming(slow, slow_block)
-                result.add_incoming(usual_codes, usual_block)
-                return result
-
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
-        x_at = typed_pointer(builder, x, bits, first)
-        out_at = typed_pointer(builder, out, 8 * code_bytes, first)
-        n = builder.sub(stop, first)
-        vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
-        return ir.Constant(ir.IntType(32), 0)
-
-    return emit
+    return make
 
 
 @functools.cache
@@ -340,12 +227,12 @@ def unsigned_kernel(
     codes of an unsigned power-of-two format (float8_e8m0fnu), nearest, ties up, as
     :func:`fp8kit._kernels.bits.encode_unsigned` does from the same constants (the ``q``
     of :func:`fp8kit._kernels.codec._params`), with
-    :func:`fp8kit._kernels.codec.encode_kernel`'s call and codes; with ``round_to``, the
+    :func:`fp8kit._kernels.codec.encode_kernel`'s call and codes (the general kernel's
+    formula, with the mode compiled in and no lut read); with ``round_to``, the
     codes' values looked up in the byte planes of the decode table to ``dtype`` (the
     ``table`` argument: :func:`fp8kit._kernels.decode.format_planes`), that kernel's call
     with ``table_dtype`` and ``planes``.  None for other formats, data the API widens
-    first, or (``round_to``) where there are no planes.  The Numba kernel it stands for
-    compiled in 0.5 s on a first call (0.2 s more for round_to).  ``mode``: a deterministic
+    first, or (``round_to``) where there are no planes.  ``mode``: a deterministic
     rounding mode of :mod:`fp8kit._kernels.rounding` (the formula of
     :func:`fp8kit._kernels.rounding.encode_unsigned_mode`, compiled in); None for the
     stochastic ones."""
@@ -367,154 +254,54 @@ def unsigned_kernel(
     params = np.array([int(v) for v in q], f"u{width // 8}")
     params.flags.writeable = False
     out_bits = dtype.itemsize * 8 if round_to else 0
-    # (the smallest value 2**-bias a subnormal of the source: encode_unsigned_mode's
-    # branch below 2**(1 - bias), in the modes but nearest)
-    low = int(q[4]) == 0 and mode in (TOWARD_ZERO, TOWARD_POSITIVE, TOWARD_NEGATIVE)
-    # float16's normals (2**-14 .. 2**16 rounded) all within the format's codes
-    fast16 = dtype == np.float16 and fmt.bias - 14 >= 1 and fmt.bias + 16 <= fmt.max_code
-    flags = (bits, width, dtype == np.float16, out_bits, int(mode), low, fast16)
-    kernel = NativeKernel(("encode_unsigned",) + flags, _unsigned_emitter(*flags), params)
+    flags = (bits, width, dtype == np.float16, out_bits, int(mode))
+    sig = _sig(width, bits, np.uint8, out_bits or 8)
+    kernel = NumbaNative(_make_unsigned(*flags), sig, ("encode_unsigned",) + flags, params)
     kernel.xo = not round_to  # (codes: no lut or table read)
     kernel.planes = bool(round_to)
     return kernel
 
 
-def _unsigned_emitter(
-    bits: int, width: int, half: bool, out_bits: int, mode: int, low: bool, fast16: bool
-):
-    """The emitter of :func:`unsigned_kernel`'s native function: ``x[first:stop]`` (``bits``
-    an element, widened to float32 bits where 16) to 8-bit codes on ``width``-bit lanes or,
-    with ``out_bits``, to their values from the planes at ``table``; in ``mode`` (``low``:
-    the branch of :func:`fp8kit._kernels.rounding.encode_unsigned_mode` for a smallest
-    value that is a subnormal of the source).  ``fast16`` (float16 data whose normals the
-    format holds): a block of 64 elements without a float16 subnormal rounds on its own
-    16-bit lanes (the code is the rounded exponent, rebiased), the others widened as
-    before (16M elements, one thread: 0.55-0.61 of the streaming limit widened, 0.89-0.98
-    so)."""
-    nearest = mode in (NEAREST_EVEN, NEAREST_AWAY)
-    lanes = 64
-    stream_min = STREAM_MIN_TRAFFIC // (bits // 8 + (out_bits // 8 or 1))
+def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
+    """The make function of :func:`unsigned_kernel`'s kernel: ``bits`` an element (widened
+    to float32 bits where 16) to 8-bit codes on ``width``-bit words or, with ``out_bits``,
+    to their values from the byte planes at ``table``; in ``mode``."""
+    version = source_version()
+    wide = bits == 16
+    one32 = np.uint32(1)
+    planes = bool(out_bits)
 
-    # bfloat16 on 16-bit lanes (half the vectors of float32's bits): its bits are float32's
-    # top half, and every bit-domain constant's low half is zero (masks, Inf, the
-    # thresholds) or an increment whose low half, a fraction below one of the top half's
-    # units, never moves the sum past a multiple of the shift (floor((x + I + f) / 2**k) =
-    # floor((x + I) / 2**k) for integers x, I and 0 <= f < 1): all taken >> 16
-    narrow = bits == 16 and not half
-    lane_bits = 16 if narrow else width
+    def make(parallel):
+        def kernel(prm, x, lut, table, out, nchunks):
+            if version == 0 or parallel is None:  # see source_version
+                return
+            nchunks, c_first, c_stop = chunk_range(nchunks)
+            q = (prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8],
+                 prm[9], prm[10], prm[11])  # fmt: skip
+            buf = stack_buffer(_LOOKUP_BLOCK, np.uint8)
+            step = (x.size + nchunks - 1) // nchunks
+            for c in range(c_first, c_stop):
+                prefer_512()
+                xc, oc = chunks(x, out, c, step)
+                # (planes: codes of a block into a buffer, then their values)
+                blk = _LOOKUP_BLOCK if planes else (xc.size if xc.size > 1 else 1)
+                for b0 in range(0, xc.size, blk):
+                    xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
+                    for j in range(xs.size):
+                        if wide and half:
+                            v = half_to_single_bits(xs[j])
+                        elif wide:
+                            v = shl(xs[j], 16, one32)
+                        else:
+                            v = xs[j]
+                        code = encode_unsigned_mode(v, q, mode, 0, 0)
+                        if planes:
+                            buf[j] = code
+                        else:
+                            os[j] = code
+                    if planes:
+                        plane_lookup(table, buf, os, xs.size)
 
-    def emit(context, builder, args):
-        prm, _, table, x, out, first, stop, total = args
-        intp = context.get_value_type(types.intp)
-        vt = ir.VectorType(ir.IntType(lane_bits), lanes)
-        v8 = ir.VectorType(ir.IntType(8), lanes)
-        words = builder.bitcast(prm, ir.IntType(width).as_pointer())
+        return kernel
 
-        def word(k):
-            w = builder.load(builder.gep(words, [ir.Constant(intp, k)]))
-            if narrow:
-                if k in (0, 3, 5, 10, 11):  # (abs_mask, half_ulp, src_inf, c1, c0)
-                    w = builder.lshr(w, ir.Constant(w.type, 16))
-                elif k == 2:  # (src_m)
-                    w = builder.sub(w, ir.Constant(w.type, 16))
-                w = builder.trunc(w, ir.IntType(16))
-            return splat(builder, w, vt)
-
-        (abs_mask, one, src_m, half_ulp, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1,
-         c0) = (word(k) for k in range(12))  # fmt: skip
-        zero = ir.Constant(vt, [0] * lanes)
-        planes = load_planes(builder, table, intp) if out_bits else None
-        if nearest:
-            inc = half_ulp
-        elif mode == TOWARD_POSITIVE:  # (the source's mantissa mask)
-            inc = builder.sub(builder.shl(one, src_m), one)
-        else:
-            inc = zero
-        if fast16:
-            v16 = ir.VectorType(ir.IntType(16), lanes)
-
-            def k16(value):
-                return ir.Constant(v16, [value] * lanes)
-
-            def word16(k):
-                w = builder.load(builder.gep(words, [ir.Constant(intp, k)]))
-                return splat(builder, builder.trunc(w, ir.IntType(16)), v16)
-
-            inc16 = k16(0x200 if nearest else 0x3FF if mode == TOWARD_POSITIVE else 0)
-            # (the code of float16's biased exponent e: e + format bias - 15, where the
-            # float32 rebias word is 127 - format bias)
-            rebias32 = builder.load(builder.gep(words, [ir.Constant(intp, 4)]))
-            off = builder.sub(ir.Constant(rebias32.type, 112), rebias32)
-            off16 = splat(builder, builder.trunc(off, ir.IntType(16)), v16)
-            inf16, nan16 = word16(8), word16(9)
-
-        def body(v):
-            if not fast16:
-                code = codes_of(widen_half(builder, v) if half else v)
-                return plane_values(builder, planes, code, out_bits) if out_bits else code
-            a16 = builder.and_(v, k16(0x7FFF))
-            sub = builder.and_(
-                builder.icmp_unsigned("<", a16, k16(0x400)),
-                builder.icmp_unsigned("!=", a16, k16(0)),
-            )
-            any_sub = builder.icmp_unsigned(
-                "!=", builder.bitcast(sub, ir.IntType(lanes)), ir.Constant(ir.IntType(lanes), 0)
-            )
-            with builder.if_else(any_sub, likely=False) as (slow, fast):
-                with slow:  # (a float16 subnormal in the block: widened, the general formula)
-                    slow_code = codes_of(widen_half(builder, v))
-                    slow_end = builder.basic_block
-                with fast:
-                    fast_code = codes16(v, a16)
-                    fast_end = builder.basic_block
-            code = builder.phi(v8)
-            code.add_incoming(slow_code, slow_end)
-            code.add_incoming(fast_code, fast_end)
-            return plane_values(builder, planes, code, out_bits) if out_bits else code
-
-        def codes16(v, a16):  # (normals, zeros, Inf, NaN and negatives of float16)
-            e = builder.lshr(builder.add(a16, inc16), k16(10))
-            code = builder.add(e, off16)
-            code = builder.select(builder.icmp_unsigned("==", a16, k16(0x7C00)), inf16, code)
-            bad = builder.or_(
-                builder.or_(
-                    builder.icmp_unsigned("!=", v, a16), builder.icmp_unsigned("==", a16, k16(0))
-                ),
-                builder.icmp_unsigned(">", a16, k16(0x7C00)),
-            )
-            return builder.trunc(builder.select(bad, nan16, code), v8)
-
-        def codes_of(v):
-            a = builder.and_(v, abs_mask)
-            e = builder.lshr(builder.add(a, inc), src_m)
-            code = builder.select(builder.icmp_unsigned(">", e, rebias), builder.sub(e, rebias),
-                                  zero)  # fmt: skip
-            if low:  # (below 2**(1 - bias): the position between codes 0 and 1)
-                above = builder.icmp_unsigned(">", a, c0)
-                frac = builder.select(above, builder.shl(builder.sub(a, c0), one), zero)
-                small = builder.lshr(builder.add(frac, inc), src_m)
-                code = builder.select(builder.icmp_unsigned("<", a, c1), small, code)
-            if nearest:  # (ml_dtypes' rule below 2**(1 - bias))
-                small = builder.select(builder.icmp_unsigned(">", a, c0), one, zero)
-                code = builder.select(builder.icmp_unsigned("<", a, c1), small, code)
-            over = max_code if mode in (TOWARD_ZERO, TOWARD_NEGATIVE) else ovf
-            code = builder.select(builder.icmp_unsigned(">", code, max_code), over, code)
-            code = builder.select(builder.icmp_unsigned("==", a, src_inf), inf_res, code)
-            bad = builder.or_(
-                builder.or_(
-                    builder.icmp_unsigned("!=", v, a), builder.icmp_unsigned("==", a, zero)
-                ),
-                builder.icmp_unsigned(">", a, src_inf),
-            )
-            return builder.trunc(builder.select(bad, nan_code, code), v8)
-
-        stream = builder.icmp_signed(">=", total, ir.Constant(intp, stream_min))
-        x_at = typed_pointer(builder, x, bits, first)
-        out_at = typed_pointer(builder, out, out_bits or 8, first)
-        vin = ir.VectorType(ir.IntType(bits), lanes)
-        vout = ir.VectorType(ir.IntType(out_bits or 8), lanes)
-        n = builder.sub(stop, first)
-        vector_blocks(builder, intp, n, x_at, out_at, vin, vout, body, stream=stream)
-        return ir.Constant(ir.IntType(32), 0)
-
-    return emit
+    return make

@@ -1216,7 +1216,7 @@ def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
             _warn_once(
                 "adapter",
                 "fp8kit compiles each kernel's adapter apart (about 0.13 s more per "
-                f"kernel on a first call with an empty cache): Numba's internals differ ({exc!r})"
+                f"kernel on a first call with an empty cache): Numba's internals differ ({exc!r})",
             )
     return _compile_apart(kernel, sig, bound, sizes, digest)
 
@@ -1359,6 +1359,21 @@ def typed_pointer(builder, ptr, bits: int, offset=None):
     """``ptr`` (i8*) as a pointer to ``bits``-bit integers, advanced by ``offset`` of them."""
     typed = builder.bitcast(ptr, ir.IntType(bits).as_pointer())
     return typed if offset is None else builder.gep(typed, [offset])
+
+
+def element_range(builder, args, in_bits: int, out_bits: int, stream_min: int | None = None):
+    """``(x_at, out_at, n, stream)`` of a native kernel's arguments (:data:`FUNCTION_TYPE`):
+    pointers to ``x[first]`` and ``out[first]`` as ``in_bits``- and ``out_bits``-bit
+    integers, the count ``stop - first``, and whether to stream (an ``i1``: the arrays
+    have ``stream_min`` elements or more; None where ``stream_min`` is: never).  A caller's
+    ``out`` has a total of 0 (:data:`fp8kit._parallel.NO_STREAM`): never streamed."""
+    x, out, first, stop, total = args[3:8]
+    x_at = typed_pointer(builder, x, in_bits, first)
+    out_at = typed_pointer(builder, out, out_bits, first)
+    stream = None
+    if stream_min is not None:
+        stream = builder.icmp_signed(">=", total, ir.Constant(total.type, stream_min))
+    return x_at, out_at, builder.sub(stop, first), stream
 
 
 class GenericNativeKernel(_NativeBase):
