@@ -25,8 +25,8 @@ high byte's last mantissa bit, which decides ties of 2-bit mantissas), both look
 The tables are built in numpy from the 16-bit kernel's own formula (:func:`_word_codes`)
 and used only where the scheme reproduces it on every input (:func:`_byte_params`): the
 float8 formats and the P3109 8-bit formats with 2-4 mantissa bits (from float16: those
-within its range; the others run :func:`fp8kit._kernels.lean.lean_kernel`'s 16-bit
-lanes).  About 30 vector operations per 64 elements where the 16-bit lanes
+within its range; the others run :func:`fp8kit._kernels.lean.lean_kernel`, widened
+to float32 bits).  About 30 vector operations per 64 elements where the 16-bit lanes
 take about 42; 64K elements in cache, one thread: bfloat16 -> float8_e4m3fn 0.082 against 0.096
 ns an element, float16 -> float8_e4m3fn 0.079 against 0.098.  From 8M elements they write
 with non-temporal stores (:data:`STREAM_MIN`).
