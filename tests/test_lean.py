@@ -287,5 +287,3 @@ def test_16_bit_data_widened_in_the_kernel(name, dtype):
             np.testing.assert_array_equal(lean_codes(kernel, part, np.uint8), want, str(sat))
         want = general_codes(fmt, x, sat)
         np.testing.assert_array_equal(fp8kit.encode(x, fmt, saturate=sat), want)
-
-

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fp8kit
-from fp8kit._kernels import bits, encode16, lean, native
+from fp8kit._kernels import bits, encode16, native
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 
@@ -45,9 +45,10 @@ def test_prefetch_on_intel(cpu_name, name):
 
 
 def _kernels():
+    """The encode loops written in LLVM IR (the lean encode is a Numba loop since issue
+    42: LLVM's own vectorized loop, measured as fast at 16M without the hint)."""
     fmt = fp8kit.get_format("float8_e4m3fn")
-    kernels = [lean.lean_kernel(fp8kit.get_format("float8_e3m4"), np.dtype(np.float32), False)]
-    kernels.append(encode16.f32_byte_kernel(fmt, False))
+    kernels = [encode16.f32_byte_kernel(fmt, False)]
     return [k for k in kernels if k is not None]
 
 
