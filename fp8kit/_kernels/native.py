@@ -1221,10 +1221,7 @@ def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     return _compile_apart(kernel, sig, bound, sizes, digest)
 
 
-# (False once the one-library route failed: see _compile_numba.  Off before Numba 0.68,
-# the version it was measured on: with the floor, 0.62, kernels that share a key came out
-# as separate functions and a second process compiled again (the min-versions job))
-_TOGETHER = [tuple(int(v) for v in numba.__version__.split(".")[:2]) >= (0, 68)]
+_TOGETHER = [True]  # (False once the one-library route failed: see _compile_numba)
 
 
 def _adapter_function(sig, bound, sizes, digest, kernel):
