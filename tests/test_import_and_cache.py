@@ -225,6 +225,24 @@ def test_an_edited_kernel_helper_never_loads_stale_code(tmp_path):
     assert again["codes"] == first["codes"] and again["values"] == first["values"]
 
 
+def test_a_kernel_key_does_not_change_with_references_to_its_constants():
+    """A Numba kernel's cache key (native.function_key) reads its code, not marshal's bytes
+    of it: marshal writes an object referenced once without a back-reference, so its bytes
+    changed once Numba's compile held the constants, and with Python 3.10 the next format
+    compiled the same kernel again."""
+    from fp8kit._kernels.native import function_key
+
+    scope = {}
+    exec("def kernel(x):\n    y = (x, 'a_name_of_its_own', 1.2345)\n    return y\n", scope)
+    kernel = scope["kernel"]
+    before = function_key(kernel)
+    held = [list(kernel.__code__.co_consts), list(kernel.__code__.co_varnames)]  # noqa: F841
+    assert function_key(kernel) == before
+    scope2 = {}
+    exec("def kernel(x):\n    y = (x, 'a_name_of_its_own', 1.2346)\n    return y\n", scope2)
+    assert function_key(scope2["kernel"]) != before
+
+
 def test_formats_share_compiled_kernels():
     """Compile budget: a format's constants are run-time arguments, so further formats with
     the same code paths add no kernel (each used to compile its own, ~0.5 s apiece); and a

@@ -1304,9 +1304,8 @@ def function_key(func) -> str:
     """A digest of what a Numba kernel function compiles to besides the kernel sources:
     its code object and the values it closes over (as Numba's own cache keys it; a
     function or dispatcher by its qualified name)."""
-    import marshal
-
-    digest = hashlib.sha256(marshal.dumps(func.__code__))
+    digest = hashlib.sha256()
+    _code_digest(func.__code__, digest)
     for cell in func.__closure__ or ():
         value = cell.cell_contents
         if isinstance(value, np.ndarray):
@@ -1320,6 +1319,24 @@ def function_key(func) -> str:
             digest.update(repr(value).encode())
         digest.update(b"\0")
     return digest.hexdigest()[:32]
+
+
+def _code_digest(code, digest) -> None:
+    """Add what ``code`` compiles to (its bytecode, names and constants, nested code
+    objects alike) to ``digest``.  Not ``marshal.dumps``: its output depends on reference
+    counts (an object referenced once is written without a back-reference), which compiling
+    the function changes; with Python 3.10 a kernel's key changed after its first compile
+    and the next format compiled the same kernel again."""
+    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars,
+                 code.co_cellvars, code.co_argcount, code.co_kwonlyargcount, code.co_flags):  # fmt: skip
+        digest.update(repr(part).encode() + b"\0")
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            _code_digest(const, digest)
+        elif isinstance(const, frozenset):  # (its order varies with the hash seed)
+            digest.update(repr(sorted(map(repr, const))).encode() + b"\0")
+        else:
+            digest.update(f"{type(const).__name__}:{const!r}".encode() + b"\0")
 
 
 class NumbaKernel(_NativeBase):
