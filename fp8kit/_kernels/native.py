@@ -1327,8 +1327,8 @@ def _code_digest(code, digest) -> None:
     counts (an object referenced once is written without a back-reference), which compiling
     the function changes; with Python 3.10 a kernel's key changed after its first compile
     and the next format compiled the same kernel again."""
-    for part in (code.co_code, code.co_names, code.co_varnames, code.co_freevars,
-                 code.co_cellvars, code.co_argcount, code.co_kwonlyargcount, code.co_flags):  # fmt: skip
+    parts = (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars)
+    for part in parts + (code.co_argcount, code.co_kwonlyargcount, code.co_flags):
         digest.update(repr(part).encode() + b"\0")
     for const in code.co_consts:
         if isinstance(const, type(code)):
