@@ -229,11 +229,12 @@ def destination(name: Any) -> FloatFormat:
 
 
 def rounds_in_place(fmt: FloatFormat) -> bool:
-    """Whether FakeConvert's kernels take ``fmt``: 8-bit formats with a sign bit and a
-    mantissa bit.  They round the magnitude in place on float32 bits and break ties on the
+    """Whether FakeConvert's kernels take ``fmt``: formats of at most 8 bits with a sign bit
+    and a mantissa bit (fake_convert's 8-bit destinations; the study's fp4 and fp6 formats
+    too).  They round the magnitude in place on float32 bits and break ties on the
     mantissa's lowest bit; the unsigned P3109 formats and the precision-1 ones (ties on the
     code's parity) are rounded by :func:`fp8kit.round_to`'s kernels instead."""
-    return fmt.bits == 8 and fmt.signed and fmt.mantissa_bits > 0
+    return fmt.bits <= 8 and fmt.signed and fmt.mantissa_bits > 0
 
 
 #: FakeConvert's ``mode`` -> the kernels' ``openvino`` variant ("openvino" is resolved per

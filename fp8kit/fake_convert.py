@@ -163,13 +163,45 @@ def fake_convert(
                  flush_subnormals=flush_subnormals,
                  flush_subnormal_inputs=flush_subnormal_inputs),
         )  # fmt: skip
+    return _fake_convert(
+        data, scale, shift, _Checked(destination_type), mode=mode, out=out, rounding=rounding,
+        seed=seed, random_bits=random_bits, flush_subnormals=flush_subnormals,
+        flush_subnormal_inputs=flush_subnormal_inputs,
+    )  # fmt: skip
+
+
+class _Checked:
+    """A destination_type still to be checked (:func:`fp8kit._args.destination`)."""
+
+    def __init__(self, name: Any) -> None:
+        self.name = name
+
+
+def quantize_dequantize(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, out=None, **rnd):
+    """FakeConvert's formula (``mode="spec"``) to any format that FakeConvert's kernels round
+    on float32 bits (:func:`fp8kit._args.rounds_in_place`: the study's fp4 and fp6 formats
+    too, which ``fake_convert``, OpenVINO's 8-bit op, does not take as destinations), with
+    ``rnd`` its rounding keywords: the study's quantization in its kernels, not in numpy
+    steps (3x slower, and NaN became -0 for formats without NaN)."""
+    return _fake_convert(x, scale, None, fmt, out=out, **rnd)
+
+
+def _fake_convert(
+    data, scale, shift, destination_type, *, mode="spec", out=None, rounding="nearest_even",
+    seed=None, random_bits=16, flush_subnormals=False, flush_subnormal_inputs=False,
+):  # fmt: skip
+    """:func:`fake_convert` of numpy data; ``destination_type`` a FloatFormat taken as is, or
+    a :class:`_Checked` name or format (fake_convert's, checked here in its turn)."""
     arr = np.asarray(data)
     if arr.dtype not in _DATA_DTYPES:
         raise TypeError(f"fake_convert: data must be float32, float16 or bfloat16; got {arr.dtype}")
     ftz = _args.flag(flush_subnormals, "flush_subnormals", "fake_convert")
     if _args.flag(flush_subnormal_inputs, "flush_subnormal_inputs", "fake_convert"):
         arr = np.asarray(_args.flush_inputs(arr))
-    fmt = _destination(destination_type)
+    if isinstance(destination_type, _Checked):
+        fmt = _destination(destination_type.name)
+    else:
+        fmt = destination_type
     variant = openvino_variant(mode, fmt)
     sc = _operand(scale, arr.dtype, "scale")
     sh = None if shift is None else _operand(shift, arr.dtype, "shift")
@@ -193,7 +225,7 @@ def fake_convert(
         if not out.flags.writeable:
             raise ValueError("fake_convert: out is read-only")
     if arr.ndim == 0:  # (the kernels take arrays of 1-d and up: numpy's 0-d result)
-        res = fake_convert(
+        res = _fake_convert(
             arr.reshape(1), sc, sh, fmt, mode=mode, out=None if out is None else out.reshape(1),
             rounding=rounding, seed=seed, random_bits=random_bits, flush_subnormals=ftz,
         )  # fmt: skip
@@ -261,7 +293,7 @@ def fake_convert(
         shifts = sh_flat if sh is not None else None
         _in_steps(x, fmt, sc_flat, shifts, shape4, sstr4, target, rounding, rmode, key, rbits,
                   ftz, target is out, fix_nan)  # fmt: skip
-        return _into(out, target)
+        return _into(out, _nan_kept(fmt, x, sc32, sh32, target))
     # (the CPU plugin's arithmetic, mode="openvino": the general kernel below, as fast as
     # the walk's vector code was)
     walk = fake_walk_kernel(8 * arr.itemsize, fix_nan=fix_nan) if vector and x.size else None
@@ -291,7 +323,7 @@ def fake_convert(
         kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
         key, offset, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
-    return _into(out, target)
+    return _into(out, _nan_kept(fmt, x, sc32, sh32, target))
 
 
 @functools.cache
@@ -393,6 +425,23 @@ def _walk_consts(fmt, dtype, has_shift: bool, may_stream: bool) -> np.ndarray:
     32 measured 15-20% slower; into an existing array up to 1.4x faster)."""
     consts = fake_scalars(round_params(fmt), np.float32(1.0), 0.0 if has_shift else None)
     return np.append(consts, np.array([dtype == np.float16, may_stream], np.uint32))
+
+
+def _nan_kept(fmt, x, sc32, sh32, target):
+    """``target`` with NaN where ``x * scale - shift`` is NaN, for the formats without NaN
+    (fp4, fp6) in the rounding modes whose steps round to codes (round_to's kernels, the
+    general kernel's integer path): their NaN code is the value -0, where FakeConvert (and
+    its nearest-even kernels, which round float32 bits) keeps NaN."""
+    if fmt.has_nan:
+        return target
+    with np.errstate(all="ignore"):
+        y = x.astype(np.float32) * sc32
+        if sh32 is not None:
+            y -= sh32
+    nan = np.isnan(y) & ~np.isnan(target)
+    if nan.any():  # (the quiet NaN of y's sign, as the nearest-even kernels give)
+        np.copyto(target, np.copysign(np.float32(np.nan), y).astype(target.dtype), where=nan)
+    return target
 
 
 def _into(out, target):

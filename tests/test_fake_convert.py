@@ -204,3 +204,40 @@ def test_zero_dimensional_data_keeps_its_shape(dtype):
             assert bits(got).reshape(1).tolist() == bits(want).tolist(), kw
             out = np.zeros((), dt)
             assert fp8kit.fake_convert(x, scale, out=out, **kw) is out
+
+
+#: The study's narrower destinations (fake_convert itself takes 8-bit ones): fp4, fp6 and
+#: the signed P3109 formats of 3-7 bits with a mantissa bit.
+NARROW = sorted(
+    n for n, f in fp8kit.formats.registered_formats().items()
+    if f.bits < 8 and f.signed and f.mantissa_bits > 0
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("dest", NARROW)
+@pytest.mark.parametrize(
+    "rnd", [{}, {"rounding": "toward_zero"}, {"rounding": "nearest_away"},
+            {"flush_subnormals": True}], ids=lambda r: "-".join(map(str, r.values())) or "ne",
+)  # fmt: skip
+def test_narrow_formats_match_the_oracle_through_the_kernels(dest, rnd):
+    """Every float32 top half (with low halves 0, half and all ones: ties, NaN, Inf,
+    subnormals), scales that saturate, flush and shift: round_to's values, NaN kept (also
+    in the formats without NaN, where round_to gives a code's value: -0)."""
+    from fp8kit.fake_convert import _fake_convert, quantize_dequantize
+
+    fmt = fp8kit.get_format(dest)
+    top = np.arange(1 << 16, dtype=np.uint32) << 16
+    x = (top[:, None] | np.uint32([0, 0x8000, 0xFFFF])).ravel().view(np.float32)
+    for scale, shift in [(1.0, None), (0.37, None), (2.0**-20, 0.125), (1e6, -1.5)]:
+        s, h = np.float32(scale), None if shift is None else np.float32(shift)
+        if h is None:
+            got = quantize_dequantize(x, s, fmt, **rnd)
+        else:
+            got = _fake_convert(x, s, h, fmt, **rnd)
+        with np.errstate(all="ignore"):
+            y = x * s if h is None else x * s - h
+            y = np.clip(y, -fmt.max, fmt.max)
+            q = fp8kit.round_to(y, fmt, saturate=True, **rnd)
+            want = (q if h is None else q + h) / s
+        want[np.isnan(y)] = np.nan
+        assert same(got, want), (dest, scale, shift)

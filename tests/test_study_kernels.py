@@ -23,9 +23,12 @@ def same_metrics(a, b):
     assert da == db
 
 
-def test_the_fused_formats_are_the_signed_8_bit_ones():
+def test_the_fused_formats_are_the_signed_ones_of_8_bits_or_fewer():
+    # (fp4 and fp6 too: they took numpy steps, 4-6x float8's time, and NaN became -0)
     assert "float8_e4m3fn" in FUSED and "float8_e5m2fnuz" in FUSED and "p3109_k8p3se" in FUSED
-    assert all(fp8kit.get_format(n).bits == 8 for n in FUSED)
+    assert {"float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn", "p3109_k4p2se"} <= set(FUSED)
+    assert all(fp8kit.get_format(n).bits <= 8 and fp8kit.get_format(n).signed for n in FUSED)
+    assert not {"p3109_k8p1se", "p3109_k6p1sf", "p3109_k8p3ue", "bfloat16"} & set(FUSED)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
@@ -114,3 +117,31 @@ def test_narrowing_rounds_every_float32_as_numpy_and_ml_dtypes(narrow):
     nan = np.isnan(want)
     assert (np.isnan(got.view(np.float32)) == nan).all()
     assert (got[~nan] == want.view(np.uint32)[~nan]).all()
+
+
+@pytest.mark.parametrize("name", ["float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn"])
+def test_fp4_and_fp6_take_the_kernels_and_keep_nan(name, monkeypatch):
+    # (they took numpy steps: 4-6x float8's time, and NaN came back as -0, a format
+    # without NaN's code for it, where the docs say NaN is kept)
+    x = np.random.default_rng(3).standard_normal((8, 64)).astype(np.float32)
+    x[0, 1], x[1, 2], x[2, 3] = np.nan, np.inf, -np.nan
+    want = {kind: study.quantize(x, name, kind) for kind in ("none", "tensor", "channel", "block")}
+    from fp8kit.study import scaling
+
+    def refused(*a, **k):
+        raise AssertionError("numpy steps")
+
+    monkeypatch.setattr(scaling, "scaled_round_numpy", refused)
+    fmt = fp8kit.get_format(name)
+    for kind, q in want.items():
+        assert np.isnan(q[0, 1]) and np.isnan(q[2, 3]), kind
+        assert np.array_equal(study.quantize(x, name, kind), q, equal_nan=True)
+        # the values are round_to's of the scaled data, saturated
+        s = study.scale_for(x, name, kind, **({"block_size": 32} if kind == "block" else {}))
+        if kind == "block":
+            s = np.repeat(s, 32, axis=-1)
+        y = np.clip(x * s, -fmt.max, fmt.max)
+        ok = np.isfinite(x)
+        assert np.array_equal(q[ok], (fp8kit.round_to(y, name) / s)[ok], equal_nan=True), kind
+    rows = study.sweep({"x": x}, [name], ["none", "tensor", "channel", "block:32"])
+    assert all(r.metrics.nan_inputs == 2 for r in rows)

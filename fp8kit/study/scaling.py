@@ -22,7 +22,7 @@ import numpy as np
 from .. import _args, _parallel
 from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
-from ..fake_convert import fake_convert
+from ..fake_convert import quantize_dequantize
 from ..formats import FloatFormat, get_format
 from . import _blocks
 from ._arrays import (
@@ -391,14 +391,14 @@ def apply_scale(xw: np.ndarray, fmt: FloatFormat, scale: np.ndarray, out=None, *
     """``round(x * scale) / scale`` of a working array with a scale that broadcasts to it.
 
     float32 data and the formats of :func:`fp8kit._args.rounds_in_place`: FakeConvert's kernel.
-    Otherwise (float64 data, formats of other widths, unsigned and precision-1 formats) the
+    Otherwise (float64 data, 16-bit formats, unsigned and precision-1 formats) the
     same steps in numpy and :func:`fp8kit.round_to`, in the data's dtype: multiply, clamp to
     +-max (FakeConvert saturates Inf too; NaN stays), round once, divide.  ``rnd``: the
     rounding keywords of :func:`fp8kit.round_to` (``rounding``, ``seed``, ``random_bits``,
     ``flush_subnormals``), passed to the rounding.
     """
     if xw.dtype == np.float32 and _args.rounds_in_place(fmt):
-        return fake_convert(xw, scale.astype(np.float32), destination_type=fmt, out=out, **rnd)
+        return quantize_dequantize(xw, scale.astype(np.float32), fmt, out=out, **rnd)
     return scaled_round_numpy(xw, fmt, scale, out, **rnd)
 
 
