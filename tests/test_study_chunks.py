@@ -229,3 +229,29 @@ def test_threads_scheduler_splits_the_kernel_threads(monkeypatch):
         rows = study.sweep(t, FORMATS, ["tensor"], scheduler="threads")
     assert seen == [2, 2]  # 4 threads over 2 tasks at a time
     assert [r.as_dict() for r in rows] == [r.as_dict() for r in study.sweep(t, FORMATS, ["tensor"])]
+
+
+@pytest.mark.parametrize("block_axis", [-1, 0])
+def test_all_zero_blocks_are_noted_alike_in_chunks_and_whole(block_axis):
+    """An all-zero MX or NVFP4 block gets a note, as a zero amax does per tensor and
+    channel, with the same words whether the block scales come from the whole tensor's
+    amaxes or from each chunk's (issue 43: there was none).  (MX blocks along the last
+    axis are scaled chunk by chunk, along the first from the whole tensor's amaxes when
+    a chunk holds a part of a block.)"""
+    x = np.random.default_rng(5).standard_normal((16, 96)).astype(np.float32)
+    x[0] = 0.0  # 3 blocks of 32, 6 of 16; x[2]: one of 16 (48:64)
+    x[1, :32] = 0.0  # one more of 32 (two of 16)
+    x[2, 40] = np.nan  # a NaN block is not a zero block
+    x[2, 32:40] = 0.0
+    x[2, 41:64] = 0.0
+    x = x if block_axis == -1 else np.ascontiguousarray(x.T)
+    scalings = ["block:32", "block:32:rceil", "nvfp4", "tensor"]
+    kw = {"block_axis": block_axis}
+    ref = study.sweep({"x": x}, ["float8_e4m3fn", "float4_e2m1fn"], scalings, **kw)
+    notes = {r.scaling: [n for n in r.notes if "zero" in n] for r in ref}
+    assert notes == {"block:32": ["4 of 48 blocks: zero amax"],
+                     "block:32:rceil": ["4 of 48 blocks: zero amax"],
+                     "nvfp4": ["9 of 96 blocks: zero amax"], "tensor": []}  # fmt: skip
+    for budget in (64, 500, 3000):
+        same_rows(study.sweep({"x": x}, ["float8_e4m3fn", "float4_e2m1fn"], scalings,
+                              chunk_bytes=budget, **kw), ref)  # fmt: skip

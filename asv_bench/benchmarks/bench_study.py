@@ -80,6 +80,32 @@ class Metrics:
         self.run()
 
 
+class ByFormat:
+    """sweep and quantize of one format and scaling: fp4 and fp6 take float8's fused
+    kernels, so their times should be float8_e4m3fn's (they were 4-6x, in numpy steps)."""
+
+    params = [
+        pick(["float8_e4m3fn", "float4_e2m1fn", "float6_e2m3fn"],
+             ["float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn",
+              "p3109_k6p3se"]),
+        pick(["tensor", "block:32"], ["none", "tensor", "channel", "block:32"]),
+    ]  # fmt: skip
+    param_names = ["format", "scaling"]
+    timeout = 300
+
+    def setup(self, fmt, scaling):
+        self.x = _data(1_048_576)
+        self.kind = scaling.split(":")[0]
+        study.sweep(self.x, [fmt], [scaling])
+        study.quantize(self.x, fmt, self.kind)
+
+    def time_sweep(self, fmt, scaling):
+        study.sweep(self.x, [fmt], [scaling])
+
+    def time_quantize(self, fmt, scaling):
+        study.quantize(self.x, fmt, self.kind)
+
+
 class Amax:
     """Largest |x| per tensor, per row (channel axis 0) and per MX block of 32 (last axis)."""
 

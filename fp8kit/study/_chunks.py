@@ -87,12 +87,13 @@ def blocks_whole(boxes: list[Box], shape: tuple[int, ...], g: Grouping) -> bool:
 
 
 #: Columns of :func:`chunk_totals`' scale statistics: smallest and largest finite scale,
-#: blocks holding NaN/Inf (for MX scales computed in the chunk).
-SCALE_MIN, SCALE_MAX, BAD_BLOCKS = 0, 1, 2
+#: blocks holding NaN/Inf, all-zero blocks and all blocks (for MX scales computed in the
+#: chunk).
+SCALE_MIN, SCALE_MAX, BAD_BLOCKS, ZERO_BLOCKS, BLOCKS = range(5)
 
 
 def empty_stats(njobs: int) -> np.ndarray:
-    stats = np.zeros((njobs, 3))
+    stats = np.zeros((njobs, 5))
     stats[:, SCALE_MIN], stats[:, SCALE_MAX] = np.inf, -np.inf
     return stats
 
@@ -116,7 +117,8 @@ def chunk_totals(
     ``(format, grouping, local scale)``, the metric kernel's combined columns
     (``(jobs, N_METRICS)``).  A job whose scale is None has MX block scales that the chunk
     holds whole: they are computed here (one amax per grouping, shared by the formats), and
-    ``stats`` (``(jobs, 3)``, see :data:`SCALE_MIN`) gives their range and NaN blocks.
+    ``stats`` (``(jobs, 5)``, see :data:`SCALE_MIN`) gives their range, NaN blocks and
+    all-zero blocks.
 
     The chunk is widened once; each job quantizes it into one shared buffer.  Masked
     elements are quantized as zeros and left out of every figure.  ``widened``: the
@@ -159,6 +161,8 @@ def chunk_totals(
                 ends = mx_scale_from_codes(np.array([hi, codes.min()], np.uint8), wdt)
                 stats[j, SCALE_MIN], stats[j, SCALE_MAX] = ends  # (2**-(code - 127))
             stats[j, BAD_BLOCKS] = np.count_nonzero(bad)
+            stats[j, ZERO_BLOCKS] = np.count_nonzero((am == 0) & (bad == 0))
+            stats[j, BLOCKS] = am.size
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
         if wdt == np.float32 and _args.rounds_in_place(fmt) and xm is xq:
             # one pass: quantize and measure, the quantized values never stored

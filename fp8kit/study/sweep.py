@@ -684,6 +684,8 @@ def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=(), nans
                 scaled.append(f"{where}: scale 1")
             if kind == "block" and bad.any() and spec.scale_mode == "ocp":
                 scaled.append(f"{int(bad.sum())} blocks hold NaN/Inf: scale NaN")
+            if kind in ("block", "nvfp4"):
+                scaled += _zero_blocks(np.count_nonzero((amax == 0) & (bad == 0)), amax.size)
         for fmt in fmts:
             if kind != "none" and fmt.bits > 8 and not scale_wide:
                 jobs.append((fmt, None, np.ones((), dt)))
@@ -713,6 +715,14 @@ def _scales(plan: _Plan, fmts, amaxes, margin: float, pow2: bool, local=(), nans
     return jobs, dequant, job_notes
 
 
+def _zero_blocks(zeros: int, blocks: int) -> list[str]:
+    """The note on all-zero blocks (their scale is the rule's for amax 0: nothing to
+    measure), as the tensor and channel recipes note a zero amax; none where there are
+    none.  The same words whether the blocks' scales came from the whole tensor's amaxes
+    or chunk by chunk."""
+    return [f"{zeros} of {blocks} blocks: zero amax"] if zeros else []
+
+
 def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, stats,
           tensor_amax: float = math.nan, crests=None):  # fmt: skip
     rows = []
@@ -727,9 +737,10 @@ def _rows(plan: _Plan, fmts, jobs, spec_notes, count: int, totals: np.ndarray, s
         m = ms[j]
         notes = list(spec_notes[j])
         if scale is None:  # MX scales computed chunk by chunk
-            lo, hi, nbad = (float(v) for v in stats[j])
+            lo, hi, nbad, nzero, nblocks = (float(v) for v in stats[j])
             if nbad:
                 notes.append(f"{int(nbad)} blocks hold NaN/Inf: scale NaN")
+            notes += _zero_blocks(int(nzero), int(nblocks))
             lo, hi = (lo, hi) if lo <= hi else (np.nan, np.nan)
         else:
             finite = scale[np.isfinite(scale)]
