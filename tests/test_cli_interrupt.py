@@ -32,6 +32,10 @@ def inputs(tmp_path_factory):
     return d
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _session_members(sid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc"):
@@ -56,8 +60,11 @@ def test_ctrl_c_is_quiet(inputs, tmp_path, scheduler):
     cmd = [sys.executable, "-m", "fp8kit", "study", str(inputs), "--progress", "--scheduler",
            scheduler, "--chunk-budget", "1K", "--json", str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
+    # (SIGINT at its default disposition, as a shell gives a foreground command: a test
+    # run started in the background, `pytest &`, has it ignored, and the child inherits that)
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=_default_sigint)  # fmt: skip
     err = b""
     try:
         deadline = time.monotonic() + 120
