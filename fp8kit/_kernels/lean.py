@@ -29,17 +29,18 @@ from .bits import (
     cast_like,
     chunk_range,
     chunks,
-    half_to_single_bits,
+    load_bits,
     plane_lookup,
     prefer_512,
-    shl,
     shr,
     span,
     stack_buffer,
 )
 from .codec import (
     _LOOKUP_BLOCK,
+    LOAD_BF16,
     LOAD_DIRECT,
+    LOAD_LUT,
     NumbaNative,
     _array,
     _odd_parity,
@@ -165,7 +166,7 @@ def _make_lean(
     float32's smallest normal, integer nearest-even steps of 2**-127 (codes 0, 1, 2:
     P3109's 8-bit unsigned precision-1 formats), not the FPU's."""
     version = source_version()
-    wide = bits == 16
+    load = (LOAD_LUT if half else LOAD_BF16) if bits == 16 else LOAD_DIRECT
     one32 = np.uint32(1)
 
     def make(parallel):
@@ -183,12 +184,7 @@ def _make_lean(
                 prefer_512()
                 xc, oc = chunks(x, out, c, step)
                 for j in range(xc.size):
-                    if wide and half:
-                        v = half_to_single_bits(xc[j])
-                    elif wide:
-                        v = shl(xc[j], 16, one32)
-                    else:
-                        v = xc[j]
+                    v = load_bits(xc, j, lut, load, one32)  # (16-bit data widened)
                     a = cast_like(v & abs_mask, one)
                     r = cast_like(a + rb, one)
                     # the ties-to-even bit: a test under mask and a masked add
@@ -267,7 +263,7 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
     to float32 bits where 16) to 8-bit codes on ``width``-bit words or, with ``out_bits``,
     to their values from the byte planes at ``table``; in ``mode``."""
     version = source_version()
-    wide = bits == 16
+    load = (LOAD_LUT if half else LOAD_BF16) if bits == 16 else LOAD_DIRECT
     one32 = np.uint32(1)
     planes = bool(out_bits)
 
@@ -288,12 +284,7 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
                 for b0 in range(0, xc.size, blk):
                     xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
                     for j in range(xs.size):
-                        if wide and half:
-                            v = half_to_single_bits(xs[j])
-                        elif wide:
-                            v = shl(xs[j], 16, one32)
-                        else:
-                            v = xs[j]
+                        v = load_bits(xs, j, lut, load, one32)  # (16-bit data widened)
                         code = encode_unsigned_mode(v, q, mode, 0, 0)
                         if planes:
                             buf[j] = code

@@ -31,6 +31,7 @@ from .bits import (
     chunk_range,
     chunks,
     half_to_single_bits,
+    load_bits,
     plane_lookup,
     prefer_512,
     shl,
@@ -161,7 +162,7 @@ def _make_mode(
     tables).  16-bit data: bfloat16 (float32's top half) or float16 (``half``: widened
     exactly), read as float32 bits."""
     version = source_version()
-    wide = data_bits == 16
+    load = (LOAD_LUT if half else LOAD_BF16) if data_bits == 16 else LOAD_DIRECT
     one32 = np.uint32(1)
     rnd = np.uint32(0)
     planes = bool(out_bits) and not values16
@@ -191,12 +192,7 @@ def _make_mode(
                 for b0 in range(0, xc.size, blk):
                     xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
                     for j in range(xs.size):
-                        if wide and half:
-                            v = half_to_single_bits(xs[j])
-                        elif wide:
-                            v = shl(xs[j], 16, one32)
-                        else:
-                            v = xs[j]
+                        v = load_bits(xs, j, lut, load, one32)  # (16-bit data widened)
                         code = encode_mode_kind(v, p, q, o, mode, KIND_DET, mm, rnd, 0)
                         if flush:
                             code = flush_code(code, p, q[5])
