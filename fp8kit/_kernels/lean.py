@@ -266,6 +266,12 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
     load = (LOAD_LUT if half else LOAD_BF16) if bits == 16 else LOAD_DIRECT
     one32 = np.uint32(1)
     planes = bool(out_bits)
+    # bfloat16 data: each block widened into a buffer of float32 bits first, the formula
+    # then run on 32-bit words as for float32 data (widened in the formula's loop, LLVM
+    # carried the zero-extended bfloat16 in 64-bit lanes: 256K bfloat16 -> float8_e8m0fnu
+    # 74 us against 35 staged, 29 for float32 data; float16's conversion stays 32-bit)
+    staged = bits == 16 and not half
+    nwide = _LOOKUP_BLOCK if staged else 1
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
@@ -275,16 +281,20 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
             q = (prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8],
                  prm[9], prm[10], prm[11])  # fmt: skip
             buf = stack_buffer(_LOOKUP_BLOCK, np.uint8)
+            wide = stack_buffer(nwide, np.uint32)
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
                 prefer_512()
                 xc, oc = chunks(x, out, c, step)
                 # (planes: codes of a block into a buffer, then their values)
-                blk = _LOOKUP_BLOCK if planes else (xc.size if xc.size > 1 else 1)
+                blk = _LOOKUP_BLOCK if planes or staged else (xc.size if xc.size > 1 else 1)
                 for b0 in range(0, xc.size, blk):
                     xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
+                    if staged:
+                        for j in range(xs.size):
+                            wide[j] = load_bits(xs, j, lut, load, one32)
                     for j in range(xs.size):
-                        v = load_bits(xs, j, lut, load, one32)  # (16-bit data widened)
+                        v = wide[j] if staged else load_bits(xs, j, lut, load, one32)
                         code = encode_unsigned_mode(v, q, mode, 0, 0)
                         if planes:
                             buf[j] = code
