@@ -291,9 +291,10 @@ def _fake_convert(
         # that round_to's modes no longer have, and the general kernel's fused loop ran
         # 145 us or 1.9 ms for 256K float32 depending on the build)
         shifts = sh_flat if sh is not None else None
+        nans = _nan_inputs(fmt, x, sc32, sh32)
         _in_steps(x, fmt, sc_flat, shifts, shape4, sstr4, target, rounding, rmode, key, rbits,
                   ftz, target is out, fix_nan)  # fmt: skip
-        return _into(out, _nan_kept(fmt, x, sc32, sh32, target))
+        return _into(out, _nan_kept(nans, target))
     # (the CPU plugin's arithmetic, mode="openvino": the general kernel below, as fast as
     # the walk's vector code was)
     walk = fake_walk_kernel(8 * arr.itemsize, fix_nan=fix_nan) if vector and x.size else None
@@ -319,11 +320,12 @@ def _fake_convert(
     table = decode_table(fmt, np.float32) if integer_path else dummy(np.uint32)
     lut = f16_lut() if (arr.dtype == np.float16 or ov) else dummy(np.uint32)
     bits = bits_dtype(arr.dtype)
+    nans = _nan_inputs(fmt, x, sc32, sh32)
     _parallel.launch(
         kernel, x.size, x.reshape(-1).view(bits), sc_flat, sh_flat, lut, table.view(np.uint32),
         key, offset, shape4, sstr4, target.reshape(-1).view(bits),
     )  # fmt: skip
-    return _into(out, _nan_kept(fmt, x, sc32, sh32, target))
+    return _into(out, _nan_kept(nans, target))
 
 
 @functools.cache
@@ -427,20 +429,26 @@ def _walk_consts(fmt, dtype, has_shift: bool, may_stream: bool) -> np.ndarray:
     return np.append(consts, np.array([dtype == np.float16, may_stream], np.uint32))
 
 
-def _nan_kept(fmt, x, sc32, sh32, target):
-    """``target`` with NaN where ``x * scale - shift`` is NaN, for the formats without NaN
-    (fp4, fp6) in the rounding modes whose steps round to codes (round_to's kernels, the
-    general kernel's integer path): their NaN code is the value -0, where FakeConvert (and
-    its nearest-even kernels, which round float32 bits) keeps NaN."""
+def _nan_inputs(fmt, x, sc32, sh32):
+    """Where ``x * scale - shift`` is NaN, and those NaNs (quiet, of their sign, as the
+    nearest-even kernels give them), for a format without NaN (fp4, fp6) rounded in the
+    steps that round to codes (round_to's kernels, the general kernel's integer path),
+    whose NaN code is the value -0 where FakeConvert keeps NaN; None for the others or
+    where there is none.  Read before the kernels run: ``out`` may be ``x``."""
     if fmt.has_nan:
-        return target
+        return None
     with np.errstate(all="ignore"):
         y = x.astype(np.float32) * sc32
         if sh32 is not None:
             y -= sh32
-    nan = np.isnan(y) & ~np.isnan(target)
-    if nan.any():  # (the quiet NaN of y's sign, as the nearest-even kernels give)
-        np.copyto(target, np.copysign(np.float32(np.nan), y).astype(target.dtype), where=nan)
+    nan = np.isnan(y)
+    return (nan, np.copysign(np.float32(np.nan), y[nan])) if nan.any() else None
+
+
+def _nan_kept(nans, target):
+    """``target`` with the NaNs :func:`_nan_inputs` found put back."""
+    if nans is not None:
+        target[nans[0]] = nans[1].astype(target.dtype)
     return target
 
 
