@@ -734,6 +734,28 @@ def stream_line(typingctx, dst, dst_index, src, src_index):
     return types.void(dst, dst_index, src, src_index), codegen
 
 
+@njit(inline="always")
+def block_end(out, b0, hi, stream, block):
+    """End of the block from ``b0`` of a chunk ``b0 .. hi`` written to ``out``: the whole
+    chunk, or where large outputs are streamed (``stream``) up to ``out``'s next cache-line
+    boundary, then ``block`` elements (a whole number of lines) at a time; the partial
+    blocks at both ends are written in place, the whole ones through a stack buffer
+    (:func:`stream_block`).  How every streaming kernel walks its chunk."""
+    if not stream:
+        return hi
+    head = (-byte_address(out, b0) % STREAM_BYTES) // out.itemsize
+    end = b0 + (head if head != 0 else block)
+    return end if end < hi else hi
+
+
+@njit(inline="always")
+def stream_block(out, b0, sbuf, block):
+    """``sbuf[:block]`` (whole cache lines) to ``out[b0:]`` with non-temporal stores
+    (:func:`stream_line`)."""
+    for k in range(0, block, STREAM_BYTES // out.itemsize):
+        stream_line(out, b0 + k, sbuf, k)
+
+
 @intrinsic
 def store_fence(typingctx):
     """``sfence`` on x86 (non-temporal stores are weakly ordered: make them visible before
@@ -1223,7 +1245,7 @@ def load_sp(prm, use_magic):
 def load_bits(xs, j, lut, load, one):
     """Element ``j`` of ``xs`` as the source float's bits, by the kernel's ``load`` rule."""
     if load == LOAD_BF16:
-        return cast_like(cast_like(xs[j], one) << 16, one)
+        return shl(xs[j], 16, one)  # (in the word's width: Numba's << gives 64 bits)
     if load == LOAD_LUT:
         # (in hardware: the 256 KiB table measured 0.03-0.08 of the streaming limit, its
         # lookups a gather that misses L1; ``lut`` stays an argument, unused here)

@@ -30,7 +30,7 @@ from .bits import (
     LOAD_DIRECT,
     LOAD_LUT,
     PARAMS_LAYOUT,
-    STREAM_BYTES,
+    block_end,
     block_items,
     byte_address,
     cast_like,
@@ -52,7 +52,7 @@ from .bits import (
     span,
     stack_buffer,
     store_fence,
-    stream_line,
+    stream_block,
 )
 from .flatten import FlattenError, flatten
 from .native import NumbaKernel, _NativeBase, function_key, native_count, numba_route
@@ -756,7 +756,6 @@ def encode_kernel(
     code_type = np.uint8 if fmt.bits <= 8 else np.uint16
     lp = lean_params(fmt, pl.source, p) if USE_LEAN and strategy == "fast" else None
     stream_min = STREAM_MIN_TRAFFIC // (in_bits.itemsize + out_dtype.itemsize)
-    line = STREAM_BYTES // out_dtype.itemsize
     lean = lp is not None
     planes = bool(planes and lookup and fmt.bits <= 8)
     key = ("encode", load, strategy, width, lookup, out_dtype.str, use_magic,
@@ -799,11 +798,8 @@ def encode_kernel(
                     b0 = c * step
                     hi = b0 + step
                     hi = hi if hi < x.size else x.size
-                    b1 = hi
-                    if stream:
-                        b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // out.itemsize
                     while b0 < hi:
-                        b1 = b1 if b1 < hi else hi
+                        b1 = block_end(out, b0, hi, stream, _STREAM_BLOCK)
                         full = stream and b1 - b0 == _STREAM_BLOCK
                         xs = span(x, b0, b1)
                         os = sbuf if full else span(out, b0, b1)
@@ -819,10 +815,8 @@ def encode_kernel(
                             else:
                                 os[j] = encode_fast(v, p)
                         if full:
-                            for k in range(0, _STREAM_BLOCK, line):
-                                stream_line(out, b0 + k, sbuf, k)
+                            stream_block(out, b0, sbuf, _STREAM_BLOCK)
                         b0 = b1
-                        b1 = b0 + _STREAM_BLOCK
                     if stream:
                         store_fence()
                     continue

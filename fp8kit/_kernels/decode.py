@@ -29,9 +29,9 @@ from numba import types
 from .._parallel import NO_STREAM
 from ..formats import FloatFormat
 from .bits import (
-    STREAM_BYTES,
     as_bits,
     as_float,
+    block_end,
     byte_address,
     cast_like,
     chunk_range,
@@ -43,7 +43,7 @@ from .bits import (
     span,
     stack_buffer,
     store_fence,
-    stream_line,
+    stream_block,
     table_planes,
 )
 from .codec import _STREAM_BLOCK, STREAM_MIN_TRAFFIC, _array, dummy, lookup_kernel
@@ -202,7 +202,6 @@ def _make_bf16_widen(parallel):
     # measured 3.7-4.0 against 10.0 ms for 16M elements there, one thread)
     stream_min = _stream_min(16, 32)
     block = _STREAM_BLOCK
-    line = STREAM_BYTES // 4
 
     def kernel(x, lut, table, out, nchunks):
         if version == 0 or parallel is None:  # see source_version
@@ -219,11 +218,8 @@ def _make_bf16_widen(parallel):
             b0 = c * step
             hi = b0 + step
             hi = hi if hi < x.size else x.size
-            b1 = hi
-            if stream:
-                b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // 4
             while b0 < hi:
-                b1 = b1 if b1 < hi else hi
+                b1 = block_end(out, b0, hi, stream, block)
                 full = stream and b1 - b0 == block
                 xs = span(x, b0, b1)
                 os = sbuf if full else span(out, b0, b1)
@@ -232,10 +228,8 @@ def _make_bf16_widen(parallel):
                     nan = cast_like(shl(v & sign, 16, one) | qnan, one)
                     os[j] = nan if cast_like(v & abs_mask, one) > inf else shl(v, 16, one)
                 if full:
-                    for k in range(0, block, line):
-                        stream_line(out, b0 + k, sbuf, k)
+                    stream_block(out, b0, sbuf, block)
                 b0 = b1
-                b1 = b0 + block
             if stream:
                 store_fence()
 

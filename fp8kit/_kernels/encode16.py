@@ -67,6 +67,7 @@ from .bits import (
     STREAM_BYTES,
     as_bits,
     as_float,
+    block_end,
     block_load,
     block_mask,
     block_store,
@@ -92,7 +93,7 @@ from .bits import (
     splat,
     stack_buffer,
     store_fence,
-    stream_line,
+    stream_block,
     vector_blocks,
     walk_rows,
     widen_half,
@@ -396,7 +397,7 @@ def _fake_loop(half_data: bool) -> Kernel:
     assert F16 == 1 and bool(q16[7]) and not bool(qbf[7])
     r32 = round_params(get_format("float8_e4m3fn"))  # (the float32-source words of r8)
     version = source_version()
-    stream_min, line = STREAM_MIN, STREAM_BYTES // np.dtype(bits_dt).itemsize
+    stream_min = STREAM_MIN
     u32 = np.uint32
 
     def make(parallel):
@@ -426,11 +427,8 @@ def _fake_loop(half_data: bool) -> Kernel:
                 b0 = c * step
                 hi = b0 + step
                 hi = hi if hi < n else n  # (not min: see bits.chunk)
-                b1 = hi
-                if stream:
-                    b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // out.itemsize
                 while b0 < hi:
-                    b1 = b1 if b1 < hi else hi
+                    b1 = block_end(out, b0, hi, stream, _FAKE_BLOCK)
                     full = stream and b1 - b0 == _FAKE_BLOCK
                     xs = span(x, b0, b1)
                     os = sbuf if full else span(out, b0, b1)
@@ -444,10 +442,8 @@ def _fake_loop(half_data: bool) -> Kernel:
                         for j in range(xs.size):
                             os[j] = _fake_word(xs[j], s, h, has_shift, r)
                     if full:
-                        for k in range(0, _FAKE_BLOCK, line):
-                            stream_line(out, b0 + k, sbuf, k)
+                        stream_block(out, b0, sbuf, _FAKE_BLOCK)
                     b0 = b1
-                    b1 = b0 + _FAKE_BLOCK
                 if stream:
                     store_fence()
 

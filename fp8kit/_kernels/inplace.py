@@ -36,20 +36,22 @@ from .._parallel import NO_STREAM
 from .._reference import encode_value
 from ..formats import FloatFormat
 from .bits import (
-    STREAM_BYTES,
+    LOAD_BF16,
+    LOAD_DIRECT,
+    LOAD_LUT,
     as_bits,
     as_float,
+    block_end,
     byte_address,
     cast_like,
     chunk_range,
-    half_to_single_bits,
+    load_bits,
     prefer_512,
-    shl,
     shr,
     span,
     stack_buffer,
     store_fence,
-    stream_line,
+    stream_block,
 )
 from .codec import _STREAM_BLOCK, STREAM_MIN_TRAFFIC, NumbaNative, _array
 from .registry import source_version
@@ -201,10 +203,10 @@ def _make_round(width: int, flip: bool, need_inf: bool, need_zero: bool, signs: 
     abs_mask = ut((1 << (width - 1)) - 1)
     inf_bits = ut(((1 << (width - 1 - src_m)) - 1) << src_m)
     bf16, f16 = data == "bfloat16", data == "float16"
+    load = LOAD_BF16 if bf16 else (LOAD_LUT if f16 else LOAD_DIRECT)
     data_bytes = 2 if data else width // 8
     stream_min = STREAM_MIN[data_bytes * 8]
     block = _STREAM_BLOCK
-    line = STREAM_BYTES // data_bytes
     dtype = np.uint16 if data else ut
     zero16 = np.uint16(0)
 
@@ -229,21 +231,13 @@ def _make_round(width: int, flip: bool, need_inf: bool, need_zero: bool, signs: 
                 b0 = c * step
                 hi = b0 + step
                 hi = hi if hi < x.size else x.size
-                b1 = hi
-                if stream:
-                    b1 = b0 + (-byte_address(out, b0) % STREAM_BYTES) // data_bytes
                 while b0 < hi:
-                    b1 = b1 if b1 < hi else hi
+                    b1 = block_end(out, b0, hi, stream, block)
                     full = stream and b1 - b0 == block
                     xs = span(x, b0, b1)
                     os = sbuf if full else span(out, b0, b1)
                     for j in range(xs.size):
-                        if bf16:
-                            v = shl(xs[j], 16, one)
-                        elif f16:
-                            v = half_to_single_bits(xs[j])
-                        else:
-                            v = xs[j]
+                        v = load_bits(xs, j, lut, load, one)  # (16-bit data widened)
                         a = cast_like(v & abs_mask, one)
                         # nearest-even: half an ulp less one, plus the kept bits' lowest (a
                         # run-time 1: LLVM then keeps the masked add)
@@ -277,10 +271,8 @@ def _make_round(width: int, flip: bool, need_inf: bool, need_zero: bool, signs: 
                         else:
                             os[j] = r
                     if full:
-                        for k in range(0, block, line):
-                            stream_line(out, b0 + k, sbuf, k)
+                        stream_block(out, b0, sbuf, block)
                     b0 = b1
-                    b1 = b0 + block
                 if stream:
                     store_fence()
 
