@@ -213,3 +213,127 @@ def test_generic_native_kernels_stay_small():
         cases["generic entry"] = (native._generic_entry_emitter(layout), native.ENTRY_TYPE, 82)
     for name, (emit, fnty, size) in cases.items():
         assert native.instruction_count(emit, fnty) <= 2 * size, name
+
+
+_LEAN_CODE = """
+import sys
+import numpy as np
+import fp8kit
+from fp8kit import study
+from fp8kit._kernels import native
+
+x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+for fmt in ["float8_e4m3fn", "bfloat16", "float4_e2m1fn", "p3109_k8p1ue", "float8_e8m0fnu"]:
+    for dtype in (np.float32, np.float64):
+        fp8kit.round_to(x.astype(dtype), fmt)
+        fp8kit.round_to(x.astype(dtype), fmt, rounding="stochastic", seed=1)
+        fp8kit.round_to(x.astype(dtype), fmt, rounding="toward_zero")
+        fp8kit.decode(fp8kit.encode(x.astype(dtype), fmt), fmt)
+fp8kit.fake_convert(x, np.float32(2), np.float32(0), "f8e4m3")
+m = x.reshape(64, 64)
+for scaling in ("tensor", "channel", "block"):
+    study.error_metrics(m, study.quantize(m, "float8_e4m3fn", scaling))
+study.sweep(m, ["float8_e4m3fn", "float4_e2m1fn"])
+lean = ("numba.np.arraymath" in sys.modules, "scipy.linalg" in sys.modules,
+        list(native.LEAN_RETRIES))
+
+import numba
+
+@numba.njit
+def total(a):
+    return np.sum(a)
+
+print(repr((lean, float(total(np.arange(4.0))), "numba.np.arraymath" in sys.modules)))
+"""
+
+
+def test_first_calls_load_only_the_lowering_kernels_use(tmp_path):
+    """A process's first kernels compile with Numba's lean registries: none needs more
+    (no retry with all of them), and neither ``numba.np.arraymath`` nor the
+    ``scipy.linalg`` it imports is loaded (0.1-0.25 s of every cold first call); a user's
+    own ``@njit`` code compiled afterwards gets all of Numba's lowering as usual."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _LEAN_CODE], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    lean, total, full = ast.literal_eval(out.strip().splitlines()[-1])
+    assert lean == (False, False, [])
+    assert total == 6.0 and full
+
+
+_RETRY_CODE = """
+import ctypes, sys
+import numpy as np
+from numba import njit, types
+from numba.core.compiler_lock import global_compiler_lock
+from fp8kit._kernels import native
+
+def kernel(a):
+    return np.int64(np.sum(a))  # (np.sum: lowered by numba.np.arraymath, not lean)
+
+sig = types.int64(types.Array(types.float64, 1, "C", readonly=True))
+with global_compiler_lock:  # (as numba_address holds it)
+    library, symbol = native._compile_numba((kernel, njit(kernel)), sig, False, (), "leantest")
+    address = library.get_pointer_to_function(symbol)
+a = np.arange(10.0)
+want, _ = native.kind_word(8, False)
+call = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                        ctypes.c_int64)(address)
+ptrs = (ctypes.c_void_p * 2)(0, a.ctypes.data)
+ints = (ctypes.c_int64 * 2)(0, a.size)
+kinds = (ctypes.c_int64 * 2)(0, want)
+print(repr((call(ptrs, ints, kinds, 2), native.LEAN_RETRIES)))
+"""
+
+
+def test_a_kernel_needing_more_lowering_compiles_with_all_of_it(tmp_path):
+    """A kernel that uses lowering outside the lean registries (here ``np.sum``) is not
+    refused: it compiles again with all of Numba's, gives the right result, and the retry
+    is counted (the test above keeps fp8kit's own kernels off that slower path)."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _RETRY_CODE], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    result, retries = ast.literal_eval(out.strip().splitlines()[-1])
+    assert result == 45
+    assert len(retries) == 1 and retries[0][0] == "kernel"
+
+
+_UPGRADE_CODE = """
+import warnings
+import numpy as np
+import fp8kit
+from fp8kit._kernels import native
+
+native._LEAN_MODULES += ("numba.no_such_module",)  # (as a Numba that moved a module)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = fp8kit.round_to(np.array([1.0, 3.3, -500.0], np.float32), "float8_e4m3fn")
+    z = fp8kit.round_to(np.array([1.0, 3.3], np.float64), "float8_e5m2")
+print(repr((y.tolist(), z.tolist(), native._LEAN[0], [str(w.message) for w in caught])))
+"""
+
+
+def test_lean_registries_that_break_fall_back_with_one_warning(tmp_path):
+    """Where the lean registries fail (Numba's internals moved), kernels compile with all
+    of Numba's lowering: right results, one warning naming the cost, no error."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _UPGRADE_CODE], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    y, z, lean, warned = ast.literal_eval(out.strip().splitlines()[-1])
+    assert y == [1.0, 3.25, -448.0] and z == [1.0, 3.5]
+    assert lean is False
+    assert len(warned) == 1 and "all of Numba's lowering" in warned[0]

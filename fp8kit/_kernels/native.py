@@ -36,8 +36,10 @@ compile is announced as the event ``"fp8kit:compile"`` (Numba's kernels announce
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import importlib
 import os
 import pickle
 import sys
@@ -1253,7 +1255,90 @@ def _compile_apart(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
 def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     """Kernel and adapter lowered by Numba's compiler into one library (no CPython
     wrapper, no cfunc wrapper for the kernel), the adapter calling the kernel's native
-    function through Numba's calling convention (:func:`_native_call`)."""
+    function through Numba's calling convention (:func:`_native_call`).
+
+    Numba's CPU target loads only the lowering the kernels use while they compile
+    (:func:`_lean_registries`); a kernel that needs more compiles again with all of it
+    (counted in :data:`LEAN_RETRIES`)."""
+    from numba.core import errors
+
+    if _LEAN[0]:
+        try:
+            with _lean_registries():
+                return _compile_in_one_library(kernel, sig, bound, sizes, digest)
+        except (ImportError, AttributeError) as exc:  # other Numba internals
+            _LEAN[0] = False
+            _warn_once(
+                "lean",
+                "fp8kit loads all of Numba's lowering for its kernels (0.1-0.25 s more on a "
+                f"first call with an empty cache): Numba's internals differ ({exc!r})",
+            )
+        except (errors.NumbaError, NotImplementedError) as exc:  # (no lowering: the latter)
+            LEAN_RETRIES.append((kernel[0].__qualname__, type(exc).__name__))
+    return _compile_in_one_library(kernel, sig, bound, sizes, digest)
+
+
+_LEAN = [True]  # (False once the lean registries failed: see _compile_together)
+
+
+#: Kernels whose compile with Numba's lean registries failed (then compiled with all of
+#: them): ``(qualified name, error)``.  Empty for every kernel of fp8kit's (a test checks).
+LEAN_RETRIES: list = []
+
+#: Numba's modules of lowering that fp8kit's kernels use (their import registers it).
+_LEAN_MODULES = (
+    "numba.cpython.builtins", "numba.cpython.numbers", "numba.cpython.tupleobj",
+    "numba.cpython.rangeobj", "numba.cpython.iterators", "numba.cpython.slicing",
+    "numba.cpython.enumimpl", "numba.core.optional", "numba.np.arrayobj", "numba.np.npyimpl",
+    "numba.cpython.mathimpl",
+)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _lean_registries():
+    """Numba's CPU target context loading only the lowering of :data:`_LEAN_MODULES` (and
+    what is imported already) while fp8kit's kernels compile.
+
+    Why: a process's first compile loads all of Numba's lowering
+    (``CPUContext.load_additional_registries``), and with it ``numba.np.arraymath``, which
+    imports ``scipy.linalg`` where SciPy is installed to see whether BLAS is there: 0.09 s
+    of a first call without SciPy, 0.15-0.25 s with it, for code no kernel runs.  The
+    context's method is replaced on the instance for the compile (under Numba's compiler
+    lock, so no other compile sees it) and removed after it: the next compile elsewhere in
+    the process (a user's ``@njit``) loads the rest as usual."""
+    from numba.core.registry import cpu_target
+
+    target = cpu_target.target_context
+
+    def load():
+        from numba.core.runtime import rtsys
+
+        rtsys.initialize(target)  # (every library links Numba's runtime)
+        for name in _LEAN_MODULES:
+            importlib.import_module(name)
+        from numba.cpython import mathimpl
+        from numba.np import npyimpl
+
+        target.install_registry(mathimpl.registry)
+        target.install_registry(npyimpl.registry)
+        # (and whatever else it holds: Numba registers an intrinsic's lowering into the
+        # builtin registry, or where that is not there (as under the CUDA simulator) into
+        # the context's first registry, which a full load installed)
+        for registry in list(target._registries):
+            target.install_registry(registry)
+
+    saved = vars(target).get("load_additional_registries")
+    target.load_additional_registries = load
+    try:
+        yield
+    finally:
+        if saved is None:
+            del target.load_additional_registries
+        else:
+            target.load_additional_registries = saved
+
+
+def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     from numba.core import compiler
     from numba.core.registry import cpu_target
 
@@ -1267,9 +1352,9 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
     flags = disp._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = flags.no_cfunc_wrapper = flags.no_compile = True
-    done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type, flags,
-                                  {}, library=library)  # fmt: skip
-    adapter = _adapter_function(sig, bound, sizes, digest, _native_call(done.fndesc, sig))
+    kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
+                                         flags, {}, library=library)  # fmt: skip
+    adapter = _adapter_function(sig, bound, sizes, digest, _native_call(kernel_done.fndesc, sig))
     flags = compiler.Flags()
     cpu_target.options.parse_as_flags(
         flags, {"nopython": True, "error_model": "numpy", "boundscheck": False, "_nrt": False}
@@ -1278,6 +1363,14 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     flags.no_cfunc_wrapper = False
     done = compiler.compile_extra(typing, target, adapter, _C_SIG.args, _C_SIG.return_type,
                                   flags, {}, library=library)  # fmt: skip
+    # Only the C wrapper is called from outside: with the kernel and the adapter internal,
+    # LLVM neither keeps the kernel's machine code beside the copies it inlines into the
+    # adapter's two call sites nor inlines it (one copy, called): a quarter less machine
+    # code to optimise and emit, the same loops
+    module = getattr(library, "_final_module", None)
+    for name in (kernel_done.fndesc.llvm_func_name, done.fndesc.llvm_func_name):
+        if module is not None:
+            module.get_function(name).linkage = "internal"
     library.finalize()
     return library, done.fndesc.llvm_cfunc_wrapper_name
 
