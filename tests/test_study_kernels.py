@@ -45,19 +45,41 @@ def test_fused_rows_of_every_format_equal_quantize_then_error_metrics(name, dtyp
     if dtype == np.float16:  # (float16 data: its own range)
         edge = edge[edge <= np.finfo(np.float16).max]
     x[1, : 2 * edge.size] = np.concatenate([edge, -edge])
+    finite = x.astype(dtype)
     x[2, 5], x[3, 2000] = np.nan, -np.inf
     x = x.astype(dtype)
-    rows = study.sweep({"x": x}, [name], ["none", "channel", "block:32"])
-    for r in rows:
-        kind, kw = r.scaling.split(":")[0], {}
-        if kind == "block":
-            kw = dict(block_size=32, axis=-1)
-        q = study.quantize(x, name, kind, **kw)
-        s = study.scale_for(x, name, kind, **kw)
-        if kind == "block":
-            s = np.repeat(s, 32, axis=-1)
-        same_metrics(r.metrics, study.error_metrics(x, q, fmt=name, scale=s))
-        assert r.metrics.nan_inputs == 1 and r.metrics.inf_inputs == 1
+    for data, bad in ((finite, 0), (x, 1)):
+        rows = study.sweep({"x": data}, [name], ["none", "channel", "block:32"])
+        for r in rows:
+            kind, kw = r.scaling.split(":")[0], {}
+            if kind == "block":
+                kw = dict(block_size=32, axis=-1)
+            q = study.quantize(data, name, kind, **kw)
+            s = study.scale_for(data, name, kind, **kw)
+            if kind == "block":
+                s = np.repeat(s, 32, axis=-1)
+            same_metrics(r.metrics, study.error_metrics(data, q, fmt=name, scale=s))
+            assert r.metrics.nan_inputs == bad and r.metrics.inf_inputs == bad
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.float16])
+def test_the_fused_pass_leaves_nan_and_inf_to_the_two_passes(dtype, monkeypatch):
+    """Finite data is measured by the fused pass alone; data with a NaN or an Inf (or
+    float16 results that overflow to Inf) by quantize and the metrics kernel, whose
+    careful formula the fused kernel does not compile."""
+    from fp8kit.study import _chunks
+
+    seen = []
+    two_pass = _chunks.metric_totals
+    monkeypatch.setattr(_chunks, "metric_totals", lambda *a: seen.append(1) or two_pass(*a))
+    x = np.random.default_rng(4).standard_normal((16, 256)).astype(np.float32)
+    finite = study.sweep(x.astype(dtype), ["float8_e4m3fn"], ["tensor", "block:32"])
+    assert not seen
+    assert all(r.metrics.nan_inputs == r.metrics.inf_inputs == 0 for r in finite)
+    x[7, 100] = np.nan
+    rows = study.sweep(x.astype(dtype), ["float8_e4m3fn"], ["tensor", "block:32"])
+    assert len(seen) == 2
+    assert all(r.metrics.nan_inputs == 1 for r in rows)
 
 
 @pytest.mark.parametrize("narrow", ["float32", "float16", "bfloat16"])

@@ -165,9 +165,12 @@ def chunk_totals(
             stats[j, BLOCKS] = am.size
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
         if wdt == np.float32 and _args.rounds_in_place(fmt) and xm is xq:
-            # one pass: quantize and measure, the quantized values never stored
-            out[j] = fused_totals(xv, sv, fmt, narrow_name)
-            continue
+            # one pass: quantize and measure, the quantized values never stored (where
+            # no NaN or Inf is met: else the two passes below)
+            totals = fused_totals(xv, sv, fmt, narrow_name)
+            if totals is not None:
+                out[j] = totals
+                continue
         if xw is None:  # (bfloat16 read as is so far)
             xw = working(data)
         if direct:

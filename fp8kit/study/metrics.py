@@ -248,12 +248,18 @@ def metric_totals(
     return km.combine(partials)
 
 
-def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str) -> np.ndarray:
+def fused_totals(
+    x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
+) -> np.ndarray | None:
     """:func:`metric_totals` of ``x`` against ``round(x * scale) / scale`` (FakeConvert's
     quantization of float32 data to an 8-bit format, then, for ``narrow`` ``"float16"`` or
     ``"bfloat16"``, rounded once to that dtype), in one compiled pass that never stores the
     quantized values.  x: C-contiguous float32, or bfloat16 for ``narrow`` ``"bfloat16"``
-    (read as is: no widened copy); scale: float32, broadcasting to x."""
+    (read as is: no widened copy); scale: float32, broadcasting to x.
+
+    None where the data or its quantized values hold a NaN or an Inf: the caller measures
+    those with :func:`metric_totals` (the fused kernel leaves that formula out, see
+    :func:`fp8kit._kernels.metrics.fused_segment`)."""
     if narrow == "bfloat16":  # (float32 data must hold bfloat16 values: exact then)
         x = np.ascontiguousarray(x, dtype=ml_dtypes.bfloat16).view(np.uint16)
     shape4, sstr4, sc = scale_layout(x.shape, scale)
@@ -266,6 +272,8 @@ def fused_totals(x: np.ndarray, scale: np.ndarray, fmt: FloatFormat, narrow: str
         kernel, x.size, x.reshape(-1), sc.astype(np.float32, copy=False), shape4, sstr4,
         limits, partials,
     )  # fmt: skip
+    if (partials[:, km.NAN_IN] == km.NOT_FINITE).any():
+        return None
     return km.combine(partials)
 
 
