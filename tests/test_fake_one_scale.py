@@ -89,7 +89,7 @@ def test_one_scale_on_16_bit_data_gives_the_general_kernels_bits(fmt, dt, monkey
     (overflow to Inf, float16 subnormals, NaN of its sign)."""
     calls = []
     real = module().fake16_kernel
-    monkeypatch.setattr(module(), "fake16_kernel", lambda: calls.append(1) or real())
+    monkeypatch.setattr(module(), "fake16_kernel", lambda dt: calls.append(1) or real(dt))
     x = np.arange(1 << 16, dtype=np.uint16).view(dt)
     with np.errstate(over="ignore"):
         for scale, shift in SCALES:
@@ -129,7 +129,7 @@ def test_what_takes_the_one_scale_kernel(monkeypatch):
     assert len(calls) == 2
     calls16 = []
     real16 = module().fake16_kernel
-    monkeypatch.setattr(module(), "fake16_kernel", lambda: calls16.append(1) or real16())
+    monkeypatch.setattr(module(), "fake16_kernel", lambda dt: calls16.append(1) or real16(dt))
     for dt in (np.float16, ml_dtypes.bfloat16):
         fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt))
         fp8kit.fake_convert(x.astype(dt), np.array(3.0, dt), mode="openvino-f32")

@@ -160,3 +160,40 @@ def test_a_source_file_changed_since_the_import_is_not_flattened(monkeypatch):
         flatten(_kernel_safe)
     monkeypatch.undo()
     assert _calls(_kernel_safe) == 2
+
+
+#: A closure-style constant tuple as the kernels' format constants are (numpy scalars, a
+#: flag, a nested pair).
+PARAMS = (np.uint32(0x7FFFFFFF), np.uint32(3), False, (np.uint32(1), np.uint32(2)))
+
+
+@njit(inline="always")
+def _unpacking_helper(v, params):
+    mask, add, flag, pair = params
+    r = (v & mask) + add
+    if flag:  # (a constant test: only the else branch stays)
+        r = r * pair[0]
+    else:
+        r = r + pair[1]
+    return r
+
+
+def _kernel_const_tuple(x, out):
+    for i in range(x.size):
+        out[i] = _unpacking_helper(x[i], PARAMS) + PARAMS[1]
+
+
+def test_items_of_constant_tuples_become_constants():
+    """A helper that unpacks a constant tuple (the format's constants) or indexes it gets
+    each item as a constant of its own: no tuple for Numba to type and index, and a test on
+    an item folds (only the branch taken is compiled)."""
+    loop = ast.parse(flatten(_kernel_const_tuple).__flat_source__).body[0].body[0].body[-1]
+    assert isinstance(loop, ast.For)
+    left = [n for n in ast.walk(loop) if isinstance(n, (ast.If, ast.IfExp, ast.Subscript))]
+    assert all(isinstance(n, ast.Subscript) and n.value.id in ("x", "out") for n in left)
+    x = np.concatenate([np.arange(300, dtype=np.uint32), np.uint32([0x80000005, 0xFFFFFFF0])])
+    want, got = np.empty_like(x), np.empty_like(x)
+    njit(_kernel_const_tuple)(x, want)  # (Numba's own inlining, the tuple as is)
+    njit(flatten(_kernel_const_tuple))(x, got)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, ((x & np.uint32(0x7FFFFFFF)) + 3 + 2 + 3).astype(np.uint32))

@@ -350,14 +350,14 @@ def fake_kernel() -> Kernel:
 
 
 @functools.cache
-def fake16_kernel() -> Kernel:
-    """:func:`fake_kernel` for bfloat16 and float16 data: the same float32 arithmetic on
-    their values (exact), the result rounded once to the data's type
+def fake16_kernel(dtype) -> Kernel:
+    """:func:`fake_kernel` for bfloat16 or float16 data (``dtype``): the same float32
+    arithmetic on their values (exact), the result rounded once to the data's type
     (:func:`fp8kit._kernels.bits.encode_fast`), as
     :func:`fp8kit._kernels.fake.fake_convert_kernel` does in spec mode; ``lut``:
-    :func:`fake_scalars` and a word, 1 for float16 data and 0 for bfloat16 (one compiled
-    kernel for both, a loop for each)."""
-    return _fake_loop(True)
+    :func:`fake_scalars`.  A kernel per type: one for both (the type read at run time) took
+    0.35 s of Numba's front end on a first call, where each alone takes 0.2."""
+    return _fake_loop(True, np.dtype(dtype) == np.float16)
 
 
 @njit(inline="always")
@@ -384,9 +384,9 @@ def _fake16_run(xs, os, s, h, has_shift, r, half, q):
         os[j] = encode_fast(_fake_word(b, s, h, has_shift, r), q)
 
 
-def _fake_loop(half_data: bool) -> Kernel:
+def _fake_loop(half_data: bool, half: bool = False) -> Kernel:
     """The Numba kernel of :func:`fake_kernel` (float32 bits) or, ``half_data``,
-    :func:`fake16_kernel` (bfloat16 or float16 bits), with the codec call
+    :func:`fake16_kernel` (bfloat16 bits, or float16 where ``half``), with the codec call
     ``(prm, x, lut, table, out, nchunks)`` (prm and table unused)."""
     bits_dt = np.uint16 if half_data else np.uint32
     from .fake import F16, round_params
@@ -413,7 +413,6 @@ def _fake_loop(half_data: bool) -> Kernel:
             r = (r32[0], r32[1], lut[_FK_HALF], (lut[_FK_KEEP], lut[_FK_KEEP_SH]),
                  lut[_FK_MIN_NORMAL], as_float(lut[_FK_MAGIC]), True, r32[7], lut[_FK_MAX],
                  r32[9], r32[10], lut[_FK_ZSIGN] != u32(0), r32[12])  # fmt: skip
-            half = half_data and lut[_FK_N] != u32(0)
             n = x.size
             step = (n + nchunks - 1) // nchunks
             # (large arrays: whole cache lines of out with non-temporal stores, from a stack
@@ -432,8 +431,8 @@ def _fake_loop(half_data: bool) -> Kernel:
                     full = stream and b1 - b0 == _FAKE_BLOCK
                     xs = span(x, b0, b1)
                     os = sbuf if full else span(out, b0, b1)
-                    # (16-bit data: a loop per type, not one with both roundings selected:
-                    # 256K bfloat16 in 0.8 of the time)
+                    # (16-bit data: the type's own rounding, not both selected: 256K
+                    # bfloat16 in 0.8 of the time)
                     if half_data and half:
                         _fake16_run(xs, os, s, h, has_shift, r, True, q16)
                     elif half_data:
@@ -457,7 +456,7 @@ def _fake_loop(half_data: bool) -> Kernel:
         _array(bits_dt),
         types.intp,
     )
-    return Kernel(make, sig, ("fake_one_scale", half_data, version), dummy(np.uint8))
+    return Kernel(make, sig, ("fake_one_scale", half_data, half, version), dummy(np.uint8))
 
 
 #: Elements per block of the one-scale FakeConvert kernels' streamed output (a stack

@@ -712,6 +712,16 @@ def _round(body, params, fl) -> tuple[list, bool]:
     def leaf(e):
         return _name(e.id) if type(e) is ast.Name else ast.Constant(e.value)
 
+    def const_items(name):
+        """The items of the constant tuple ``name`` (a closure or module value), or None."""
+        value = fl.consts.get(name)
+        return value if type(value) is tuple else None
+
+    def const_item(name, k):
+        # (an item of a constant tuple as a constant of its own: Numba then types a
+        # constant, not the tuple and an index, and a test on it folds here)
+        return _name(fl._intern(fl.free, f"{name}_{k}", const_items(name)[k]))
+
     def rw(e):
         nonlocal changed
         t = type(e)
@@ -723,6 +733,14 @@ def _round(body, params, fl) -> tuple[list, bool]:
             return e
         if t is ast.Subscript and type(e.value) is ast.Name and e.value.id in items:
             return rw(leaf(items[e.value.id][e.slice.value]))
+        if (
+            t is ast.Subscript and type(e.value) is ast.Name and type(e.ctx) is ast.Load
+            and const_items(e.value.id) is not None and type(e.slice) is ast.Constant
+            and type(e.slice.value) is int
+            and -len(const_items(e.value.id)) <= e.slice.value < len(const_items(e.value.id))
+        ):  # fmt: skip
+            changed = True
+            return const_item(e.value.id, e.slice.value)
         if t is ast.IfExp:
             c = fl.fold(fl.simplify_bool(rw(e.test)))
             if c is not _FOLD_FAIL:
@@ -762,6 +780,16 @@ def _round(body, params, fl) -> tuple[list, bool]:
                         out.extend(
                             ast.Assign([x], rw(leaf(e)))
                             for x, e in zip(tgt.elts, items[v.id], strict=True)
+                        )
+                        continue
+                    whole = const_items(v.id) if type(v) is ast.Name else None
+                    if (
+                        whole is not None and len(whole) == len(tgt.elts)
+                        and all(type(x) is ast.Name for x in tgt.elts)
+                    ):  # fmt: skip
+                        changed = True
+                        out.extend(
+                            ast.Assign([x], const_item(v.id, k)) for k, x in enumerate(tgt.elts)
                         )
                         continue
                     if (
