@@ -574,12 +574,13 @@ def quantize_metrics_kernel(fmt, narrow: str) -> Kernel:
     compute it for float32 data, then (``narrow`` ``"float16"`` or ``"bfloat16"``) rounded
     once to the data's dtype and back, as the study stores 16-bit results; then the figures
     of :func:`metrics_kernel` (:func:`fused_segment`), for finite data and results: a chunk
-    that meets a NaN or an Inf stops there with :data:`NOT_FINITE` in its NAN_IN column.  x: C-contiguous 1-D, float32, or
-    for ``narrow`` ``"bfloat16"`` the data's bits (uint16: widened per segment into a
-    buffer on the stack, no float32 copy); scale: float32 read through ``shape``/``sstr``
-    as there (any innermost stride); limits: float64 ``[overflow threshold, 1 if a tie at
-    it rounds up, smallest normal]`` (see :func:`metrics_kernel`), the threshold and the
-    smallest normal float32 values; out: float64 ``(nchunks, N_METRICS)``.
+    that meets a NaN or an Inf stops there with :data:`NOT_FINITE` in its NAN_IN column.  x:
+    C-contiguous 1-D, float32, or for ``narrow`` ``"bfloat16"`` the data's bits (uint16:
+    widened per segment into a buffer on the stack, no float32 copy); scale: float32 read
+    through ``shape``/``sstr`` as there (any innermost stride); limits: float64 ``[overflow
+    threshold, 1 if a tie at it rounds up, smallest normal]`` (see :func:`metrics_kernel`),
+    the threshold and the smallest normal float32 values; out: float64 ``(nchunks,
+    N_METRICS)``.
 
     The data is worked on in segments of at most :data:`SUM_BLOCK` elements, each summed on
     its own: the rest of a row, or whole rows when the scale is constant along rows shorter

@@ -1367,9 +1367,9 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tup
     # LLVM neither keeps the kernel's machine code beside the copies it inlines into the
     # adapter's two call sites nor inlines it (one copy, called): a quarter less machine
     # code to optimise and emit, the same loops
-    module = getattr(library, "_final_module", None)
-    for name in (kernel_done.fndesc.llvm_func_name, done.fndesc.llvm_func_name):
-        if module is not None:
+    module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
+    if module is not None:
+        for name in (kernel_done.fndesc.llvm_func_name, done.fndesc.llvm_func_name):
             module.get_function(name).linkage = "internal"
     library.finalize()
     return library, done.fndesc.llvm_cfunc_wrapper_name
