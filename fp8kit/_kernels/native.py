@@ -1364,9 +1364,9 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tup
     done = compiler.compile_extra(typing, target, adapter, _C_SIG.args, _C_SIG.return_type,
                                   flags, {}, library=library)  # fmt: skip
     # Only the C wrapper is called from outside: with the kernel and the adapter internal,
-    # LLVM neither keeps the kernel's machine code beside the copies it inlines into the
-    # adapter's two call sites nor inlines it (one copy, called): a quarter less machine
-    # code to optimise and emit, the same loops
+    # LLVM no longer keeps the kernel as an exported function beside a copy inlined into
+    # one of the adapter's two call sites (one copy now, called from both): a quarter less
+    # machine code to optimise and emit, the same loops
     module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
     if module is not None:
         for name in (kernel_done.fndesc.llvm_func_name, done.fndesc.llvm_func_name):
