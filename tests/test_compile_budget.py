@@ -265,6 +265,40 @@ def test_first_calls_load_only_the_lowering_kernels_use(tmp_path):
     assert total == 6.0 and full
 
 
+_AFTER_USER_CODE = """
+import numpy as np
+from numba import njit
+import fp8kit
+from fp8kit._kernels import native
+
+@njit
+def first(a):  # (the user's own Numba code, compiled before any of fp8kit's kernels)
+    return a[0] + 1
+
+first(np.ones(3))
+x = np.random.default_rng(0).standard_normal(4096).astype(np.float32)
+fp8kit.round_to(x, "float8_e4m3fn")
+fp8kit.fake_convert(x, np.float32(2), np.float32(0), "f8e4m3")
+print(repr(native.LEAN_RETRIES))
+"""
+
+
+def test_kernels_after_user_numba_code_compile_once(tmp_path):
+    """After a full load of Numba's lowering (a user's ``@njit`` compiled first), Numba puts
+    an intrinsic's lowering into the context's first registry; the lean load installs that
+    too, else every kernel compiled twice (found under the CUDA simulator's tests)."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    cmd = [sys.executable, "-c", _AFTER_USER_CODE]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                         check=True).stdout  # fmt: skip
+    assert ast.literal_eval(out.strip().splitlines()[-1]) == []
+
+
 _RETRY_CODE = """
 import ctypes, sys
 import numpy as np

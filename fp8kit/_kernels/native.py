@@ -1321,9 +1321,9 @@ def _lean_registries():
 
         target.install_registry(mathimpl.registry)
         target.install_registry(npyimpl.registry)
-        # (and whatever else it holds: Numba registers an intrinsic's lowering into the
-        # builtin registry, or where that is not there (as under the CUDA simulator) into
-        # the context's first registry, which a full load installed)
+        # (and whatever else it holds: once a full load has run, a user's @njit compiled
+        # first, Numba registers an intrinsic's lowering into the context's first
+        # registry, not the builtin one; without this every kernel compiled twice)
         for registry in list(target._registries):
             target.install_registry(registry)
 
