@@ -371,3 +371,67 @@ def test_lean_registries_that_break_fall_back_with_one_warning(tmp_path):
     assert y == [1.0, 3.25, -448.0] and z == [1.0, 3.5]
     assert lean is False
     assert len(warned) == 1 and "all of Numba's lowering" in warned[0]
+
+
+def _branchy(a, k):
+    # (loops, branches, a variable of two types over its life: what SSA and typing see)
+    total = 0.0
+    count = 0
+    for i in range(a.size):
+        v = a[i]
+        if v > k:
+            total += v * 2.0
+        elif v < -k:
+            total -= v
+        else:
+            count += 1
+    v = count
+    return total + v
+
+
+def test_lean_pipeline_is_taken_only_where_what_it_leaves_out_cannot_matter():
+    """The lean pipeline (no closure inlining, no array-expression rewrites, no ir.Del)
+    serves functions compiled without Numba's runtime and without a nested function;
+    anything else gets Numba's own pipeline."""
+    from numba.core import compiler
+
+    from fp8kit._kernels import native
+
+    lean = native._lean_pipeline()
+    flags = compiler.Flags()
+    flags.nrt = False
+    assert native._pipeline_for(_branchy, flags, True) is lean
+    assert native._pipeline_for(_branchy, flags, False) is compiler.Compiler
+
+    def nested(a):
+        return (lambda v: v + 1)(a[0])
+
+    assert native._pipeline_for(nested, flags, True) is compiler.Compiler
+    flags.nrt = True
+    assert native._pipeline_for(_branchy, flags, True) is compiler.Compiler
+
+
+def test_lean_pipeline_compiles_the_same_function():
+    """A function compiled by the lean pipeline runs no closure inlining, no rewrites and
+    writes no ir.Del, still checks its IR, and computes what Numba's own pipeline does."""
+    from numba import njit, types
+    from numba.core import compiler
+    from numba.core.registry import cpu_target
+
+    from fp8kit._kernels import native
+
+    flags = compiler.Flags()
+    flags.nrt = False
+    flags.no_cpython_wrapper = False
+    sig = (types.Array(types.float64, 1, "C"), types.float64)
+    done = compiler.compile_extra(cpu_target.typing_context, cpu_target.target_context,
+                                  _branchy, sig, None, flags, {},
+                                  pipeline_class=native._lean_pipeline())  # fmt: skip
+    (passes,) = done.metadata["pipeline_times"].values()
+    names = {name.split("_", 1)[1] for name in passes}
+    assert "fp8kit_check_ir" in names and "native_lowering" in names
+    assert not names & {"inline_closure_likes", "nopython_rewrites", "ir_legalization"}
+    plain = njit(_branchy)
+    a = np.random.default_rng(1).standard_normal(1000)
+    for k in (0.0, 0.5, 3.0):
+        assert done.entry_point(a, k) == plain(a, k) == _branchy(a, k)

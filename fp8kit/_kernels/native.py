@@ -1265,13 +1265,14 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     if _LEAN[0]:
         try:
             with _lean_registries():
-                return _compile_in_one_library(kernel, sig, bound, sizes, digest)
+                return _compile_in_one_library(kernel, sig, bound, sizes, digest, lean=True)
         except (ImportError, AttributeError) as exc:  # other Numba internals
             _LEAN[0] = False
             _warn_once(
                 "lean",
-                "fp8kit loads all of Numba's lowering for its kernels (0.1-0.25 s more on a "
-                f"first call with an empty cache): Numba's internals differ ({exc!r})",
+                "fp8kit loads all of Numba's lowering and runs all of its passes for its "
+                "kernels (0.15-0.35 s more on a first call with an empty cache): Numba's "
+                f"internals differ ({exc!r})",
             )
         except (errors.NumbaError, NotImplementedError) as exc:  # (no lowering: the latter)
             LEAN_RETRIES.append((kernel[0].__qualname__, type(exc).__name__))
@@ -1338,7 +1339,70 @@ def _lean_registries():
             target.load_additional_registries = saved
 
 
-def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+@functools.cache
+def _lean_pipeline():
+    """Numba's nopython pipeline less what an fp8kit kernel does not need (see
+    :func:`_pipeline_for`): a :class:`numba.core.compiler.CompilerBase`, built from
+    Numba's own list of passes (Numba's documented way to customise its compiler), so a
+    pass Numba adds still runs.
+
+    - ``InlineClosureLikes`` inlines closures (a ``make_function``); a flattened kernel
+      has none: it only analysed (0.015 s of the stochastic kernel's 0.27 s compile).
+    - ``NopythonRewrites`` fuses array expressions, which allocate: none in a kernel
+      compiled without Numba's runtime (0.013 s).
+    - ``IRLegalization`` also writes an ``ir.Del`` after each variable's last use, for
+      the runtime's reference counts: without the runtime every Del lowers to a load and
+      a store of zero and nothing else (491 of the stochastic kernel's 1,007 statements,
+      0.03-0.04 s of its lowering).  Its checks stay.
+    """
+    from numba.core import compiler, ir_utils, typed_passes, untyped_passes
+    from numba.core.compiler_machinery import AnalysisPass, PassManager, register_pass
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class CheckIR(AnalysisPass):
+        """IRLegalization's checks without its ir.Del."""
+
+        _name = "fp8kit_check_ir"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            ir_utils.enforce_no_phis(state.func_ir)
+            ir_utils.enforce_no_dels(state.func_ir)
+            return False
+
+    skip = (untyped_passes.InlineClosureLikes, typed_passes.NopythonRewrites)
+
+    class LeanCompiler(compiler.CompilerBase):
+        def define_pipelines(self):
+            full = compiler.DefaultPassBuilder.define_nopython_pipeline(self.state)
+            pm = PassManager("fp8kit_nopython")
+            for cls, what in full.passes:
+                if cls is typed_passes.IRLegalization:
+                    cls = CheckIR
+                if cls not in skip:
+                    pm.add_pass(cls, what)
+            pm.finalize()
+            return [pm]
+
+    return LeanCompiler
+
+
+def _pipeline_for(func, flags, lean: bool):
+    """The compiler class for ``func`` under ``flags``: :func:`_lean_pipeline` where
+    ``lean`` and what it leaves out cannot matter (no Numba runtime, so nothing is
+    reference counted or allocated; no nested function, so no closure to inline), else
+    Numba's own."""
+    from numba.core import compiler
+
+    nested = any(isinstance(c, type(func.__code__)) for c in func.__code__.co_consts)
+    if not lean or flags.nrt or nested:
+        return compiler.Compiler
+    return _lean_pipeline()
+
+
+def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=False):
     from numba.core import compiler
     from numba.core.registry import cpu_target
 
@@ -1353,7 +1417,8 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tup
     flags = disp._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = flags.no_cfunc_wrapper = flags.no_compile = True
     kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
-                                         flags, {}, library=library)  # fmt: skip
+                                         flags, {}, library=library,
+                                         pipeline_class=_pipeline_for(func, flags, lean))  # fmt: skip
     adapter = _adapter_function(sig, bound, sizes, digest, _native_call(kernel_done.fndesc, sig))
     flags = compiler.Flags()
     cpu_target.options.parse_as_flags(
@@ -1362,7 +1427,8 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str) -> tup
     flags.no_cpython_wrapper = flags.no_compile = True
     flags.no_cfunc_wrapper = False
     done = compiler.compile_extra(typing, target, adapter, _C_SIG.args, _C_SIG.return_type,
-                                  flags, {}, library=library)  # fmt: skip
+                                  flags, {}, library=library,
+                                  pipeline_class=_pipeline_for(adapter, flags, lean))  # fmt: skip
     # Only the C wrapper is called from outside: with the kernel and the adapter internal,
     # LLVM no longer keeps the kernel as an exported function beside a copy inlined into
     # one of the adapter's two call sites (one copy now, called from both): a quarter less
