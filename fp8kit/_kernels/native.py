@@ -1416,9 +1416,10 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=F
     disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
     flags = disp._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = flags.no_cfunc_wrapper = flags.no_compile = True
+    pipeline = _pipeline_for(func, flags, lean)
     kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
                                          flags, {}, library=library,
-                                         pipeline_class=_pipeline_for(func, flags, lean))  # fmt: skip
+                                         pipeline_class=pipeline)  # fmt: skip
     adapter = _adapter_function(sig, bound, sizes, digest, _native_call(kernel_done.fndesc, sig))
     flags = compiler.Flags()
     cpu_target.options.parse_as_flags(
