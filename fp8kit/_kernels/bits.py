@@ -632,26 +632,19 @@ def x86_nan(r, a, b):
     return r if r == r else nan
 
 
-@intrinsic
-def array_at(typingctx, ptr, size, dtype):
-    """The 1-D C-contiguous array of ``size`` elements of ``dtype`` (a numpy scalar type)
-    at the address ``ptr`` (a void pointer): how a native kernel's C-callable adapter
-    (:func:`fp8kit._kernels.native.numba_address`) sees its arguments.  No memory owner,
-    so no reference counting (``numba.carray`` needs Numba's runtime for that)."""
-    if not isinstance(dtype, types.NumberClass):
-        return None
-    arrty = types.Array(dtype.dtype, 1, "C")
-
-    def codegen(context, builder, signature, args):
-        llty = context.get_data_type(arrty.dtype)
-        itemsize = ir.Constant(context.get_value_type(types.intp), context.get_abi_sizeof(llty))
-        ary = context.make_array(arrty)(context, builder)
-        data = builder.bitcast(args[0], llty.as_pointer())
-        context.populate_array(ary, data=data, shape=[args[1]], strides=[itemsize],
-                               itemsize=itemsize, meminfo=None)  # fmt: skip
-        return ary._getvalue()
-
-    return arrty(ptr, types.intp, dtype), codegen
+def array_value(context, builder, arrty, ptr, size):
+    """The Numba array value of type ``arrty`` (1-D, C-contiguous) of ``size`` elements at
+    the address ``ptr`` (LLVM values: a byte pointer and an intp): how a native kernel's
+    C-callable adapter (:func:`fp8kit._kernels.native._adapter_emitter`) passes its
+    arguments.  No memory owner, so no reference counting (``numba.carray`` needs Numba's
+    runtime for that)."""
+    llty = context.get_data_type(arrty.dtype)
+    itemsize = ir.Constant(context.get_value_type(types.intp), context.get_abi_sizeof(llty))
+    ary = context.make_array(arrty)(context, builder)
+    data = builder.bitcast(ptr, llty.as_pointer())
+    context.populate_array(ary, data=data, shape=[size], strides=[itemsize],
+                           itemsize=itemsize, meminfo=None)  # fmt: skip
+    return ary._getvalue()
 
 
 @intrinsic

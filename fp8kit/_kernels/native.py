@@ -233,6 +233,26 @@ def _field(builder, obj, offset: int, ty):
     return builder.load(builder.bitcast(at, ty.as_pointer()))
 
 
+def _length(builder, obj, nd_at: int, dims_at: int):
+    """The length of the array ``obj``'s first axis: 1 for a 0-d array, which has no shape
+    to read (its shape pointer is never loaded)."""
+    one = cgutils.alloca_once_value(builder, ir.Constant(_I64, 1))
+    dims = _field(builder, obj, dims_at, _I64.as_pointer())
+    scalar = builder.icmp_signed("==", _field(builder, obj, nd_at, _I32), ir.Constant(_I32, 0))
+    return builder.load(builder.select(scalar, one, dims))
+
+
+def _is_array(builder, obj, ndarray, type_at: int):
+    """Whether ``obj`` is an ndarray (``ndarray``: the type object), a subclass too."""
+    ty = _field(builder, obj, type_at, _OBJ)
+    is_array = cgutils.alloca_once_value(builder, builder.icmp_unsigned("==", ty, ndarray))
+    with builder.if_then(builder.not_(builder.load(is_array))):
+        subtype = _extern(builder, "PyType_IsSubtype", _I32, [_OBJ, _OBJ])
+        sub = builder.call(subtype, [ty, ndarray])
+        builder.store(builder.icmp_signed("!=", sub, ir.Constant(_I32, 0)), is_array)
+    return builder.load(is_array)
+
+
 def _entry_emitter(layout: tuple[int, int, int, int]):
     """The emitter of the CPython entry (:data:`ENTRY_TYPE`) of :class:`NativeKernel`:
     ``entry(prm, x, lut, table, out, nchunks)`` as the Numba trampoline's, ``self`` the
@@ -249,43 +269,20 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
         with builder.goto_block(fail):
             builder.call(extern("PyErr_BadArgument", _I32, []), [])
             builder.ret(ir.Constant(_OBJ, None))
-        ok = builder.icmp_signed("==", nargs, ir.Constant(_I64, 6))
-        proceed = builder.append_basic_block("args")
-        builder.cbranch(ok, proceed, fail)
-        builder.position_at_end(proceed)
+
+        def require(cond):
+            good = builder.append_basic_block("ok")
+            builder.cbranch(cond, good, fail)
+            builder.position_at_end(good)
+
+        require(builder.icmp_signed("==", nargs, ir.Constant(_I64, 6)))
         objs = [builder.load(builder.gep(argv, [ir.Constant(_I64, k)])) for k in range(6)]
-        subtype = extern("PyType_IsSubtype", _I32, [_OBJ, _OBJ])
         for obj in objs[:5]:
-            ty = field(obj, type_at, _OBJ)
-            exact = builder.icmp_unsigned("==", ty, ndarray)
-            checked = builder.append_basic_block("checked")
-            slow = builder.append_basic_block("subtype")
-            builder.cbranch(exact, checked, slow)
-            builder.position_at_end(slow)
-            sub = builder.call(subtype, [ty, ndarray])
-            builder.cbranch(builder.icmp_signed("!=", sub, ir.Constant(_I32, 0)), checked, fail)
-            builder.position_at_end(checked)
+            require(_is_array(builder, obj, ndarray, type_at))
         spec = builder.call(extern("PyLong_AsSsize_t", _I64, [_OBJ]), [objs[5]])
-        bad = builder.icmp_signed("<", spec, ir.Constant(_I64, 0))  # (-1: not an int)
-        good = builder.append_basic_block("spec")
-        builder.cbranch(bad, fail, good)
-        builder.position_at_end(good)
+        require(builder.icmp_signed(">=", spec, ir.Constant(_I64, 0)))  # (-1: not an int)
         datas = [field(obj, data_at, _I8P) for obj in objs[:5]]
-        x = objs[1]
-        nd = field(x, nd_at, _I32)
-        dims = field(x, dims_at, _I64.as_pointer())
-        # (a 0-d array has one element and no shape to read)
-        scalar = builder.icmp_signed("==", nd, ir.Constant(_I32, 0))
-        with builder.if_else(scalar) as (then, otherwise):
-            with then:
-                one = ir.Constant(_I64, 1)
-                b_then = builder.block
-            with otherwise:
-                first_dim = builder.load(dims)
-                b_else = builder.block
-        n = builder.phi(_I64)
-        n.add_incoming(one, b_then)
-        n.add_incoming(first_dim, b_else)
+        n = _length(builder, objs[1], nd_at, dims_at)
         lo, hi = chunk_bounds(builder, spec, n)
         # (fp8kit._parallel.NO_STREAM: the kernels' total 0, below every size from which
         # they write with non-temporal stores, the only thing they read it for)
@@ -500,18 +497,12 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int], flags_at: int | No
         start = builder.append_basic_block("args")
         builder.cbranch(count_ok, start, fail)
         builder.position_at_end(start)
-        subtype = extern("PyType_IsSubtype", _I32, [_OBJ, _OBJ])
         as_index = extern("PyNumber_AsSsize_t", _I64, [_OBJ, _OBJ])
         occurred = extern("PyErr_Occurred", _OBJ, [])
         with cgutils.for_range(builder, nargs) as loop:
             k = loop.index
             obj = builder.load(builder.gep(argv, [k]))
-            ty = field(obj, type_at, _OBJ)
-            is_array = cgutils.alloca_once_value(builder, builder.icmp_unsigned("==", ty, ndarray))
-            with builder.if_then(builder.not_(builder.load(is_array))):
-                sub = builder.call(subtype, [ty, ndarray])
-                builder.store(builder.icmp_signed("!=", sub, ir.Constant(_I32, 0)), is_array)
-            with builder.if_else(builder.load(is_array)) as (array, integer):
+            with builder.if_else(_is_array(builder, obj, ndarray, type_at)) as (array, integer):
                 with array:
                     builder.store(field(obj, data_at, _I8P), builder.gep(ptrs, [k]))
                     nd = field(obj, nd_at, _I32)
@@ -523,14 +514,7 @@ def _generic_entry_emitter(layout: tuple[int, int, int, int], flags_at: int | No
                         kind = builder.or_(num, builder.shl(builder.zext(nd, _I64), c(32)))
                         kind = builder.or_(kind, builder.shl(flags, c(40)))
                         builder.store(kind, builder.gep(kinds, [k]))
-                    dims = field(obj, dims_at, _I64.as_pointer())
-                    scalar = builder.icmp_signed("==", nd, ir.Constant(_I32, 0))
-                    # (a 0-d array has one element and no shape to read)
-                    with builder.if_else(scalar) as (then, otherwise):
-                        with then:
-                            builder.store(c(1), builder.gep(ints, [k]))
-                        with otherwise:
-                            builder.store(builder.load(dims), builder.gep(ints, [k]))
+                    builder.store(_length(builder, obj, nd_at, dims_at), builder.gep(ints, [k]))
                 with integer:
                     value = builder.call(as_index, [obj, ir.Constant(_OBJ, None)])
                     builder.store(value, builder.gep(ints, [k]))
@@ -1096,66 +1080,97 @@ def kind_word(itemsize: int, writeable: bool) -> tuple[int, int]:
     return itemsize | (1 << 32) | (flags << 40), 0xFFFFFFFF | (0xFF << 32) | (flags << 40)
 
 
-def _adapter_source(sig, bound, sizes) -> tuple[str, dict]:
-    """Python source of the C-callable function (:data:`CHECKED_TYPE`) around a Numba
-    kernel of signature ``sig``: it checks each argument's kind against the signature (and
-    the lengths of the argument pairs ``sizes``), views the pointers as arrays and calls
-    the kernel; ``bound``: the kernel's first argument is the bound parameter array (else
-    the bound array holds the address alone)."""
-    from numba import types
-
-    names = {"np": np, "REFUSED": np.int64(REFUSED), "LOW": np.int64(0xFFFFFFFF)}
-    lines = ["def adapter(ptrs, ints, kinds, nargs):"]
-    first = 0 if bound else 1
-    xo = _xo_call_source(sig, bound)
-    if xo is not None:  # (the x-and-out entry, which checked x and out itself)
-        lines += ["    if nargs == -3:", f"        {xo}"]
-    lines.append(f"    if nargs != {len(sig.args) + first}:")
-    lines.append(f"        return REFUSED | (nargs << 40)")  # noqa: F541
-    call = []
-    for k, ty in enumerate(sig.args, start=first):
-        if isinstance(ty, types.Array):
-            dt = np.dtype(str(ty.dtype))
-            names[f"d{k}"] = np.dtype(dt).type
-            if k == 0:
-                call.append(f"carray(ptrs[0], (ints[0] - {ADDRESS_BYTES}) // {dt.itemsize}, d0)")
-                continue
-            want, mask = kind_word(dt.itemsize, ty.mutable)
-            lines.append(f"    if (kinds[{k}] & {mask}) != {want}:")
-            lines.append(f"        return REFUSED | {k << 40}")
-            call.append(f"carray(ptrs[{k}], ints[{k}], d{k})")
-        else:
-            lines.append(f"    if kinds[{k}] != -1:")
-            lines.append(f"        return REFUSED | {k << 40}")
-            call.append(f"ints[{k}]")
-    for a, b in sizes:
-        lines.append(f"    if ints[{a + first}] != ints[{b + first}]:")
-        lines.append(f"        return REFUSED | {(b + first) << 40}")
-    returns = sig.return_type not in (types.void, types.none)
-    lines.append(f"    {'r = ' if returns else ''}kernel({', '.join(call)})")
-    lines.append("    return np.int64(r) & LOW" if returns else "    return np.int64(0)")
-    return "\n".join(lines) + "\n", names
-
-
-def _xo_call_source(sig, bound: bool) -> str | None:
-    """The adapter's statement calling a kernel of the codec signature (``[prm,] x, lut,
-    table, out, nchunks``) from the x-and-out entry (:func:`xo_call`: ``ptrs`` the
-    parameters, x and out; lut and table empty, not read by such a kernel), or None for
-    other signatures."""
-    from numba import types
-
+def _has_xo(sig, bound: bool) -> bool:
+    """Whether a kernel of signature ``sig`` has the codec kernels' arguments (``[prm,] x,
+    lut, table, out, nchunks``), so that the x-and-out entry (:func:`xo_call`) can call it
+    with x and out alone (lut and table empty, not read by such a kernel)."""
     args = sig.args[1:] if bound else sig.args
-    if len(args) != 5 or not all(isinstance(t, types.Array) for t in args[:4]):
-        return None
-    call = [] if not bound else [f"carray(ptrs[0], (ints[0] - {ADDRESS_BYTES}) // "
-                                 f"{np.dtype(str(sig.args[0].dtype)).itemsize}, d0)"]  # fmt: skip
-    # (d1 .. d4: the dtypes of x, lut, table and out, as _adapter_source names them)
-    call += ["carray(ptrs[1], ints[1], d1)", "carray(ptrs[0], 0, d2)", "carray(ptrs[0], 0, d3)",
-             "carray(ptrs[2], ints[2], d4)", "1"]  # fmt: skip
+    return len(args) == 5 and all(isinstance(t, types.Array) for t in args[:4])
+
+
+def _adapter_emitter(fndesc, sig, bound: bool, sizes):
+    """The emitter of the C-callable adapter (:data:`CHECKED_TYPE`) of the Numba kernel
+    lowered as ``fndesc``, of signature ``sig``: it checks each argument's kind against
+    the signature (:func:`kind_word`; -1 for an int) and the lengths of the argument pairs
+    ``sizes``, returning ``REFUSED | index << 40`` for the first that differs (the count
+    of arguments: ``REFUSED | nargs << 40``), then calls the kernel by Numba's calling
+    convention with its arrays as views of the pointers (:func:`fp8kit._kernels.bits.
+    array_value`) and returns its result's low 32 bits (0 where it returns nothing).
+    ``bound``: the kernel's first argument is the bound parameter array (else the bound
+    array holds the address alone).  With ``nargs`` -3 (:func:`_has_xo` kernels), the
+    x-and-out entry's call, which checked x and out itself.
+
+    Written as IR, not as a Numba function: Numba's front end took 0.045-0.06 s a kernel
+    on it (161 statements), the IR 0.002 s.  Kernels raise nothing (no runtime, no bounds
+    checks), so the status of the call is not read."""
+    from .bits import array_value
+
+    first = 0 if bound else 1
     returns = sig.return_type not in (types.void, types.none)
-    if returns:
-        return f"return np.int64(kernel({', '.join(call)})) & LOW"
-    return f"kernel({', '.join(call)}); return np.int64(0)"
+
+    def emit(context, builder, args):
+        ptrs, ints, kinds, nargs = args
+        call_conv = context.call_conv
+        fnty = call_conv.get_function_type(sig.return_type, sig.args)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, fndesc.llvm_func_name)
+
+        def c(v):
+            return ir.Constant(_I64, v)
+
+        def at(array, k):
+            return builder.load(builder.gep(array, [c(k)]))
+
+        def refuse_if(cond, code):
+            with builder.if_then(cond, likely=False):
+                builder.ret(code)
+
+        def call(arrays, scalars):  # ((pointer, length) of each array, each int's value)
+            values, arrays, scalars = [], iter(arrays), iter(scalars)
+            for ty in sig.args:
+                if isinstance(ty, types.Array):
+                    values.append(array_value(context, builder, ty, *next(arrays)))
+                else:
+                    values.append(context.cast(builder, next(scalars), types.int64, ty))
+            got = call_conv.call_function(builder, fn, sig.return_type, sig.args, values)[1]
+            if not returns:
+                return c(0)
+            return builder.and_(context.cast(builder, got, sig.return_type, types.int64),
+                                c(0xFFFFFFFF))  # fmt: skip
+
+        def length(k, ty):
+            if k > 0:
+                return at(ints, k)
+            # (the bound array: the address, then the parameters)
+            itemsize = np.dtype(str(ty.dtype)).itemsize
+            return builder.sdiv(builder.sub(at(ints, 0), c(ADDRESS_BYTES)), c(itemsize))
+
+        bound_array = [(at(ptrs, 0), length(0, sig.args[0]))] if bound else []
+        if _has_xo(sig, bound):  # ptrs and ints: [parameters, x, out]
+            with builder.if_then(builder.icmp_signed("==", nargs, c(-3))):
+                empty = (at(ptrs, 0), c(0))
+                xo = [(at(ptrs, 1), at(ints, 1)), empty, empty, (at(ptrs, 2), at(ints, 2))]
+                builder.ret(call(bound_array + xo, [c(1)]))  # (nchunks 1)
+        count = len(sig.args) + first
+        refuse_if(builder.icmp_signed("!=", nargs, c(count)),
+                  builder.or_(c(REFUSED), builder.shl(nargs, c(40))))  # fmt: skip
+        arrays, scalars = bound_array, []
+        for k, ty in enumerate(sig.args, start=first):
+            if isinstance(ty, types.Array) and k == 0:
+                continue
+            if isinstance(ty, types.Array):
+                want, mask = kind_word(np.dtype(str(ty.dtype)).itemsize, ty.mutable)
+                arrays = arrays + [(at(ptrs, k), at(ints, k))]
+            else:
+                want, mask = -1, -1
+                scalars.append(at(ints, k))
+            kind = builder.and_(at(kinds, k), c(mask))
+            refuse_if(builder.icmp_signed("!=", kind, c(want)), c(REFUSED | k << 40))
+        for a, b in sizes:
+            refuse_if(builder.icmp_signed("!=", at(ints, a + first), at(ints, b + first)),
+                      c(REFUSED | (b + first) << 40))  # fmt: skip
+        return call(arrays, scalars)
+
+    return emit
 
 
 def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=()) -> int:
@@ -1167,7 +1182,7 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
     called only where the cache misses, so that a cached kernel loads without Numba's
     typing or lowering (0.01 s where Numba's own cache takes 0.4-0.75).  ``key`` names
     everything the kernel depends on besides the kernel sources; ``bound`` and ``sizes``:
-    see :func:`_adapter_source`."""
+    see :func:`_adapter_emitter`."""
     key = ("numba",) + tuple(key) + (str(sig), bound, tuple(sizes))
     with BUILD_LOCK:
         if key in _BUILT:
@@ -1197,13 +1212,13 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
 
 
 def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
-    """``(library, symbol)``: the C-callable adapter (:func:`_adapter_source`) of the
+    """``(library, symbol)``: the C-callable adapter (:func:`_adapter_emitter`) of the
     Numba kernel ``kernel`` (``(function, dispatcher)``: the Python function to compile and
     the uncompiled dispatcher whose options it compiles with), kernel and adapter compiled
     into one code library and finalized once (:func:`_compile_together`).  Where Numba's
-    internals are not the ones that route reads, the dispatcher is compiled and a
-    ``cfunc`` adapter calls it (:func:`_compile_apart`: the kernel optimised and turned into
-    machine code twice, ~0.13 s more a kernel), with a warning.
+    internals are not the ones that route reads, the dispatcher is compiled and the
+    adapter, in a library of its own, calls it (:func:`_compile_apart`: the kernel
+    optimised and turned into machine code twice), with a warning.
 
     The adapter's name, like the kernel's (``compile_kernel``'s argument in
     :func:`numba_address`), holds the cache key's ``digest``: Numba's symbol names hold a
@@ -1226,36 +1241,38 @@ def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
 _TOGETHER = [True]  # (False once the one-library route failed: see _compile_numba)
 
 
-def _adapter_function(sig, bound, sizes, digest, kernel):
-    source, names = _adapter_source(sig, bound, sizes)
-    source = source.replace("def adapter(", f"def adapter_{digest}(", 1)
-    from .bits import array_at
+def _adapter_module(digest: str, fndesc, sig, bound: bool, sizes) -> tuple:
+    """``(module, name)``: the LLVM module of the adapter (:func:`_adapter_emitter`) of
+    the kernel lowered as ``fndesc``, and its symbol, named by the cache key's
+    ``digest``."""
+    from numba.core.registry import cpu_target
 
-    names.update(kernel=kernel, carray=array_at)
-    exec(compile(source, "<fp8kit adapter>", "exec"), names)  # noqa: S102
-    return names[f"adapter_{digest}"]
-
-
-#: The adapter's C signature (:data:`CHECKED_TYPE`).
-_C_SIG = types.int64(types.CPointer(types.voidptr), types.CPointer(types.int64),
-                     types.CPointer(types.int64), types.int64)  # fmt: skip
+    name = f"fp8kit_adapter_{digest}"
+    emit = _adapter_emitter(fndesc, sig, bound, sizes)
+    return _module(cpu_target.target_context, name, emit, CHECKED_TYPE), name
 
 
 def _compile_apart(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
-    from numba import cfunc
-
+    """The kernel compiled by its dispatcher (Numba's public route) and its adapter in a
+    library of its own that links the kernel's: both optimised and turned into machine
+    code apart (and the dispatcher's CPython wrapper too), where Numba's compiler does
+    not take a library to lower into."""
     func, disp = kernel
     disp.compile(sig)
-    adapter = cfunc(_C_SIG, nopython=True, error_model="numpy", boundscheck=False, _nrt=False)(
-        _adapter_function(sig, bound, sizes, digest, disp)
-    )
-    return adapter._library, adapter.native_name
+    done = disp.overloads[sig.args]
+    module, name = _adapter_module(digest, done.fndesc, sig, bound, sizes)
+    library = done.library.codegen.create_library(name)
+    library.enable_object_caching()
+    library.add_ir_module(module)
+    library.add_linking_library(done.library)
+    library.finalize()
+    return library, name
 
 
 def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
-    """Kernel and adapter lowered by Numba's compiler into one library (no CPython
-    wrapper, no cfunc wrapper for the kernel), the adapter calling the kernel's native
-    function through Numba's calling convention (:func:`_native_call`).
+    """The kernel lowered by Numba's compiler into a library (no CPython wrapper, no cfunc
+    wrapper) and its adapter (:func:`_adapter_emitter`) added to it, calling the kernel's
+    native function by Numba's calling convention.
 
     Numba's CPU target loads only the lowering the kernels use while they compile
     (:func:`_lean_registries`); a kernel that needs more compiles again with all of it
@@ -1420,44 +1437,17 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=F
     kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
                                          flags, {}, library=library,
                                          pipeline_class=pipeline)  # fmt: skip
-    adapter = _adapter_function(sig, bound, sizes, digest, _native_call(kernel_done.fndesc, sig))
-    flags = compiler.Flags()
-    cpu_target.options.parse_as_flags(
-        flags, {"nopython": True, "error_model": "numpy", "boundscheck": False, "_nrt": False}
-    )
-    flags.no_cpython_wrapper = flags.no_compile = True
-    flags.no_cfunc_wrapper = False
-    done = compiler.compile_extra(typing, target, adapter, _C_SIG.args, _C_SIG.return_type,
-                                  flags, {}, library=library,
-                                  pipeline_class=_pipeline_for(adapter, flags, lean))  # fmt: skip
-    # Only the C wrapper is called from outside: with the kernel and the adapter internal,
-    # LLVM no longer keeps the kernel as an exported function beside a copy inlined into
-    # one of the adapter's two call sites (one copy now, called from both): a quarter less
-    # machine code to optimise and emit, the same loops
+    fndesc = kernel_done.fndesc
+    # (the adapter in the kernel's library, so that LLVM inlines the kernel into it)
+    module, name = _adapter_module(digest, fndesc, sig, bound, sizes)
+    library.add_ir_module(module)
+    # Only the adapter is called from outside: with the kernel internal, LLVM no longer
+    # keeps it as an exported function beside the copies inlined into the adapter
     module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
     if module is not None:
-        for name in (kernel_done.fndesc.llvm_func_name, done.fndesc.llvm_func_name):
-            module.get_function(name).linkage = "internal"
+        module.get_function(fndesc.llvm_func_name).linkage = "internal"
     library.finalize()
-    return library, done.fndesc.llvm_cfunc_wrapper_name
-
-
-def _native_call(fndesc, sig):
-    """An intrinsic calling the compiled function ``fndesc`` (of signature ``sig``) by
-    Numba's calling convention: how the adapter calls a kernel lowered into its library."""
-
-    def codegen(context, builder, signature, args):
-        fnty = context.call_conv.get_function_type(sig.return_type, sig.args)
-        fn = cgutils.get_or_insert_function(builder.module, fnty, fndesc.llvm_func_name)
-        return context.call_conv.call_function(builder, fn, sig.return_type, sig.args, args)[1]
-
-    params = ", ".join(f"a{k}" for k in range(len(sig.args)))
-    names = {"codegen": codegen, "signature": sig.return_type}
-    # (typed with the caller's argument types: array views and the kernel's readonly
-    # arrays share one data model)
-    source = f"def call(typingctx, {params}):\n    return signature({params}), codegen\n"
-    exec(source, names)  # noqa: S102
-    return intrinsic(names["call"])
+    return library, name
 
 
 def function_key(func) -> str:
@@ -1513,7 +1503,7 @@ class NumbaKernel(_NativeBase):
         if self._built is None:
             address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes)
             built = NativeCall(checked_entry(), bind(address, self._params))
-            built.xo = self.xo and _xo_call_source(self._sig, self._bound) is not None
+            built.xo = self.xo and _has_xo(self._sig, self._bound)
             self._built = built
         return self._built
 
