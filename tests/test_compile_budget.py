@@ -435,3 +435,43 @@ def test_lean_pipeline_compiles_the_same_function():
     a = np.random.default_rng(1).standard_normal(1000)
     for k in (0.0, 0.5, 3.0):
         assert done.entry_point(a, k) == plain(a, k) == _branchy(a, k)
+
+
+def test_the_collector_is_paused_while_a_kernel_compiles_and_restored(monkeypatch):
+    """Kernels compile with Python's cyclic collector paused (its full collections of the
+    heap took 0.035 s each in a first call); it runs again afterwards, also where the
+    compile failed, and stays off where the user had turned it off."""
+    import gc
+
+    from fp8kit._kernels import native
+
+    seen = []
+    with native._no_gc():
+        seen.append(gc.isenabled())
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(RuntimeError), native._no_gc():
+        raise RuntimeError("a failed compile")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with native._no_gc():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    # and the route that compiles kernels takes it
+    plain = native._compile_numba
+
+    def compile_numba(*args):
+        seen.append(gc.isenabled())
+        return plain(*args)
+
+    monkeypatch.setattr(native, "_compile_numba", compile_numba)
+    monkeypatch.setattr(native, "_BUILT", {})
+    monkeypatch.setattr(native, "_load", lambda *a: None)
+    monkeypatch.setattr(native, "_store", lambda *a: None)
+    kernel, _ = kc.encode_kernel(E4M3, F32, True, strategy="generic")
+    if kernel._native() is None:
+        pytest.skip("this interpreter's array layout is not the one the entry reads")
+    assert seen[-1] is False and gc.isenabled()
