@@ -59,9 +59,11 @@ def _arr(dt, ndim=1, readonly=True):
     return types.Array(from_dtype(np.dtype(dt)), ndim, "C", readonly=readonly)
 
 
+@functools.cache
 def round_params(fmt: FloatFormat):
     """Parameters of :func:`round_in_place` for float32 bits: nearest-even to ``fmt``'s
-    values, overflow and Inf -> +-max, NaN -> quiet NaN."""
+    values, overflow and Inf -> +-max, NaN -> quiet NaN.  (Cached: ``fmt.max`` is exact
+    rational arithmetic, a fifth of a 1,000-element fake_convert's time.)"""
     u = np.uint32
     sh = 23 - fmt.mantissa_bits
     min_normal = (fmt.minexp + 127) << 23
