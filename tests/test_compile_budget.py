@@ -475,3 +475,27 @@ def test_the_collector_is_paused_while_a_kernel_compiles_and_restored(monkeypatc
     if kernel._native() is None:
         pytest.skip("this interpreter's array layout is not the one the entry reads")
     assert seen[-1] is False and gc.isenabled()
+
+
+def test_kernels_compile_through_the_lean_pipeline(monkeypatch):
+    """fp8kit's kernel route hands its kernels (no runtime, flattened) to the lean
+    pipeline; the adapter around them is IR, so nothing else goes through Numba's."""
+    from numba.core import compiler
+
+    from fp8kit._kernels import native
+
+    used = []
+    plain = compiler.compile_extra
+
+    def compile_extra(*args, pipeline_class=compiler.Compiler, **kwargs):
+        used.append((args[2].__qualname__, pipeline_class))
+        return plain(*args, pipeline_class=pipeline_class, **kwargs)
+
+    monkeypatch.setattr(compiler, "compile_extra", compile_extra)
+    monkeypatch.setattr(native, "_BUILT", {})
+    monkeypatch.setattr(native, "_load", lambda *a: None)
+    monkeypatch.setattr(native, "_store", lambda *a: None)
+    kernel, _ = kc.encode_kernel(E4M3, F32, True, strategy="generic")
+    if kernel._native() is None:
+        pytest.skip("this interpreter's array layout is not the one the entry reads")
+    assert len(used) == 1 and used[0][1] is native._lean_pipeline()
