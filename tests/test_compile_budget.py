@@ -437,6 +437,20 @@ def test_lean_pipeline_compiles_the_same_function():
         assert done.entry_point(a, k) == plain(a, k) == _branchy(a, k)
 
 
+def _compile_a_kernel_anew(monkeypatch):
+    """One codec kernel compiled through fp8kit's native route, nothing read from or
+    written to the disk cache, nothing reused from this process (skips where the route is
+    not available here)."""
+    from fp8kit._kernels import native
+
+    monkeypatch.setattr(native, "_BUILT", {})
+    monkeypatch.setattr(native, "_load", lambda *a: None)
+    monkeypatch.setattr(native, "_store", lambda *a: None)
+    kernel, _ = kc.encode_kernel(E4M3, F32, True, strategy="generic")
+    if kernel._native() is None:
+        pytest.skip("this interpreter's array layout is not the one the entry reads")
+
+
 def test_the_collector_is_paused_while_a_kernel_compiles_and_restored(monkeypatch):
     """Kernels compile with Python's cyclic collector paused (its full collections of the
     heap took 0.035 s each in a first call); it runs again afterwards, also where the
@@ -468,12 +482,7 @@ def test_the_collector_is_paused_while_a_kernel_compiles_and_restored(monkeypatc
         return plain(*args)
 
     monkeypatch.setattr(native, "_compile_numba", compile_numba)
-    monkeypatch.setattr(native, "_BUILT", {})
-    monkeypatch.setattr(native, "_load", lambda *a: None)
-    monkeypatch.setattr(native, "_store", lambda *a: None)
-    kernel, _ = kc.encode_kernel(E4M3, F32, True, strategy="generic")
-    if kernel._native() is None:
-        pytest.skip("this interpreter's array layout is not the one the entry reads")
+    _compile_a_kernel_anew(monkeypatch)
     assert seen[-1] is False and gc.isenabled()
 
 
@@ -492,10 +501,5 @@ def test_kernels_compile_through_the_lean_pipeline(monkeypatch):
         return plain(*args, pipeline_class=pipeline_class, **kwargs)
 
     monkeypatch.setattr(compiler, "compile_extra", compile_extra)
-    monkeypatch.setattr(native, "_BUILT", {})
-    monkeypatch.setattr(native, "_load", lambda *a: None)
-    monkeypatch.setattr(native, "_store", lambda *a: None)
-    kernel, _ = kc.encode_kernel(E4M3, F32, True, strategy="generic")
-    if kernel._native() is None:
-        pytest.skip("this interpreter's array layout is not the one the entry reads")
+    _compile_a_kernel_anew(monkeypatch)
     assert len(used) == 1 and used[0][1] is native._lean_pipeline()
