@@ -697,7 +697,7 @@ def fake_walk_kernel(width: int, stage=None, fix_nan=False) -> GenericNativeKern
     kernel = GenericNativeKernel(key, _fake_walk_native(width, stage, fix_nan), _NO_PARAMS)
     if stage is None:
         # (the whole walk compiles in 0.016 s with the short pipeline, 0.036-0.040 with
-        # the full one, and runs as fast; the stochastic stages ran 8-12% slower with it)
+        # the full one, and runs as fast; the stochastic stages ran 2-12% slower with it)
         kernel.passes = LEAN_PASSES
     return kernel
 

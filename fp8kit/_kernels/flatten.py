@@ -737,7 +737,7 @@ def _round(body, params, fl) -> tuple[list, bool]:
             t is ast.Subscript and type(e.value) is ast.Name and type(e.ctx) is ast.Load
             and const_items(e.value.id) is not None and type(e.slice) is ast.Constant
             and type(e.slice.value) is int
-            and -len(const_items(e.value.id)) <= e.slice.value < len(const_items(e.value.id))
+            and 0 <= e.slice.value < len(const_items(e.value.id))  # (-k: a UnaryOp)
         ):  # fmt: skip
             changed = True
             return const_item(e.value.id, e.slice.value)

@@ -1161,14 +1161,11 @@ def _adapter_emitter(fndesc, sig, bound: bool, sizes):
             return builder.and_(context.cast(builder, got, sig.return_type, types.int64),
                                 c(0xFFFFFFFF))  # fmt: skip
 
-        def length(k, ty):
-            if k > 0:
-                return at(ints, k)
-            # (the bound array: the address, then the parameters)
-            itemsize = np.dtype(str(ty.dtype)).itemsize
-            return builder.sdiv(builder.sub(at(ints, 0), c(ADDRESS_BYTES)), c(itemsize))
-
-        bound_array = [(at(ptrs, 0), length(0, sig.args[0]))] if bound else []
+        bound_array = []
+        if bound:  # (its bytes: the address, then the parameters)
+            itemsize = np.dtype(str(sig.args[0].dtype)).itemsize
+            size = builder.sdiv(builder.sub(at(ints, 0), c(ADDRESS_BYTES)), c(itemsize))
+            bound_array = [(at(ptrs, 0), size)]
         if _has_xo(sig, bound):  # ptrs and ints: [parameters, x, out]
             with builder.if_then(builder.icmp_signed("==", nargs, c(-3))):
                 empty = (at(ptrs, 0), c(0))
@@ -1462,11 +1459,12 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=F
                                          flags, {}, library=library,
                                          pipeline_class=pipeline)  # fmt: skip
     fndesc = kernel_done.fndesc
-    # (the adapter in the kernel's library, so that LLVM inlines the kernel into it)
+    # (the adapter in the kernel's library: one library to optimise, and LLVM may inline
+    # the kernel into the adapter's call sites)
     module, name = _adapter_module(digest, fndesc, sig, bound, sizes)
     library.add_ir_module(module)
-    # Only the adapter is called from outside: with the kernel internal, LLVM no longer
-    # keeps it as an exported function beside the copies inlined into the adapter
+    # Only the adapter is called from outside: with the kernel internal, LLVM keeps no
+    # exported copy of it beside what it inlines into the adapter
     module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
     if module is not None:
         module.get_function(fndesc.llvm_func_name).linkage = "internal"
