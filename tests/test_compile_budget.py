@@ -389,6 +389,12 @@ def _branchy(a, k):
     return total + v
 
 
+def _branchy_types():
+    from numba import types
+
+    return types.Array(types.float64, 1, "C"), types.float64
+
+
 def test_lean_pipeline_is_taken_only_where_what_it_leaves_out_cannot_matter():
     """The lean pipeline (no closure inlining, no array-expression rewrites, no ir.Del)
     serves functions compiled without Numba's runtime and without a nested function;
@@ -503,3 +509,111 @@ def test_kernels_compile_through_the_lean_pipeline(monkeypatch):
     monkeypatch.setattr(compiler, "compile_extra", compile_extra)
     _compile_a_kernel_anew(monkeypatch)
     assert len(used) == 1 and used[0][1] is native._lean_pipeline()
+
+
+def _typed(func, *argtypes):
+    """``(typemap, calltypes)`` of ``func`` typed afresh for ``argtypes``, as text."""
+    from numba import njit
+
+    disp = njit(func)
+    disp.compile(argtypes)
+    (done,) = disp.overloads.values()
+    annotation = done.type_annotation
+    calls = sorted((str(k), str(v)) for k, v in annotation.calltypes.items())
+    return sorted((k, str(v)) for k, v in annotation.typemap.items()), calls
+
+
+def _array_maths(a, b):
+    # (numpy's array operators, and scalar ones, and a literal: the rules the typing
+    # shortcut touches and those it must leave alone)
+    c = a * 2.0 + b
+    c -= np.float32(1.5)
+    s = np.uint32(7) & np.uint32(12)
+    return c.sum() + (-c)[0] + s + abs(a[1])
+
+
+def test_quick_typing_types_kernels_as_numba_does():
+    """Under the typing shortcuts (calls typed once per compile; numpy's array-operator
+    rule declining scalars at once) a function gets the very types and call signatures
+    Numba's own route gives it, array operators included."""
+    from numba import types
+
+    from fp8kit._kernels import native
+
+    a32 = types.Array(types.float32, 1, "C")
+    for func, argtypes in ((_branchy, _branchy_types()), (_array_maths, (a32, a32))):
+        plain = _typed(func, *argtypes)
+        with native._quick_typing():
+            quick = _typed(func, *argtypes)
+        assert quick == plain
+    a = np.arange(4, dtype=np.float32)
+    with native._quick_typing():
+        from numba import njit
+
+        assert njit(_array_maths)(a, a) == pytest.approx(_array_maths(a, a))
+
+
+def test_quick_typing_puts_numbas_rules_back():
+    """The shortcuts last one compile: Numba's own methods are back after it, also where
+    it failed, and nothing typed in one compile is remembered in the next."""
+    from numba.core import types
+    from numba.core.typing import npydecl
+
+    from fp8kit._kernels import native
+
+    call_type = types.Function.get_call_type
+    generic = npydecl.NumpyRulesArrayOperator.generic
+    with pytest.raises(RuntimeError), native._quick_typing():
+        assert types.Function.get_call_type is not call_type
+        assert npydecl.NumpyRulesArrayOperator.generic is not generic
+        raise RuntimeError("a failed compile")
+    assert types.Function.get_call_type is call_type
+    assert npydecl.NumpyRulesArrayOperator.generic is generic
+    assert "get_call_type" not in vars(types.Function)  # (inherited, as before)
+    seen = []
+    for _ in range(2):
+        with native._quick_typing():
+            seen.append(types.Function.get_call_type)
+    # (a new memo each compile: the closures differ)
+    assert seen[0] is not seen[1]
+
+
+def test_quick_typing_that_breaks_falls_back_with_one_warning(monkeypatch):
+    """Where Numba's internals moved, kernels are typed the usual way, with one warning."""
+    import types
+    import warnings
+
+    import numba.core.typing
+
+    from fp8kit._kernels import native
+
+    monkeypatch.setattr(native, "_WARNED", set())
+    # (the module as imports find it, less the rule; Numba's own code keeps its own)
+    moved = types.ModuleType("npydecl")
+    rules = vars(numba.core.typing.npydecl)
+    vars(moved).update({k: v for k, v in rules.items() if k != "NumpyRulesArrayOperator"})
+    monkeypatch.setattr(numba.core.typing, "npydecl", moved)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with native._quick_typing():
+                assert _typed(_branchy, *_branchy_types())
+    assert len(caught) == 1 and "Numba's full route" in str(caught[0].message)
+
+
+def test_kernels_compile_with_quick_typing(monkeypatch):
+    """fp8kit's kernel route types its kernels under the shortcuts."""
+    from numba.core import types
+
+    from fp8kit._kernels import native
+
+    seen = []
+    plain = native._compile_numba
+
+    def compile_numba(*args):
+        seen.append("get_call_type" in vars(types.Function))
+        return plain(*args)
+
+    monkeypatch.setattr(native, "_compile_numba", compile_numba)
+    _compile_a_kernel_anew(monkeypatch)
+    assert seen == [True] and "get_call_type" not in vars(types.Function)
