@@ -372,8 +372,10 @@ def _in_steps(
     y = flat.view(np.float32) if width == 32 else np.empty(x.size, np.float32)
     hf = sc_flat if sh_flat is None else sh_flat
 
+    along = bool(sstr4[3] != 0)  # (compiled into the stages: see fake_walk_kernel)
+
     def walk(stage, src, dst):
-        kernel = fake_walk_kernel(width, stage=stage, fix_nan=fix_nan)
+        kernel = fake_walk_kernel(width, stage=stage, fix_nan=fix_nan, along=along)
         for lo, hi, shp, sst in _row_pieces(shape4, sstr4, dst):
             k = lo * int(sstr4[3])
             _parallel.launch(kernel, hi - lo, consts, src[lo:hi], sc_flat[k:], hf[k:], shp, sst,

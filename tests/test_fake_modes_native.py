@@ -168,9 +168,9 @@ def fused_calls(monkeypatch):
     calls = []
     real = module().fake_walk_kernel
 
-    def record(w, stage=None, fix_nan=False):
+    def record(w, stage=None, fix_nan=False, along=None):
         calls.append(stage)
-        return real(w, stage, fix_nan)
+        return real(w, stage, fix_nan, along)
 
     monkeypatch.setattr(module(), "fake_walk_kernel", record)
     return calls

@@ -243,12 +243,15 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     calls = []
     real = module().fake_walk_kernel
 
-    def record(w, stage=None, fix_nan=False):
+    alongs = []  # (the stages' scales-along-rows flag, compiled in)
+
+    def record(w, stage=None, fix_nan=False, along=None):
         if fix_nan:
             calls.append((w, None, stage, "fix_nan"))
         else:
             calls.append(w if stage is None else (w, None, stage))
-        return real(w, stage, fix_nan)
+        alongs.append(along)
+        return real(w, stage, fix_nan, along)
 
     monkeypatch.setattr(module(), "fake_walk_kernel", record)
     x = X[: 64 * 40].reshape(64, 40)
@@ -263,7 +266,8 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     fp8kit.fake_convert(x, nan_rows)
     fp8kit.fake_convert(x, rows, nan_rows)
     assert calls[4:] == [(32, None, None, "fix_nan")] * 2
-    del calls[4:]
+    assert alongs == [None] * 6  # (the whole walk reads the flag at run time)
+    del calls[4:], alongs[4:]
     for args, kwargs in (
         ((x, rows), dict(rounding="toward_zero")),
         ((x, rows), dict(flush_subnormals=True)),
@@ -272,7 +276,11 @@ def test_what_takes_the_walk_kernel(monkeypatch):
     vbmi = fp8kit._kernels.bits.cpu_has("avx512vbmi")
     # (the deterministic modes and flushing: the walk's steps around round_to's kernel)
     assert [c[2] for c in calls[4:]] == ["pre", "post"] * 2 * vbmi
-    del calls[4:]
+    assert alongs[4:] == [False] * 4 * vbmi  # (a scale per row: constant along it)
+    del calls[4:], alongs[4:]
+    fp8kit.fake_convert(x, np.full((1, 40), 2.0, np.float32), rounding="toward_zero")
+    assert alongs[4:] == [True] * 2 * vbmi  # (a scale per column: varies along rows)
+    del calls[4:], alongs[4:]
     fp8kit.fake_convert(x, rows, mode="openvino-fp16")
     assert calls[4:] == []
     fp8kit.fake_convert(x, rows, rounding="stochastic", seed=1)  # (its native passes)

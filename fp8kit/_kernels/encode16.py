@@ -467,7 +467,7 @@ _FAKE_BLOCK = 512
 
 def _emit_fake_walk(
     context, builder, half_data, consts, x, scale, shift, shape, sstr, out, r0, r1, stage=None,
-    fix_nan=False,
+    fix_nan=False, along=None,
 ):  # fmt: skip
     """FakeConvert (:func:`_fake_body`), in LLVM IR, of rows ``r0 .. r1 - 1`` of the data
     ``x`` (float32 bits, or bfloat16/float16 bits: :func:`_fake16_body`, ``consts``' word after
@@ -479,7 +479,9 @@ def _emit_fake_walk(
     vector code (0.15 s to compile, where the general kernel took 0.36-0.39).  ``stage``:
     ``"pre"`` (:func:`_pre_body`, float32 bits out) or ``"post"``
     (:func:`_post_body`, float32 bits in) of FakeConvert in the other rounding modes;
-    ``fix_nan``: scales or shifts may be NaN (:func:`_x86_first_nan`)."""
+    ``fix_nan``: scales or shifts may be NaN (:func:`_x86_first_nan`); ``along``: whether
+    scales vary along the rows (``sstr[3]`` 1), known when the kernel is built (True or
+    False) or read from ``sstr`` (None)."""
     intp = context.get_value_type(types.intp)
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     lanes = 2 * ROW_BLOCK if half_data else ROW_BLOCK  # (one 512-bit load of x)
@@ -539,7 +541,10 @@ def _emit_fake_walk(
         builder.icmp_unsigned("!=", builder.ptrtoint(x, i64), out_at),
     )
     st0, st1, st2, st3 = (at(sstr, k) for k in (0, 1, 2, 3))
-    per_element = builder.icmp_signed("!=", st3, zero)
+    if along is None:
+        per_element = builder.icmp_signed("!=", st3, zero)
+    else:
+        per_element = ir.Constant(i1, along)
     # (software prefetching of the data, and of the scales where they vary along the rows,
     # as vector_blocks does; with the line-aligned blocks above, one thread, 16M float32 in
     # rows of 4096 with a scale each into a new array 19.0-19.4 -> 15.9-16.3 ms, bfloat16
@@ -638,7 +643,7 @@ def _emit_fake_walk(
             builder.call(fence, [])
 
 
-def _fake_walk_native(width: int, stage=None, fix_nan=False):
+def _fake_walk_native(width: int, stage=None, fix_nan=False, along=None):
     """The emitter of :func:`fake_walk_kernel`'s native kernel
     (:data:`fp8kit._kernels.native.GENERIC_TYPE`), called as ``(consts, x, scale, shift,
     shape, sstr, out, nchunks)``: the chunks split the rows, one call runs its chunks'
@@ -662,7 +667,8 @@ def _fake_walk_native(width: int, stage=None, fix_nan=False):
         r0, r1 = chunk_bounds(builder, spec, rows)
 
         def body(inner, a):
-            _emit_fake_walk(context, inner, width == 16, *a, stage=stage, fix_nan=fix_nan)
+            _emit_fake_walk(context, inner, width == 16, *a, stage=stage, fix_nan=fix_nan,
+                            along=along)  # fmt: skip
 
         walk = body_function(builder, "walk", types_, body, prefer_512=True)
         with builder.if_then(builder.icmp_signed("<", r0, r1)):
@@ -673,7 +679,9 @@ def _fake_walk_native(width: int, stage=None, fix_nan=False):
 
 
 @functools.cache
-def fake_walk_kernel(width: int, stage=None, fix_nan=False) -> GenericNativeKernel | None:
+def fake_walk_kernel(
+    width: int, stage=None, fix_nan=False, along=None
+) -> GenericNativeKernel | None:
     """Kernel of FakeConvert's formula for float32 (``width`` 32) or bfloat16 and float16
     (16) data (``consts``: :func:`fake_scalars`, a word 1 for float16 data, a word 1 where
     large outputs may be streamed: see :func:`_emit_fake_walk`) and scales (and
@@ -688,16 +696,22 @@ def fake_walk_kernel(width: int, stage=None, fix_nan=False) -> GenericNativeKern
     measured.)  ``stage``: ``"pre"`` or ``"post"``, the steps of FakeConvert in the other
     rounding modes before and after :func:`fp8kit.round_to` (:func:`_pre_body`, from the
     data to float32 bits, and :func:`_post_body`, from float32 bits to the data's type).
+    ``along``: the scales vary along the rows (True: ``sstr[3]`` is 1) or not (False),
+    compiled in (a kernel for each); None: read from ``sstr`` at run time.
     (The spec's formula stays LLVM vector code here: the general Numba kernel took 1.2-1.4x
     its time on float32 data with a scale per row, 16M and 256K elements, one thread.)"""
     if not native_available():
         return None
     key = ("fake_walk", width) + (() if stage is None else (stage,))
     key += ("fix_nan",) if fix_nan else ()
-    kernel = GenericNativeKernel(key, _fake_walk_native(width, stage, fix_nan), _NO_PARAMS)
-    if stage is None:
-        # (the whole walk compiles in 0.016 s with the short pipeline, 0.036-0.040 with
-        # the full one, and runs as fast; the stochastic stages ran 2-12% slower with it)
+    key += () if along is None else ("along" if along else "per_row",)
+    emit = _fake_walk_native(width, stage, fix_nan, along)
+    kernel = GenericNativeKernel(key, emit, _NO_PARAMS)
+    if stage is None or along is not None:
+        # (the short pipeline: the whole walk compiles in 0.016 s instead of 0.036-0.040,
+        # a stage with ``along`` compiled in in 0.011-0.012 s instead of 0.034-0.041, and
+        # both run as fast; a stage reading the flag at run time ran 2-12% slower with it:
+        # the full pipeline had unswitched its loop on the flag)
         kernel.passes = LEAN_PASSES
     return kernel
 
