@@ -287,3 +287,49 @@ def test_16_bit_data_widened_in_the_kernel(name, dtype):
             np.testing.assert_array_equal(lean_codes(kernel, part, np.uint8), want, str(sat))
         want = general_codes(fmt, x, sat)
         np.testing.assert_array_equal(fp8kit.encode(x, fmt, saturate=sat), want)
+
+
+# bfloat16 data to formats of at most 6 mantissa bits: on its own 16-bit words where a block
+# holds no value below the format's smallest normal but zeros, widened where it does
+LANES16 = ["p3109_k8p1se", "p3109_k8p1ue", "p3109_k8p3uf", "p3109_k8p7sf", "p3109_k5p2se",
+           "float8_e3m4", "float6_e3m2fn", "float4_e2m1fn", "float8_e5m2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", LANES16)
+def test_bfloat16_rounds_on_16_bit_lanes(name):
+    """The general kernel's codes for every bfloat16 bit pattern in order (whole blocks of
+    either kind), and again with one value below the smallest normal in each block of
+    normals (the block redone widened), at every offset, in every saturation; and the
+    kernel is built with its 16-bit lanes."""
+    fmt, dtype = get_format(name), np.dtype(ml_dtypes.bfloat16)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    strewn = every.copy()
+    strewn[1000::2048] = 0x0001  # (the smallest subnormal: below every format's normals)
+    for x in (every.view(dtype), strewn.view(dtype)):
+        for sat in SATURATE:
+            kernel = lean.lean_kernel(fmt, dtype, sat)
+            if kernel is None:  # (Inf's rule under "propagate": not encode_lean's)
+                continue
+            assert kernel._key[-1] is True  # (the 16-bit lanes)
+            for start in (0, 1, 33):
+                part = x[start:]
+                want = general_codes(fmt, part, sat)
+                got = lean_codes(kernel, part, fmt.code_dtype)
+                bad = np.flatnonzero(got != want)
+                assert not bad.size, (sat, start, [(hex(part.view(np.uint16)[i]), got[i],
+                                                    want[i]) for i in bad[:5]])  # fmt: skip
+    # (float16 data, and formats of 7 mantissa bits or more, are widened)
+    assert lean.lean_kernel(fmt, np.float16, True)._key[-1] is False
+    assert lean.lean_kernel(get_format("bfloat16"), dtype, True)._key[-1] is False
+
+
+def test_float8_e8m0fnu_from_bfloat16_on_its_own_words():
+    """bfloat16 data to float8_e8m0fnu rounds on its 16-bit words, with the constants of
+    the bfloat16 layout after the float32 ones (every bit pattern, every mode: see
+    test_float8_e8m0fnu_in_the_deterministic_modes_gives_the_numba_kernels_bits)."""
+    from fp8kit._kernels.codec import _params
+
+    kernel = lean.unsigned_kernel(E8M0, ml_dtypes.bfloat16, True)
+    q32, q16 = _params(E8M0, "float32", True)[1], _params(E8M0, "bfloat16", True)[1]
+    assert kernel._params.tolist() == [int(v) for v in q32 + q16]
+    assert lean.unsigned_kernel(E8M0, np.float16, True)._params.size == len(q32)

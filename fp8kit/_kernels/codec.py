@@ -85,6 +85,16 @@ from .rounding import (
 _SOURCES = {
     "float32": (32, 23, 8, 127),
     "float64": (64, 52, 11, 1023),
+    # (the words of bfloat16 data themselves: formats of at most 6 mantissa bits round
+    # them as they round the float32 bits they widen to, on 16-bit lanes; see
+    # fp8kit._kernels.lean)
+    "bfloat16": (16, 7, 8, 127),
+}
+#: The unsigned integer and the float type of each source layout's words.
+_WORDS = {
+    "float32": (np.uint32, np.float32),
+    "float64": (np.uint64, np.float64),
+    "bfloat16": (np.uint16, ml_dtypes.bfloat16),
 }
 
 # How a kernel loads one input element before rounding it.
@@ -209,8 +219,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
     """The kernels' constants for rounding ``source`` bits to ``fmt`` (tuples p and q);
     ``mode``: the rounding mode's number, which only unsigned P3109 formats look at."""
     width, src_m, src_e, src_bias = _SOURCES[source]
-    u = np.uint32 if width == 32 else np.uint64
-    f = np.float32 if width == 32 else np.float64
+    u, f = _WORDS[source]
     wmask = (1 << width) - 1
     m = fmt.mantissa_bits
     sh = src_m - m
@@ -652,7 +661,7 @@ def lean_params(fmt: FloatFormat, source: str, p, clear: bool = False) -> tuple 
     # to the even code 0), in the FPU's rounding (bits.encode_fast's magic path) or, where
     # the source has the format's smallest normal (and bias), in the integer one
     if p[7]:
-        zero_max = int(np.array(2.0 ** (fmt.minexp - fmt.mantissa_bits - 1), f"f{width // 8}")
+        zero_max = int(np.array(2.0 ** (fmt.minexp - fmt.mantissa_bits - 1), _WORDS[source][1])
                        .view(u))  # fmt: skip
     elif (rb + 1) & wrap == 1 << (sh - 1):  # (no rebias: always so without the magic)
         zero_max = 1 << (sh - 1)

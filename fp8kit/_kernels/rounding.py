@@ -377,9 +377,11 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits):
     so values below the smallest give the smallest); stochastic rounds up with probability
     (x - 2**k) / 2**k."""
     abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
-    zero = zero_of(one)
-    a = v & abs_mask
-    mant_mask = shl(one, src_m, one) - one
+    # (in the words' width: Numba types uint16 & uint16, and uint16 - uint16, as int64, and
+    # bfloat16's 16-bit lanes would run in 64-bit ones)
+    zero = cast_like(zero_of(one), one)
+    a = cast_like(v & abs_mask, one)
+    mant_mask = cast_like(shl(one, src_m, one) - one, one)
     if mode == NEAREST_EVEN or mode == NEAREST_AWAY:
         inc = half
     elif mode == TOWARD_POSITIVE:
