@@ -197,3 +197,32 @@ def test_items_of_constant_tuples_become_constants():
     njit(flatten(_kernel_const_tuple))(x, got)
     assert np.array_equal(got, want)
     assert np.array_equal(got, ((x & np.uint32(0x7FFFFFFF)) + 3 + 2 + 3).astype(np.uint32))
+
+
+U32 = np.uint32
+
+
+def _kernel_scalar_constants(x, out):
+    u = np.uint32  # (an alias, as fake_rounding writes it)
+    half = np.float32(0.5)
+    for i in range(x.size):
+        v = x[i] & u(0x7FFFFFFF)
+        w = v + np.uint32(1 << 23) if v < U32(0x7F800000) else v  # (a module-level alias)
+        f = np.float32(np.float32(v) * half) + np.float32(-(2.0**-3))
+        out[i] = (w >> np.uint32(2)) + np.uint32(f) + np.uint32(-1)  # (-1: numpy raises)
+
+
+def test_numpy_scalars_of_constants_become_constants():
+    """``np.uint32(0x7F800000)``, through aliases too, becomes a closure constant of that
+    type (one statement for Numba where the call took four); a value numpy refuses
+    (``np.uint32(-1)``, which Numba wraps) stays a call; the bits are the source's."""
+    src = flatten(_kernel_scalar_constants).__flat_source__
+    calls = [ast.unparse(n) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)]
+    scalar = sorted(c for c in calls if c.startswith(("np.", "u(", "U32(")))
+    assert scalar == ["np.float32(np.float32(v) * float32_)", "np.float32(v)",
+                      "np.uint32(-1)", "np.uint32(f)"]  # fmt: skip
+    x = np.array([0, 1, 5, 0x7F7FFFFF, 0x7F800000, 0xFFFFFFFF, 12345678], np.uint32)
+    want, got = np.empty_like(x), np.empty_like(x)
+    njit(_kernel_scalar_constants)(x, want)
+    njit(flatten(_kernel_scalar_constants))(x, got)
+    assert np.array_equal(got, want)

@@ -682,9 +682,11 @@ def _round(body, params, fl) -> tuple[list, bool]:
             continue
         path = st[0][0]
         v = s.value
-        if type(v) is ast.Constant or (
-            type(v) is ast.Name and v.id != name and info.stable_at(v.id, path)
-        ):
+        if (
+            type(v) is ast.Constant
+            or (type(v) is ast.Name and v.id != name and info.stable_at(v.id, path))
+            or _scalar_type(v, fl) is not None
+        ):  # (u = np.uint32: u(k) folds below)
             subst[name] = v
             drop.add(id(s))
         elif type(v) is ast.Tuple and not any(type(x) is ast.Starred for x in v.elts):
@@ -710,6 +712,8 @@ def _round(body, params, fl) -> tuple[list, bool]:
     changed = bool(subst or items)
 
     def leaf(e):
+        if type(e) is ast.Attribute:  # (a numpy scalar type: see _scalar_type)
+            return copy.deepcopy(e)
         return _name(e.id) if type(e) is ast.Name else ast.Constant(e.value)
 
     def const_items(name):
@@ -741,6 +745,20 @@ def _round(body, params, fl) -> tuple[list, bool]:
         ):  # fmt: skip
             changed = True
             return const_item(e.value.id, e.slice.value)
+        if t is ast.Call and len(e.args) == 1 and not e.keywords:
+            # np.uint32(0x7F800000): a closure constant of that type (one statement for
+            # Numba to type and lower where the call took four)
+            func = resolve(e.func) if type(e.func) is ast.Name else e.func
+            ctor = _scalar_type(func, fl)
+            value = _number(rw(e.args[0]), fl) if ctor is not None else _FOLD_FAIL
+            if value is not _FOLD_FAIL:
+                try:
+                    value = ctor(value)
+                except (OverflowError, ValueError, TypeError):  # (what Numba would wrap)
+                    pass
+                else:
+                    changed = True
+                    return _name(fl._intern(fl.free, f"{ctor.__name__}_", value))
         if t is ast.IfExp:
             c = fl.fold(fl.simplify_bool(rw(e.test)))
             if c is not _FOLD_FAIL:
@@ -836,6 +854,54 @@ def _round(body, params, fl) -> tuple[list, bool]:
         return out
 
     return stmts(body), changed
+
+
+#: numpy scalar types whose calls on a constant fold into a constant (their value is the
+#: one Numba's conversion gives: an int in range, or a float rounded to nearest even).
+_SCALAR_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, np.int32,
+                 np.int64, np.float32, np.float64)  # fmt: skip
+
+
+def _scalar_type(e, fl):
+    """The numpy scalar type ``e`` names (``np.uint32``, a module attribute, or a name
+    bound to one), or None."""
+    if type(e) is ast.Attribute and type(e.value) is ast.Name:
+        module = fl.globals.get(e.value.id)
+        if module is np:
+            value = getattr(np, e.attr, None)
+            return value if value in _SCALAR_TYPES else None
+    if type(e) is ast.Name and type(e.ctx) is ast.Load:
+        value = fl.globals.get(e.id, fl.free.get(e.id))
+        return value if any(value is t for t in _SCALAR_TYPES) else None
+    return None
+
+
+_NUMBER_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.Div: operator.truediv, ast.Pow: operator.pow, ast.LShift: operator.lshift,
+               ast.RShift: operator.rshift, ast.BitOr: operator.or_,
+               ast.BitAnd: operator.and_}  # fmt: skip
+
+
+def _number(e, fl):
+    """The Python int or float ``e`` computes from literals (and plain int or float
+    constants), or _FOLD_FAIL."""
+    t = type(e)
+    if t is ast.Constant or t is ast.Name:
+        v = fl.fold(e)
+        return v if type(v) in (int, float) else _FOLD_FAIL
+    if t is ast.UnaryOp and type(e.op) in (ast.USub, ast.UAdd):
+        v = _number(e.operand, fl)
+        return _FOLD_FAIL if v is _FOLD_FAIL else (-v if type(e.op) is ast.USub else v)
+    if t is ast.BinOp and type(e.op) in _NUMBER_OPS:
+        a, b = _number(e.left, fl), _number(e.right, fl)
+        if a is _FOLD_FAIL or b is _FOLD_FAIL:
+            return _FOLD_FAIL
+        try:
+            v = _NUMBER_OPS[type(e.op)](a, b)
+        except (ArithmeticError, ValueError, TypeError):
+            return _FOLD_FAIL
+        return v if type(v) in (int, float) else _FOLD_FAIL
+    return _FOLD_FAIL
 
 
 def optimize(body, params, fl):
