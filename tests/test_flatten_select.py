@@ -209,13 +209,15 @@ def _kernel_scalar_constants(x, out):
         v = x[i] & u(0x7FFFFFFF)
         w = v + np.uint32(1 << 23) if v < U32(0x7F800000) else v  # (a module-level alias)
         f = np.float32(np.float32(v) * half) + np.float32(-(2.0**-3))
+        f = f if f < np.float32(np.inf) else np.float32(0.0)
         out[i] = (w >> np.uint32(2)) + np.uint32(f) + np.uint32(-1)  # (-1: numpy raises)
 
 
 def test_numpy_scalars_of_constants_become_constants():
-    """``np.uint32(0x7F800000)``, through aliases too, becomes a closure constant of that
-    type (one statement for Numba where the call took four); a value numpy refuses
-    (``np.uint32(-1)``, which Numba wraps) stays a call; the bits are the source's."""
+    """``np.uint32(0x7F800000)`` (or of ``np.inf``), through aliases too, becomes a closure
+    constant of that type (one statement for Numba where the call took four); a value
+    numpy refuses (``np.uint32(-1)``, which Numba wraps) stays a call; the bits are the
+    source's."""
     src = flatten(_kernel_scalar_constants).__flat_source__
     calls = [ast.unparse(n) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)]
     scalar = sorted(c for c in calls if c.startswith(("np.", "u(", "U32(")))

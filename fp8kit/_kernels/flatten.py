@@ -889,6 +889,9 @@ def _number(e, fl):
     if t is ast.Constant or t is ast.Name:
         v = fl.fold(e)
         return v if type(v) in (int, float) else _FOLD_FAIL
+    if t is ast.Attribute and type(e.value) is ast.Name and fl.globals.get(e.value.id) is np:
+        v = getattr(np, e.attr, None)  # (np.inf, np.pi)
+        return v if type(v) is float else _FOLD_FAIL
     if t is ast.UnaryOp and type(e.op) in (ast.USub, ast.UAdd):
         v = _number(e.operand, fl)
         return _FOLD_FAIL if v is _FOLD_FAIL else (-v if type(e.op) is ast.USub else v)
