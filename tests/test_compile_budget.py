@@ -617,3 +617,27 @@ def test_kernels_compile_with_quick_typing(monkeypatch):
     monkeypatch.setattr(native, "_compile_numba", compile_numba)
     _compile_a_kernel_anew(monkeypatch)
     assert seen == [True] and "get_call_type" not in vars(types.Function)
+
+
+def test_the_adapter_calls_the_kernel_it_does_not_inline_it(monkeypatch):
+    """The kernel stays a function of its own in its library, internal and not inlined:
+    the adapter's two call sites (the full entry's, x-and-out's) call it, so LLVM generates
+    its machine code once, not once per call site."""
+    from fp8kit._kernels import native
+
+    seen = []
+    plain = native._compile_numba
+
+    def compile_numba(*args):
+        library, symbol = plain(*args)
+        seen.append((library.get_llvm_str(), symbol))
+        return library, symbol
+
+    monkeypatch.setattr(native, "_compile_numba", compile_numba)
+    _compile_a_kernel_anew(monkeypatch)
+    ((text, symbol),) = seen
+    defined = [line for line in text.splitlines() if line.startswith("define ")]
+    (kernel,) = [line for line in defined if symbol not in line]
+    assert kernel.startswith("define internal") and "noinline" in text
+    name = kernel.split("@", 1)[1].split("(", 1)[0]
+    assert text.count(f"@{name}(") >= 3  # (its definition and the adapter's two calls)
