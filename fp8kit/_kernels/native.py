@@ -1225,6 +1225,9 @@ def _adapter_emitter(fndesc, sig, bound: bool, sizes):
                 else:
                     values.append(context.cast(builder, next(scalars), types.int64, ty))
             got = call_conv.call_function(builder, fn, sig.return_type, sig.args, values)[1]
+            for inst in builder.block.instructions:  # (called, not inlined: see below)
+                if isinstance(inst, ir.CallInstr) and inst.callee is fn:
+                    inst.attributes.add("noinline")
             if not returns:
                 return c(0)
             return builder.and_(context.cast(builder, got, sig.return_type, types.int64),
@@ -1534,16 +1537,16 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=F
     module, name = _adapter_module(digest, fndesc, sig, bound, sizes)
     library.add_ir_module(module)
     # Only the adapter is called from outside: with the kernel internal, LLVM keeps no
-    # exported copy of it.  Not inlined: the adapter calls it from two sites (the full
-    # entry's and x-and-out's), and LLVM inlined it into both, so its machine code was
-    # generated twice; called instead, the stochastic kernel's LLVM time 0.099-0.10 ->
-    # 0.085-0.088 s, the fused study kernel's 0.123 -> 0.101-0.109 s, as fast (a call per
-    # kernel call; 1,000-element calls, 256K and 4M elements, the sweep, side by side)
+    # exported copy of it.  The adapter's two calls of it (the full entry's and
+    # x-and-out's) are marked noinline (_adapter_emitter): LLVM had inlined it into both,
+    # so its machine code was generated twice; called instead, the stochastic kernel's
+    # LLVM time 0.099-0.10 -> 0.085-0.088 s, the fused study kernel's 0.123 -> 0.101-0.109
+    # s, as fast (a call per kernel call; 1,000-element calls, 256K and 4M elements, the
+    # sweep, side by side).  (On the call sites, not the function: llvmlite 0.45's
+    # add_function_attribute put it on the return value, which LLVM rejects.)
     module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
     if module is not None:
-        kernel_fn = module.get_function(fndesc.llvm_func_name)
-        kernel_fn.linkage = "internal"
-        kernel_fn.add_function_attribute("noinline")
+        module.get_function(fndesc.llvm_func_name).linkage = "internal"
     library.finalize()
     return library, name
 
