@@ -210,9 +210,14 @@ def launch(kernel, size: int, *args, flags: int = 0) -> None:
 NO_STREAM = 1 << 62
 
 
+#: numpy's array flags C_CONTIGUOUS and ALIGNED (``ndarray.flags.num``).
+_BEHAVED = 0x1 | 0x100
+
+
 def _unaligned(a) -> bool:
-    # (or not C-contiguous: a read-only broadcast view of a scale, say)
-    return isinstance(a, np.ndarray) and not (a.flags.aligned and a.flags.c_contiguous)
+    # (or not C-contiguous: a read-only broadcast view of a scale, say; one flags object,
+    # not two: small calls check every argument)
+    return isinstance(a, np.ndarray) and a.flags.num & _BEHAVED != _BEHAVED
 
 
 def launch_compiled(fn, size: int, *args, flags: int = 0):
@@ -225,7 +230,10 @@ def launch_compiled(fn, size: int, *args, flags: int = 0):
     codec._apply writes a temporary)."""
     # (outputs are never copied here: fp8kit allocates them aligned and contiguous, and
     # codec._apply gives the kernels a temporary for a caller's unaligned out=)
-    args = tuple(a.copy() if _unaligned(a) else a for a in args)
+    for a in args:  # (a new tuple only where an argument is copied)
+        if _unaligned(a):
+            args = tuple(b.copy() if _unaligned(b) else b for b in args)
+            break
     nchunks = chunks_for(size)
     if nchunks <= 1:  # (small arrays: no thread count lookup, ~1 us)
         return fn(*args, nchunks | flags)
