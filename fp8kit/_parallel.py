@@ -210,14 +210,16 @@ def launch(kernel, size: int, *args, flags: int = 0) -> None:
 NO_STREAM = 1 << 62
 
 
-#: numpy's array flags C_CONTIGUOUS and ALIGNED (``ndarray.flags.num``).
-_BEHAVED = 0x1 | 0x100
+#: numpy's array flags (``ndarray.flags.num``): C-contiguous, aligned, writeable.
+C_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x100, 0x400
+#: What every kernel needs of an array it reads (the native entries check the same bits).
+BEHAVED = C_CONTIGUOUS | ALIGNED
 
 
 def _unaligned(a) -> bool:
     # (or not C-contiguous: a read-only broadcast view of a scale, say; one flags object,
     # not two: small calls check every argument)
-    return isinstance(a, np.ndarray) and a.flags.num & _BEHAVED != _BEHAVED
+    return isinstance(a, np.ndarray) and a.flags.num & BEHAVED != BEHAVED
 
 
 def launch_compiled(fn, size: int, *args, flags: int = 0):

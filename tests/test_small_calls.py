@@ -600,3 +600,18 @@ def test_native_call_of_x_and_out_alone_refuses_what_it_cannot_check():
     y = shared.copy()
     r = fp8kit.round_to(y, "float4_e2m1fn")
     same(r, fp8kit.round_to(y, "float4_e2m1fn", out=y).copy())
+
+
+def test_the_array_flag_bits_are_numpys():
+    """The flag bits launch_compiled and the native entries read are numpy's own: an
+    array, a strided view, a read-only one and one at an odd address each show them."""
+    from fp8kit import _parallel as par
+
+    a = np.zeros(8, np.float32)
+    assert a.flags.num & par.BEHAVED == par.BEHAVED and a.flags.num & par.WRITEABLE
+    assert not a[::2].flags.num & par.C_CONTIGUOUS and a[::2].flags.aligned
+    odd = np.zeros(33, np.uint8)[1:].view(np.float32)
+    assert not odd.flags.num & par.ALIGNED and odd.flags.c_contiguous
+    a.flags.writeable = False
+    assert not a.flags.num & par.WRITEABLE
+    assert not par._unaligned(a) and par._unaligned(a[::2]) and par._unaligned(odd)

@@ -55,6 +55,7 @@ from numba.core import cgutils, config, event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
+from .._parallel import ALIGNED, BEHAVED, C_CONTIGUOUS, WRITEABLE
 from .bits import chunk_range
 from .registry import BUILD_LOCK, source_version
 
@@ -307,8 +308,8 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
     return emit
 
 
-#: numpy's array flags: C-contiguous, aligned, writeable.
-_C_CONTIGUOUS, _ALIGNED, _WRITEABLE = 0x1, 0x100, 0x400
+# numpy's array flags: C-contiguous, aligned, writeable (fp8kit._parallel's)
+_C_CONTIGUOUS, _ALIGNED, _WRITEABLE = C_CONTIGUOUS, ALIGNED, WRITEABLE
 
 
 def _xo_entry_emitter(layout: tuple[int, int, int, int], flags_at: int):
@@ -1160,7 +1161,7 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None) 
 
 
 #: numpy's array flags a kernel's arrays must have (see :func:`kind_word`).
-_CHECK_FLAGS = _C_CONTIGUOUS | _ALIGNED
+_CHECK_FLAGS = BEHAVED
 #: Bit 32 of a checked kernel's result: an argument was refused (its index from bit 40).
 REFUSED = 1 << 32
 
