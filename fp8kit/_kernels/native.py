@@ -55,7 +55,7 @@ from numba.core import cgutils, config, event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.extending import intrinsic
 
-from .._parallel import ALIGNED, BEHAVED, C_CONTIGUOUS, WRITEABLE
+from .._parallel import BEHAVED, WRITEABLE
 from .bits import chunk_range
 from .registry import BUILD_LOCK, source_version
 
@@ -308,10 +308,6 @@ def _entry_emitter(layout: tuple[int, int, int, int]):
     return emit
 
 
-# numpy's array flags: C-contiguous, aligned, writeable (fp8kit._parallel's)
-_C_CONTIGUOUS, _ALIGNED, _WRITEABLE = C_CONTIGUOUS, ALIGNED, WRITEABLE
-
-
 def _xo_entry_emitter(layout: tuple[int, int, int, int], flags_at: int):
     """The emitter of the CPython entry of a native kernel called with ``x`` and ``out``
     alone (:func:`xo_call`): ``entry(bound, x, out, spec)``, ``bound`` the kernel's
@@ -347,8 +343,8 @@ def _xo_entry_emitter(layout: tuple[int, int, int, int], flags_at: int):
         require(builder.icmp_signed("==", builder.load(field(out, dims_at, _I64.as_pointer())), n))
         limit = builder.not_(builder.call(extern("PyLong_AsSsize_t", _I64, [_OBJ]), [spec]))
         require(builder.icmp_signed("<", n, limit))  # (a non-int spec gives ~-1 = 0)
-        want_x = ir.Constant(_I32, _C_CONTIGUOUS | _ALIGNED)
-        want_out = ir.Constant(_I32, _C_CONTIGUOUS | _ALIGNED | _WRITEABLE)
+        want_x = ir.Constant(_I32, BEHAVED)  # (numpy's flags: fp8kit._parallel)
+        want_out = ir.Constant(_I32, BEHAVED | WRITEABLE)
         require(builder.icmp_signed("==", builder.and_(field(x, flags_at, _I32), want_x), want_x))
         flags_out = field(out, flags_at, _I32)
         require(builder.icmp_signed("==", builder.and_(flags_out, want_out), want_out))
@@ -1160,8 +1156,6 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None) 
         return address
 
 
-#: numpy's array flags a kernel's arrays must have (see :func:`kind_word`).
-_CHECK_FLAGS = BEHAVED
 #: Bit 32 of a checked kernel's result: an argument was refused (its index from bit 40).
 REFUSED = 1 << 32
 
@@ -1170,7 +1164,7 @@ def kind_word(itemsize: int, writeable: bool) -> tuple[int, int]:
     """``(want, mask)``: what a checked kernel requires of an array argument's kind word
     (the checked entry passes ``item size | nd << 32 | flags << 40``): this item size, one
     dimension, C-contiguous and aligned, and writeable where it writes."""
-    flags = _CHECK_FLAGS | (_WRITEABLE if writeable else 0)
+    flags = BEHAVED | (WRITEABLE if writeable else 0)  # (numpy's flags: fp8kit._parallel)
     return itemsize | (1 << 32) | (flags << 40), 0xFFFFFFFF | (0xFF << 32) | (flags << 40)
 
 
