@@ -333,3 +333,10 @@ def test_float8_e8m0fnu_from_bfloat16_on_its_own_words():
     q32, q16 = _params(E8M0, "float32", True)[1], _params(E8M0, "bfloat16", True)[1]
     assert kernel._params.tolist() == [int(v) for v in q32 + q16]
     assert lean.unsigned_kernel(E8M0, np.float16, True)._params.size == len(q32)
+    # ml_dtypes' own cast, every bfloat16, saturate=False
+    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    with np.errstate(over="ignore", invalid="ignore"):
+        oracle = every.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
+    np.testing.assert_array_equal(fp8kit.encode(every, E8M0, saturate=False), oracle)
+    np.testing.assert_array_equal(lean_codes(lean.unsigned_kernel(E8M0, every.dtype, False),
+                                             every, np.uint8), oracle)  # fmt: skip

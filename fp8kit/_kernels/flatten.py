@@ -865,15 +865,14 @@ _SCALAR_TYPES = (np.uint8, np.uint16, np.uint32, np.uint64, np.int8, np.int16, n
 def _scalar_type(e, fl):
     """The numpy scalar type ``e`` names (``np.uint32``, a module attribute, or a name
     bound to one), or None."""
-    if type(e) is ast.Attribute and type(e.value) is ast.Name:
-        module = fl.globals.get(e.value.id)
-        if module is np:
-            value = getattr(np, e.attr, None)
-            return value if value in _SCALAR_TYPES else None
-    if type(e) is ast.Name and type(e.ctx) is ast.Load:
+    if type(e) is ast.Attribute and type(e.value) is ast.Name and fl.globals.get(e.value.id) is np:
+        value = getattr(np, e.attr, None)
+    elif type(e) is ast.Name and type(e.ctx) is ast.Load:
         value = fl.globals.get(e.id, fl.free.get(e.id))
-        return value if any(value is t for t in _SCALAR_TYPES) else None
-    return None
+    else:
+        return None
+    # (by identity: a name may be bound to an array, whose == is elementwise)
+    return value if any(value is t for t in _SCALAR_TYPES) else None
 
 
 _NUMBER_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
