@@ -228,3 +228,59 @@ def test_numpy_scalars_of_constants_become_constants():
     njit(_kernel_scalar_constants)(x, want)
     njit(flatten(_kernel_scalar_constants))(x, got)
     assert np.array_equal(got, want)
+
+
+@njit(inline="always")
+def _shifted(v, k, wide=False):
+    if wide:  # (a defaulted flag: folded where left out)
+        return v << k
+    return v >> k
+
+
+SCALES = np.array([2], np.uint64)
+
+
+@njit(inline="always")
+def _defaulted_array(v, s=SCALES):  # (an array default: not a constant)
+    return v * s[0]
+
+
+def _kernel_defaults(x, out):
+    for i in range(x.size):
+        out[i] = _shifted(x[i], ONE) + _shifted(x[i], ONE, True) + _shifted(x[i], ONE, wide=True)
+
+
+def test_parameters_left_out_take_their_constant_defaults():
+    """A helper called without its defaulted parameters is inlined with their defaults as
+    constants (encode_unsigned_mode's ``lower_bias``: the call had stayed a call, and the
+    kernel was compiled unflattened, 7% slower); a default that is not a constant is not
+    inlined (the flattener raises, and the kernel keeps its source)."""
+    src = flatten(_kernel_defaults).__flat_source__
+    assert "_shifted(" not in src
+    x = np.arange(1000, dtype=np.uint64)
+    want, got = np.empty_like(x), np.empty_like(x)
+    njit(_kernel_defaults)(x, want)
+    njit(flatten(_kernel_defaults))(x, got)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, (x >> ONE) + 2 * (x << ONE))
+
+    def kernel(x, out):
+        for i in range(x.size):
+            out[i] = _defaulted_array(x[i])
+
+    with pytest.raises(kf.FlattenError, match="every parameter"):
+        flatten(kernel)
+
+
+def test_the_unsigned_kernels_are_flattened():
+    """encode_unsigned_mode's defaulted flag leaves every unsigned kernel flattenable."""
+    from fp8kit._kernels import codec as kc
+    from fp8kit._kernels import lean
+
+    kc.FLATTEN_FALLBACKS.clear()
+    for dtype in (np.float32, np.float64, np.float16):
+        for mode in (0, 2):
+            kernel = lean.unsigned_kernel(fp8kit.get_format("float8_e8m0fnu"), np.dtype(dtype),
+                                          True, mode=mode)  # fmt: skip
+            kc._flat(kernel._make(False))
+    assert not kc.FLATTEN_FALLBACKS

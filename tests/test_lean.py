@@ -323,18 +323,22 @@ def test_bfloat16_rounds_on_16_bit_lanes(name):
     assert lean.lean_kernel(get_format("bfloat16"), dtype, True)._key[-1] is False
 
 
-def test_float8_e8m0fnu_from_bfloat16_on_its_own_words():
-    """bfloat16 data to float8_e8m0fnu rounds on its 16-bit words, with the constants of
-    the bfloat16 layout after the float32 ones (every bit pattern, every mode: see
+@pytest.mark.parametrize(("dtype", "layout"), [(ml_dtypes.bfloat16, "bfloat16"),
+                                               (np.float16, "float16")], ids=str)  # fmt: skip
+def test_float8_e8m0fnu_from_16_bit_data_on_its_own_words(dtype, layout):
+    """bfloat16 and float16 data to float8_e8m0fnu round on their 16-bit words, with the
+    constants of their own layout after the float32 ones (float16's rebias, negative,
+    wrapped; every bit pattern, every mode: see
     test_float8_e8m0fnu_in_the_deterministic_modes_gives_the_numba_kernels_bits)."""
     from fp8kit._kernels.codec import _params
 
-    kernel = lean.unsigned_kernel(E8M0, ml_dtypes.bfloat16, True)
-    q32, q16 = _params(E8M0, "float32", True)[1], _params(E8M0, "bfloat16", True)[1]
+    kernel = lean.unsigned_kernel(E8M0, dtype, True)
+    q32, q16 = _params(E8M0, "float32", True)[1], _params(E8M0, layout, True)[1]
     assert kernel._params.tolist() == [int(v) for v in q32 + q16]
-    assert lean.unsigned_kernel(E8M0, np.float16, True)._params.size == len(q32)
-    # ml_dtypes' own cast, every bfloat16, saturate=False
-    every = np.arange(1 << 16, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    if layout == "float16":
+        assert int(q16[4]) == (15 - 127) & 0xFFFF
+    # ml_dtypes' own cast, every bit pattern, saturate=False
+    every = np.arange(1 << 16, dtype=np.uint16).view(dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         oracle = every.astype(ml_dtypes.float8_e8m0fnu).view(np.uint8)
     np.testing.assert_array_equal(fp8kit.encode(every, E8M0, saturate=False), oracle)

@@ -89,12 +89,17 @@ _SOURCES = {
     # them as they round the float32 bits they widen to, on 16-bit lanes; see
     # fp8kit._kernels.lean)
     "bfloat16": (16, 7, 8, 127),
+    # (the words of float16 data themselves, for the unsigned formula alone: its code is
+    # the rebiased exponent, float16's 5-bit field plus 112, a wrapping subtraction of the
+    # negative rebias; float16's subnormals are widened: see fp8kit._kernels.lean)
+    "float16": (16, 10, 5, 15),
 }
 #: The unsigned integer and the float type of each source layout's words.
 _WORDS = {
     "float32": (np.uint32, np.float32),
     "float64": (np.uint64, np.float64),
     "bfloat16": (np.uint16, ml_dtypes.bfloat16),
+    "float16": (np.uint16, np.float16),
 }
 
 # How a kernel loads one input element before rounding it.
@@ -262,7 +267,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
         u(1),  # one
         u(sh),
         u(((1 << (sh - 1)) - 1 - (rebias << src_m)) & wmask),  # rb: rounding bias and rebias
-        u(((fmt.minexp + src_bias) << src_m) if use_magic else 0),  # min_normal
+        u((((fmt.minexp + src_bias) << src_m) if use_magic else 0) & wmask),  # min_normal
         magic,
         u(int(np.array(magic).view(u))),  # magic_bits
         bool(use_magic),
@@ -280,7 +285,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
         u(src_m),
         u((1 << src_m) - 1),
         u(1 << src_m),
-        u(fmt.minexp + src_bias),  # biased source exponent of fmt's smallest normal
+        u((fmt.minexp + src_bias) & wmask),  # biased source exponent of fmt's smallest normal
         u(src_m + 2),  # larger shifts all give zero
         u(m),
         u(sh),
@@ -292,7 +297,7 @@ def _params(fmt: FloatFormat, source: str, saturate: bool, mode: int | None = No
             u(1),
             u(src_m),
             u(1 << (src_m - 1)),  # half: ties round up (away from zero), as ml_dtypes does
-            u(rebias),
+            u(rebias & wmask),  # (float16's layout: negative, wrapped; see encode_unsigned_mode)
             u(((1 << src_e) - 1) << src_m),  # src_inf
             u(fmt.max_code),
             u(fmt.max_code if saturate else nan_mag),  # finite overflow

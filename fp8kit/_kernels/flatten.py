@@ -384,6 +384,12 @@ class _Flattener:
             raise _Unsupported(f"{func.__name__}: too many arguments")
         bound = dict(zip(params, positional, strict=False))
         bound.update(a for a in args if isinstance(a, tuple))
+        # (parameters left out take their defaults: constants only, as Numba folds them)
+        defaults = dict(zip(params[len(params) - len(node.args.defaults):], node.args.defaults,
+                            strict=True))  # fmt: skip
+        for name, default in defaults.items():
+            if name not in bound and isinstance(default, ast.Constant):
+                bound[name] = default
         if set(bound) != set(params):
             raise _Unsupported(f"{func.__name__}: every parameter must be passed")
         n = next(self.count)

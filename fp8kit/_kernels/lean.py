@@ -299,7 +299,7 @@ def unsigned_kernel(
     first, or (``round_to``) where there are no planes.  ``mode``: a deterministic
     rounding mode of :mod:`fp8kit._kernels.rounding` (the formula of
     :func:`fp8kit._kernels.rounding.encode_unsigned_mode`, compiled in); None for the
-    stochastic ones."""
+    stochastic ones.  16-bit data rounds on its own words (see :func:`_make_unsigned`)."""
     from .decode import format_planes
 
     dtype = np.dtype(dtype)
@@ -316,10 +316,11 @@ def unsigned_kernel(
     _, q = _params(fmt, source, saturate, mode)
     width = 32 if source == "float32" else 64
     words = [int(v) for v in q]
-    if bits == 16 and dtype != np.float16:
-        # bfloat16 data: the formula on its own words (16-bit lanes), with the constants of
-        # the bfloat16 layout after the float32 ones (see _make_unsigned)
-        words += [int(v) for v in _params(fmt, "bfloat16", saturate, mode)[1]]
+    if bits == 16:
+        # 16-bit data: the formula on its own words (16-bit lanes), with the constants of
+        # the bfloat16 or float16 layout after the float32 ones (see _make_unsigned)
+        own = "float16" if dtype == np.float16 else "bfloat16"
+        words += [int(v) for v in _params(fmt, own, saturate, mode)[1]]
     params = np.array(words, f"u{width // 8}")
     params.flags.writeable = False
     out_bits = dtype.itemsize * 8 if round_to else 0
@@ -331,34 +332,47 @@ def unsigned_kernel(
     return kernel
 
 
+#: float16 data to the unsigned formula: elements a group (see _make_unsigned), and the
+#: words below which |v| - 1 is a subnormal's (0 < |v| < 0x400: wrapping, zero is not).
+_GROUP = 64
+_HALF_SUBNORMALS = np.uint16(0x3FF)
+
+
 def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
-    """The make function of :func:`unsigned_kernel`'s kernel: ``bits`` an element (widened
-    to float32 bits where 16) to 8-bit codes on ``width``-bit words or, with ``out_bits``,
-    to their values from the byte planes at ``table``; in ``mode``."""
+    """The make function of :func:`unsigned_kernel`'s kernel: ``bits`` an element to
+    8-bit codes on ``width``-bit words (16-bit data: on its own words, float16's groups
+    that hold a subnormal widened to float32 bits) or, with ``out_bits``, to their values
+    from the byte planes at ``table``; in ``mode``."""
     version = source_version()
     load = (LOAD_LUT if half else LOAD_BF16) if bits == 16 else LOAD_DIRECT
     one32 = np.uint32(1)
     planes = bool(out_bits)
-    # bfloat16 data: the formula on its own words, with the constants of the bfloat16
-    # layout (codec._params): every step is an integer one on the words' exponent and top
+    # 16-bit data: the formula on its own words, with the constants of its layout
+    # (codec._params): every step is an integer one on the words' exponent and top
     # mantissa bits, which a bfloat16 word and the float32 word it widens to share (256K
     # bfloat16 -> float8_e8m0fnu, one thread: 15.3-17.1 us against 32-36 widened in
-    # blocks, 28-31 for float32 data)
-    own16 = bits == 16 and not half
+    # blocks, 28-31 for float32 data).  A float16 word's too, but for its subnormals (the
+    # formula has no leading-zero count): each group of _GROUP elements that holds one is
+    # done again, widened (256K float16 -> float8_e8m0fnu, one thread: 18.5-20.8 us
+    # against 33.4-34.1 widened; groups of 2048 took 19.5 in a standalone test, of 64-256
+    # 16.1)
+    own16 = bits == 16
 
     def make(parallel):
         def kernel(prm, x, lut, table, out, nchunks):
             if version == 0 or parallel is None:  # see source_version
                 return
             nchunks, c_first, c_stop = chunk_range(nchunks)
+            q32 = (prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8],
+                   prm[9], prm[10], prm[11])  # fmt: skip
             if own16:
                 u = np.uint16
                 q = (u(prm[12]), u(prm[13]), u(prm[14]), u(prm[15]), u(prm[16]), u(prm[17]),
                      u(prm[18]), u(prm[19]), u(prm[20]), u(prm[21]), u(prm[22]),
                      u(prm[23]))  # fmt: skip
             else:
-                q = (prm[0], prm[1], prm[2], prm[3], prm[4], prm[5], prm[6], prm[7], prm[8],
-                     prm[9], prm[10], prm[11])  # fmt: skip
+                q = q32
+            one16 = np.uint16(1)
             buf = stack_buffer(_LOOKUP_BLOCK, np.uint8)
             step = (x.size + nchunks - 1) // nchunks
             for c in range(c_first, c_stop):
@@ -368,9 +382,41 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
                 blk = _LOOKUP_BLOCK if planes else (xc.size if xc.size > 1 else 1)
                 for b0 in range(0, xc.size, blk):
                     xs, os = span(xc, b0, b0 + blk), span(oc, b0, b0 + blk)
-                    for j in range(xs.size):
-                        v = xs[j] if own16 else load_bits(xs, j, lut, load, one32)
-                        code = encode_unsigned_mode(v, q, mode, 0, 0)
+                    done = 0
+                    if half:
+                        # (groups of a constant length: LLVM's vectorized loop has no
+                        # remainder; a group holding a subnormal, 0 < |v| < 2**-14, is
+                        # done again widened, one time in about 300 for normal data,
+                        # where a block of 2048 was one in 8)
+                        done = xs.size - xs.size % _GROUP
+                        for g in range(0, done, _GROUP):
+                            low = False
+                            for t in range(_GROUP):
+                                v = xs[g + t]
+                                a = cast_like(v & q[0], one16)
+                                low |= cast_like(a - one16, one16) < _HALF_SUBNORMALS
+                                code = encode_unsigned_mode(v, q, mode, 0, 0, True)
+                                if planes:
+                                    buf[g + t] = code
+                                else:
+                                    os[g + t] = code
+                            if low:
+                                for t in range(_GROUP):
+                                    v32 = load_bits(xs, g + t, lut, load, one32)
+                                    code = encode_unsigned_mode(v32, q32, mode, 0, 0)
+                                    if planes:
+                                        buf[g + t] = code
+                                    else:
+                                        os[g + t] = code
+                    for j in range(done, xs.size):  # (float16: the rest widened)
+                        if half:
+                            code = encode_unsigned_mode(load_bits(xs, j, lut, load, one32),
+                                                        q32, mode, 0, 0)  # fmt: skip
+                        elif own16:
+                            code = encode_unsigned_mode(xs[j], q, mode, 0, 0)
+                        else:
+                            code = encode_unsigned_mode(load_bits(xs, j, lut, load, one32), q,
+                                                        mode, 0, 0)  # fmt: skip
                         if planes:
                             buf[j] = code
                         else:
