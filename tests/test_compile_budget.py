@@ -641,3 +641,31 @@ def test_the_adapter_calls_the_kernel_it_does_not_inline_it(monkeypatch):
     assert kernel.startswith("define internal") and "noinline" in text
     name = kernel.split("@", 1)[1].split("(", 1)[0]
     assert text.count(f"@{name}(") >= 3  # (its definition and the adapter's two calls)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_kernels_measured_as_fast_skip_numbas_function_passes(monkeypatch, skip):
+    """A kernel with ``function_passes = False`` compiles into fp8kit's library class
+    (the full module pipeline alone: no function passes, no cheap pipeline first); the
+    others into Numba's, which runs both; the flag is part of the cache key.  The
+    stochastic and amax kernels skip them (measured as fast), the fused study kernel
+    does not (8% slower without them)."""
+    import numba.core.codegen as cg
+
+    from fp8kit._kernels import metrics, native
+
+    assert metrics.amax_runs_kernel(np.dtype(np.float32)).function_passes is False
+    assert metrics.amax_cols_kernel(np.dtype(np.float32)).function_passes is False
+    assert kc.Kernel.function_passes is True
+    sr, _ = kc.encode_mode_kernel(E4M3, F32, True, MODES["stochastic"], 32)
+    assert sr.function_passes is False
+    calls, keys = [], []
+    monkeypatch.setattr(cg.CPUCodeLibrary, "_optimize_functions",
+                        lambda self, module: calls.append(type(self)))  # fmt: skip
+    digest = native._digest
+    monkeypatch.setattr(native, "_digest", lambda key, *a: keys.append(key) or digest(key, *a))
+    monkeypatch.setattr(kc.Kernel, "function_passes", not skip)
+    _compile_a_kernel_anew(monkeypatch)
+    assert keys and keys[-1][-1] is (not skip)
+    function_passes = [c for c in calls if c.__name__ != "NativeLibrary"]
+    assert bool(function_passes) is not skip

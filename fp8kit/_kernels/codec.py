@@ -437,6 +437,11 @@ class Kernel:
     #: Whether a round-to kernel's table argument is the table's byte planes
     #: (:func:`fp8kit._kernels.bits.table_planes`) instead of the table.
     planes = False
+    #: Whether Numba's function passes (and its cheap pipeline) run before the full
+    #: module pipeline on the native route (see
+    #: :func:`fp8kit._kernels.native._compile_in_one_library`); False for kernels
+    #: measured as fast without them.
+    function_passes = True
 
     def __init__(self, make, sig, key=None, params=None):
         self._make = make
@@ -487,7 +492,8 @@ class Kernel:
             flat.__qualname__ = f"{func.__qualname__}_{suffix}"
             return flat, njit(**{**_JIT, **self._options, "cache": False})(flat)
 
-        kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes)
+        kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes,
+                             self.function_passes)  # fmt: skip
         kernel.xo = self.xo  # (it reads neither lut nor table: see native.xo_call)
         return kernel.build()
 
@@ -1251,6 +1257,9 @@ def encode_mode_kernel(
             sr_sig, sr_key, prm,
         )  # fmt: skip
         kernel.planes = sr_planes
+        # (without Numba's function passes: 0.02-0.03 s less on a first call; 4M float32,
+        # stochastic round_to and FakeConvert, study.quantize: as fast or faster)
+        kernel.function_passes = False
         return kernel, pl
     kernel = Kernel(make, sig, key, prm)
     kernel.planes = planes

@@ -381,7 +381,9 @@ def amax_runs_kernel(data_dtype: np.dtype) -> Kernel:
 
         return kernel
 
-    return FlatKernel(make, sig, key=("amax_runs", bits_dt.str))
+    kernel = FlatKernel(make, sig, key=("amax_runs", bits_dt.str))
+    kernel.function_passes = False  # (as fast: see Kernel.function_passes)
+    return kernel
 
 
 @functools.cache
@@ -428,7 +430,9 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
 
         return kernel
 
-    return FlatKernel(make, sig, (-3, -2), key=("amax_cols", bits_dt.str))
+    kernel = FlatKernel(make, sig, (-3, -2), key=("amax_cols", bits_dt.str))
+    kernel.function_passes = False  # (as fast: see Kernel.function_passes)
+    return kernel
 
 
 @functools.cache  # (a format's max is an exact Fraction computed anew on each access)

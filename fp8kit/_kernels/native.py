@@ -1261,7 +1261,9 @@ def _adapter_emitter(fndesc, sig, bound: bool, sizes):
     return emit
 
 
-def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=()) -> int:
+def numba_address(
+    key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=(), function_passes=True
+) -> int:
     """The address of the C-callable function (:data:`CHECKED_TYPE`) around a Numba
     kernel of signature ``sig``, compiled once per process (or loaded from the disk cache).
 
@@ -1270,8 +1272,8 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
     called only where the cache misses, so that a cached kernel loads without Numba's
     typing or lowering (0.01 s where Numba's own cache takes 0.4-0.75).  ``key`` names
     everything the kernel depends on besides the kernel sources; ``bound`` and ``sizes``:
-    see :func:`_adapter_emitter`."""
-    key = ("numba",) + tuple(key) + (str(sig), bound, tuple(sizes))
+    see :func:`_adapter_emitter`; ``function_passes``: see :func:`_compile_in_one_library`."""
+    key = ("numba",) + tuple(key) + (str(sig), bound, tuple(sizes), bool(function_passes))
     with BUILD_LOCK:
         if key in _BUILT:
             return _BUILT[key][1]
@@ -1287,7 +1289,8 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
                 compiling = event.trigger_event(COMPILE_EVENT, data={"name": key[1]})
                 with compiling, _no_gc(), _quick_typing():
                     kernel = compile_kernel(f"fp8kit_{digest}")
-                    library, symbol = _compile_numba(kernel, sig, bound, sizes, digest)
+                    library, symbol = _compile_numba(kernel, sig, bound, sizes, digest,
+                                                     function_passes)  # fmt: skip
                 _store(write, name, library, symbol)
                 outcome = "cache_misses"
             else:
@@ -1300,7 +1303,7 @@ def numba_address(key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=
         return address
 
 
-def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+def _compile_numba(kernel, sig, bound: bool, sizes, digest: str, function_passes=True) -> tuple:
     """``(library, symbol)``: the C-callable adapter (:func:`_adapter_emitter`) of the
     Numba kernel ``kernel`` (``(function, dispatcher)``: the Python function to compile and
     the uncompiled dispatcher whose options it compiles with), kernel and adapter compiled
@@ -1316,7 +1319,7 @@ def _compile_numba(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     bfloat16 kernel ran the float16 one's code)."""
     if _TOGETHER[0]:
         try:
-            return _compile_together(kernel, sig, bound, sizes, digest)
+            return _compile_together(kernel, sig, bound, sizes, digest, function_passes)
         except (AttributeError, ImportError, TypeError) as exc:  # other Numba internals
             _TOGETHER[0] = False
             _warn_once(
@@ -1358,7 +1361,7 @@ def _compile_apart(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     return library, name
 
 
-def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
+def _compile_together(kernel, sig, bound: bool, sizes, digest: str, function_passes=True) -> tuple:
     """The kernel lowered by Numba's compiler into a library (no CPython wrapper, no cfunc
     wrapper) and its adapter (:func:`_adapter_emitter`) added to it, calling the kernel's
     native function by Numba's calling convention.
@@ -1371,7 +1374,8 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
     if _LEAN[0]:
         try:
             with _lean_registries():
-                return _compile_in_one_library(kernel, sig, bound, sizes, digest, lean=True)
+                return _compile_in_one_library(kernel, sig, bound, sizes, digest, lean=True,
+                                               function_passes=function_passes)  # fmt: skip
         except (ImportError, AttributeError) as exc:  # other Numba internals
             _LEAN[0] = False
             _warn_once(
@@ -1382,7 +1386,8 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str) -> tuple:
             )
         except (errors.NumbaError, NotImplementedError) as exc:  # (no lowering: the latter)
             LEAN_RETRIES.append((kernel[0].__qualname__, type(exc).__name__))
-    return _compile_in_one_library(kernel, sig, bound, sizes, digest)
+    return _compile_in_one_library(kernel, sig, bound, sizes, digest,
+                                   function_passes=function_passes)  # fmt: skip
 
 
 _LEAN = [True]  # (False once the lean registries failed: see _compile_together)
@@ -1508,7 +1513,14 @@ def _pipeline_for(func, flags, lean: bool):
     return _lean_pipeline()
 
 
-def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=False):
+def _compile_in_one_library(
+    kernel, sig, bound: bool, sizes, digest: str, lean=False, function_passes=True
+):  # fmt: skip
+    """See :func:`_compile_together`.  ``function_passes`` False: the library optimises
+    as fp8kit's IR kernels' does (:func:`_library_class`: the full module pipeline alone,
+    no function passes first, no cheap pipeline for reference counts), for kernels
+    measured as fast that way (the stochastic kernel, the amax kernels: 0.01-0.03 s less
+    each on a first call); the fused study kernel, for one, ran 8% slower."""
     from numba.core import compiler
     from numba.core.registry import cpu_target
 
@@ -1516,7 +1528,11 @@ def _compile_in_one_library(kernel, sig, bound: bool, sizes, digest: str, lean=F
     typing, target = cpu_target.typing_context, cpu_target.target_context
     typing.refresh()
     target.refresh()
-    library = target.codegen().create_library(f"fp8kit_{digest}")
+    codegen = target.codegen()
+    if function_passes:
+        library = codegen.create_library(f"fp8kit_{digest}")
+    else:
+        library = _library_class(codegen._library_class)(codegen, f"fp8kit_{digest}")
     library.enable_object_caching()
     flags = compiler.Flags()
     disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
@@ -1590,14 +1606,18 @@ class NumbaKernel(_NativeBase):
     as native code from the disk cache (:func:`numba_address`): ``build()`` returns a
     :class:`NativeCall` taking the kernel's arguments after its bound parameters."""
 
-    def __init__(self, key: tuple, compile_kernel: Callable, sig, params, sizes=()):
+    def __init__(
+        self, key: tuple, compile_kernel: Callable, sig, params, sizes=(), function_passes=True
+    ):  # fmt: skip
         bound = params is not None
         super().__init__(key, compile_kernel, params if bound else np.zeros(0, np.uint8))
         self._sig, self._bound, self._sizes = sig, bound, tuple(sizes)
+        self._function_passes = function_passes
 
     def build(self, parallel: bool = False):
         if self._built is None:
-            address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes)
+            address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes,
+                                    self._function_passes)  # fmt: skip
             built = NativeCall(checked_entry(), bind(address, self._params))
             built.xo = self.xo and _has_xo(self._sig, self._bound)
             self._built = built
