@@ -253,7 +253,9 @@ def test_float8_e8m0fnu_from_float16_blocks_with_and_without_subnormals(rounding
 
 
 # 16-bit data to the formats encode16's lanes do not take (P3109's precision-1 formats,
-# unsigned ones, those one exponent below float16's normals), widened to float32 bits
+# unsigned ones, those one exponent below float16's normals), on the 16-bit lanes where
+# they take them and widened to float32 bits where not (shuffled: most blocks and groups
+# widened)
 WIDENED16 = [
     ("p3109_k8p1se", ml_dtypes.bfloat16),  # flipped ties, the FPU step
     ("p3109_k8p8ue", ml_dtypes.bfloat16),  # no rounding (shift 0), unsigned
@@ -267,9 +269,9 @@ WIDENED16 = [
 
 @pytest.mark.parametrize(("name", "dtype"), WIDENED16, ids=str)
 def test_16_bit_data_widened_in_the_kernel(name, dtype):
-    """bfloat16 and float16 data widened to float32 bits in the kernel: the general
-    kernel's codes for every bit pattern with subnormals, zeros, Inf and NaN strewn at
-    random, at every offset, in every saturation."""
+    """bfloat16 and float16 data widened to float32 bits in the kernel (where not on its
+    own words): the general kernel's codes for every bit pattern with subnormals, zeros,
+    Inf and NaN strewn at random, at every offset, in every saturation."""
     fmt, dtype = get_format(name), np.dtype(dtype)
     rng = np.random.default_rng(5)
     every = np.arange(1 << 16, dtype=np.uint16)
@@ -295,16 +297,20 @@ LANES16 = ["p3109_k8p1se", "p3109_k8p1ue", "p3109_k8p3uf", "p3109_k8p7sf", "p310
            "float8_e3m4", "float6_e3m2fn", "float4_e2m1fn", "float8_e5m2"]  # fmt: skip
 
 
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16], ids=str)
 @pytest.mark.parametrize("name", LANES16)
-def test_bfloat16_rounds_on_16_bit_lanes(name):
-    """The general kernel's codes for every bfloat16 bit pattern in order (whole blocks of
-    either kind), and again with one value below the smallest normal in each block of
-    normals (the block redone widened), at every offset, in every saturation; and the
-    kernel is built with its 16-bit lanes."""
-    fmt, dtype = get_format(name), np.dtype(ml_dtypes.bfloat16)
+def test_16_bit_data_rounds_on_16_bit_lanes(name, dtype):
+    """The general kernel's codes for every bfloat16 or float16 bit pattern in order
+    (whole blocks or groups of either kind), and again with one value below the smallest
+    normal in each block of normals (bfloat16: the block redone widened) or one subnormal,
+    Inf or NaN strewn every 97 words (float16: the group of 64 redone), at every offset, in
+    every saturation; and the kernel is built with its 16-bit lanes."""
+    fmt, dtype = get_format(name), np.dtype(dtype)
     every = np.arange(1 << 16, dtype=np.uint16)
     strewn = every.copy()
     strewn[1000::2048] = 0x0001  # (the smallest subnormal: below every format's normals)
+    if dtype == np.float16:
+        strewn[5::97], strewn[50::291], strewn[77::389] = 0x8001, 0x7C00, 0xFE01
     for x in (every.view(dtype), strewn.view(dtype)):
         for sat in SATURATE:
             kernel = lean.lean_kernel(fmt, dtype, sat)
@@ -318,8 +324,7 @@ def test_bfloat16_rounds_on_16_bit_lanes(name):
                 bad = np.flatnonzero(got != want)
                 assert not bad.size, (sat, start, [(hex(part.view(np.uint16)[i]), got[i],
                                                     want[i]) for i in bad[:5]])  # fmt: skip
-    # (float16 data, and formats of 7 mantissa bits or more, are widened)
-    assert lean.lean_kernel(fmt, np.float16, True)._key[-1] is False
+    # (formats of 7 mantissa bits or more are widened)
     assert lean.lean_kernel(get_format("bfloat16"), dtype, True)._key[-1] is False
 
 
