@@ -124,3 +124,24 @@ def test_dlpack_only_object():
 
     with pytest.raises(TypeError, match="could not read BrokenDLPack through __dlpack__"):
         fp8kit.encode(BrokenDLPack(), FMT)
+
+
+def test_plain_arrays_never_import_numpy_ma():
+    """Telling masked arrays apart does not import ``numpy.ma`` (5-6 ms of a first study
+    call): a masked array means it is imported already (``_backends.is_masked``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, fp8kit\n"
+        "x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)\n"
+        "fp8kit.study.sweep({'w': x}, ['float8_e4m3fn'], ['tensor', 'block:32'])\n"
+        "fp8kit.study.quantize(x, 'float8_e4m3fn', 'block')\n"
+        "fp8kit.study.error_metrics(x, x, fmt='float8_e4m3fn')\n"
+        "fp8kit.round_to(x, 'float8_e4m3fn')\n"
+        "assert 'numpy.ma' not in sys.modules\n"
+        "from fp8kit._backends import is_masked\n"
+        "import numpy.ma\n"
+        "assert is_masked(np.ma.masked_array(x)) and not is_masked(x)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

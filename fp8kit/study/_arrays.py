@@ -7,7 +7,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .._backends import as_numpy
+from .._backends import as_numpy, is_masked
 from ..fake_convert import _element_strides, _merge
 
 #: A chunk of a tensor: one ``(start, stop)`` range per dimension.
@@ -33,7 +33,7 @@ def array_kind(x: Any) -> tuple[str, Any]:
         mod = type(x).__module__ or ""
     if mod.startswith("dask.") and hasattr(x, "__dask_graph__") and hasattr(x, "chunks"):
         return "dask", x
-    if isinstance(x, np.ma.MaskedArray):
+    if is_masked(x):
         return "masked", x
     return "numpy", x
 
@@ -97,7 +97,7 @@ def check_axis(axis: Any, ndim: int, func: str, argname: str = "axis") -> int:
 
 def _unmask(y: Any) -> tuple[np.ndarray, np.ndarray | None]:
     """A chunk's data and its mask (None when nothing is masked)."""
-    if isinstance(y, np.ma.MaskedArray):
+    if is_masked(y):
         mask = np.ma.getmaskarray(y)
         return np.asarray(y.data), (mask if mask.any() else None)
     return np.asarray(y), None

@@ -11,6 +11,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import _parallel
+from .._backends import is_masked
 from .._kernels import metrics as km
 from ..formats import FloatFormat, get_format
 from ._arrays import _unmask, array_kind, blocks_and_boxes, check_dtype, float_data, scale_layout
@@ -368,7 +369,7 @@ def error_metrics(x: Any, q: Any, *, fmt: Any = None, scale: Any = None) -> Erro
     if xa.shape != qa.shape:
         raise ValueError(f"error_metrics: x has shape {xa.shape} but q has {qa.shape}")
     sc = check_scale(scale, xa.shape)
-    if isinstance(xa, np.ma.MaskedArray) or isinstance(qa, np.ma.MaskedArray):
+    if is_masked(xa) or is_masked(qa):
         count, totals = pair_totals(xa, qa, sc, f)
         return ErrorMetrics.from_totals(count, totals, f is not None)
     wide = np.float64 in (xa.dtype, qa.dtype)
@@ -468,7 +469,7 @@ def error_metrics_dask(x, q, fmt, scale) -> ErrorMetrics:
     if hasattr(q, "__dask_graph__"):
         check_dtype(q, "error_metrics", "q")
     else:
-        q = np.asarray(q) if not isinstance(q, np.ma.MaskedArray) else q
+        q = np.asarray(q) if not is_masked(q) else q
         check_dtype(q, "error_metrics", "q")
     if tuple(x.shape) != tuple(q.shape):
         raise ValueError(f"error_metrics: x has shape {tuple(x.shape)} but q has {q.shape}")

@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import _args, _parallel
+from .._backends import is_masked
 from .._kernels.metrics import amax_cols_kernel, amax_runs_kernel
 from ..codec import round_to
 from ..fake_convert import quantize_dequantize
@@ -688,7 +689,7 @@ def _as_e8m0(codes: np.ndarray) -> np.ndarray:
 def unmasked(arr: np.ndarray) -> np.ndarray:
     """A masked array's data with its masked elements set to 0 (they never raise an amax);
     other arrays as they are."""
-    return arr.filled(0) if isinstance(arr, np.ma.MaskedArray) else arr
+    return arr.filled(0) if is_masked(arr) else arr
 
 
 def quantize(
@@ -810,7 +811,7 @@ def quantize(
             q, sc = quantize_dask(x, f, r, rnd=rnd)
         return (q, sc) if want_scale else q
     arr = float_data(x, "quantize", keep_mask=True)
-    mask = np.ma.getmaskarray(arr) if isinstance(arr, np.ma.MaskedArray) else None
+    mask = np.ma.getmaskarray(arr) if is_masked(arr) else None
     arr = unmasked(arr)
     if dazi:
         arr = np.asarray(_args.flush_inputs(arr))
@@ -1399,7 +1400,7 @@ def _stochastic_block(xw, fmt, sc, rnd, box, shape, dq=None):
 
 def _flush_block(block):
     """flush_subnormal_inputs of a dask block, keeping a masked block's mask."""
-    if isinstance(block, np.ma.MaskedArray):
+    if is_masked(block):
         data = np.asarray(_args.flush_inputs(np.asarray(block.data)))
         return np.ma.masked_array(data, np.ma.getmaskarray(block))
     return np.asarray(_args.flush_inputs(block))
@@ -1413,7 +1414,7 @@ def _quantize_block(block, scales, g, shape, fmt, rnd=None, block_info=None):
     box = tuple(block_info[0]["array-location"])
     data, mask = (
         (np.asarray(block.data), np.ma.getmaskarray(block))
-        if isinstance(block, np.ma.MaskedArray)
+        if is_masked(block)
         else (np.asarray(block), None)
     )
     xw = working(data)
@@ -1445,7 +1446,7 @@ def _explicit_block(block, scale, fmt, rnd=None, shape=None, block_info=None):
     sel = tuple(
         slice(0, 1) if n == 1 else slice(s, e) for n, (s, e) in zip(sc.shape, box, strict=True)
     )
-    data = np.asarray(block.data if isinstance(block, np.ma.MaskedArray) else block)
+    data = np.asarray(block.data if is_masked(block) else block)
     xw = working(data)
     rnd = rnd or {}
     sb = np.ascontiguousarray(sc[sel], xw.dtype)
@@ -1453,11 +1454,7 @@ def _explicit_block(block, scale, fmt, rnd=None, shape=None, block_info=None):
         q = _stochastic_block(xw, fmt, sb, rnd, box, shape).astype(data.dtype)
     else:
         q = apply_scale(xw, fmt, sb, **rnd).astype(data.dtype)
-    return (
-        np.ma.masked_array(q, np.ma.getmaskarray(block))
-        if isinstance(block, np.ma.MaskedArray)
-        else q
-    )
+    return np.ma.masked_array(q, np.ma.getmaskarray(block)) if is_masked(block) else q
 
 
 def quantize_dask(x, fmt, r: Recipe, scale=None, rnd=None):

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import _args, _parallel
+from .._backends import is_masked
 from ..formats import FloatFormat
 from ._arrays import (
     aligned,
@@ -795,7 +796,7 @@ def study_tensor(
     plan = _plan(name, arr.shape, arr.dtype, specs, channel_axis, block_axis)
     x = arr.reshape(plan.work_shape)
     shape = plan.work_shape
-    masked = isinstance(x, np.ma.MaskedArray)
+    masked = is_masked(x)
     per_chunk = max(1, chunk_bytes // bytes_per_element(x.dtype, masked))
     boxes = plan_chunks(shape, per_chunk, _aligns(plan))
     local, groupings = _split_local(plan, boxes)
