@@ -656,6 +656,11 @@ def test_kernels_measured_as_fast_skip_numbas_function_passes(monkeypatch, skip)
 
     assert metrics.amax_runs_kernel(np.dtype(np.float32)).function_passes is False
     assert metrics.amax_cols_kernel(np.dtype(np.float32)).function_passes is False
+    from fp8kit._kernels import lean
+
+    assert lean.lean_kernel(get_format("float4_e2m1fn"), F32, True).function_passes is False
+    e8m0 = get_format("float8_e8m0fnu")
+    assert lean.unsigned_kernel(e8m0, F32, True).function_passes is False
     assert kc.Kernel.function_passes is True
     sr, _ = kc.encode_mode_kernel(E4M3, F32, True, MODES["stochastic"], 32)
     assert sr.function_passes is False

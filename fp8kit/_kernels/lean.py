@@ -149,6 +149,7 @@ def lean_kernel(fmt: FloatFormat, dtype: np.dtype, saturate) -> NumbaNative | No
     sig = _sig(width, bits, np.uint8, 8 * code_bytes)
     kernel = NumbaNative(_make_lean(*flags), sig, ("encode_lean",) + flags, params)
     kernel.xo = True  # (no lut or table: small calls pass x and out alone)
+    kernel.function_passes = False  # (as fast, 0.006-0.01 s less: see Kernel.function_passes)
     assert pl.load == LOAD_DIRECT or bits == 16 or flip
     return kernel
 
@@ -405,6 +406,7 @@ def unsigned_kernel(
     sig = _sig(width, bits, np.uint8, out_bits or 8)
     kernel = NumbaNative(_make_unsigned(*flags), sig, ("encode_unsigned",) + flags, params)
     kernel.xo = not round_to  # (codes: no lut or table read)
+    kernel.function_passes = False  # (as fast: see Kernel.function_passes)
     kernel.planes = bool(round_to)
     return kernel
 
