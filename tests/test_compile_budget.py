@@ -674,3 +674,30 @@ def test_kernels_measured_as_fast_skip_numbas_function_passes(monkeypatch, skip)
     assert keys and keys[-1][-1] is (not skip)
     function_passes = [c for c in calls if c.__name__ != "NativeLibrary"]
     assert bool(function_passes) is not skip
+
+
+def test_kernels_do_not_link_numbas_runtime_and_the_context_is_restored(monkeypatch):
+    """On a 64-bit machine a kernel's library links no Numba runtime (the kernels are
+    compiled without it; linking it cost a first compile 0.016 s to initialize it and
+    each kernel's LLVM work); the target context's post-lowering step is Numba's own
+    again after the compile (a user's @njit links the runtime as usual)."""
+    from numba.core.registry import cpu_target
+
+    from fp8kit._kernels import native
+
+    target = cpu_target.target_context
+    if target.is32bit:
+        pytest.skip("32-bit machines keep Numba's post-lowering step (64-bit div/rem)")
+    seen = []
+    plain = native._compile_numba
+
+    def compile_numba(*args):
+        library, symbol = plain(*args)
+        seen.append(library)
+        return library, symbol
+
+    monkeypatch.setattr(native, "_compile_numba", compile_numba)
+    _compile_a_kernel_anew(monkeypatch)
+    ((library,),) = [seen]
+    assert "nrt" not in " ".join(lib.name.lower() for lib in library._linking_libraries)
+    assert "post_lowering" not in vars(target)
