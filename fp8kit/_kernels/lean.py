@@ -297,27 +297,30 @@ def _make_lean(
             for c in range(c_first, c_stop):
                 prefer_512()
                 xc, oc = chunks(x, out, c, step)
-                if lanes16 and half:
+                if lanes16:
+                    # (the 16-bit words' constants: bfloat16's or float16's layout)
                     u = np.uint16
-                    h16 = (u(prm[_N + _ABS]), u(prm[_N + _RB]), u(prm[_N + _ODD_BIT]),
+                    w16 = (u(prm[_N + _ABS]), u(prm[_N + _RB]), u(prm[_N + _ODD_BIT]),
                            u(prm[_N + _SH]), u(prm[_N + _MIN_NORMAL]), w32[5],
                            u(prm[_N + _OVF]), u(prm[_N + _NAN_THR]), u(prm[_N + _NAN]),
                            u(prm[_N + _SIGN]), u(prm[_N + _NEG_THR]),
                            u(prm[_N + _ONE]))  # fmt: skip
-                    post, one16 = u(prm[_N + _N]), h16[11]
+                    one16 = w16[11]
+                if lanes16 and half:
+                    post = u(prm[_N + _N])  # (float16's rebias: see _half_words)
                     zero16 = cast_like(one16 - one16, one16)
                     # (words from the smallest the lanes take up to Inf: a - smallest below
                     # their span, wrapping; zeros too)
-                    least = h16[4]
+                    least = w16[4]
                     span16 = cast_like(u(_HALF_INF) - least, one16)
                     done = xc.size - xc.size % _GROUP
                     for g in range(0, done, _GROUP):
                         low = False
                         for t in range(_GROUP):
                             v = xc[g + t]
-                            a = cast_like(v & h16[0], one16)
+                            a = cast_like(v & w16[0], one16)
                             low |= (cast_like(a - least, one16) >= span16) & (a != zero16)
-                            oc[g + t] = lean_code(v, h16, flip, False, False, clear, neg_zero,
+                            oc[g + t] = lean_code(v, w16, flip, False, False, clear, neg_zero,
                                                   True, post)  # fmt: skip
                         if low:  # (the group again, widened)
                             for t in range(_GROUP):
@@ -328,13 +331,6 @@ def _make_lean(
                         v = load_bits(xc, j, lut, load, one32)
                         oc[j] = lean_code(v, w32, flip, use_magic, tiny, clear, neg_zero, False)
                 elif lanes16:
-                    u = np.uint16
-                    w16 = (u(prm[_N + _ABS]), u(prm[_N + _RB]), u(prm[_N + _ODD_BIT]),
-                           u(prm[_N + _SH]), u(prm[_N + _MIN_NORMAL]), w32[5],
-                           u(prm[_N + _OVF]), u(prm[_N + _NAN_THR]), u(prm[_N + _NAN]),
-                           u(prm[_N + _SIGN]), u(prm[_N + _NEG_THR]),
-                           u(prm[_N + _ONE]))  # fmt: skip
-                    one16 = w16[11]
                     # (0 < |v| < the smallest normal: |v| - 1 below it less 1, wrapping)
                     below = cast_like(w16[4] - one16, one16)
                     for b0 in range(0, xc.size, _LOOKUP_BLOCK):
