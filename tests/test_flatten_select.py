@@ -252,7 +252,7 @@ def _kernel_defaults(x, out):
 
 def test_parameters_left_out_take_their_constant_defaults():
     """A helper called without its defaulted parameters is inlined with their defaults as
-    constants (encode_unsigned_mode's ``lower_bias``: the call had stayed a call, and the
+    constants (encode_unsigned_mode's ``in_range``: the call had stayed a call, and the
     kernel was compiled unflattened, 7% slower); a default that is not a constant is not
     inlined (the flattener raises, and the kernel keeps its source)."""
     src = flatten(_kernel_defaults).__flat_source__

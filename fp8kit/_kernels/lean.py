@@ -422,8 +422,8 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
     # bfloat16 -> float8_e8m0fnu, one thread: 15.3-17.1 us against 32-36 widened in
     # blocks, 28-31 for float32 data).  A float16 word's too, but for its subnormals (the
     # formula has no leading-zero count): each group of _GROUP elements that holds one is
-    # done again, widened (256K float16 -> float8_e8m0fnu, one thread: 18.5-20.8 us
-    # against 33.4-34.1 widened; groups of 2048 took 19.5 in a standalone test, of 64-256
+    # done again, widened (256K float16 -> float8_e8m0fnu, one thread: 12.3-12.9 us
+    # against 33.2-33.6 widened; groups of 2048 took 19.5 in a standalone test, of 64-256
     # 16.1)
     own16 = bits == 16
 

@@ -370,13 +370,14 @@ def encode_stochastic_fast(v, p, sp, o, rnd, random_bits):
 
 
 @njit(inline="always")
-def encode_unsigned_mode(v, q, mode, rnd, random_bits, lower_bias=False):
+def encode_unsigned_mode(v, q, mode, rnd, random_bits, in_range=False):
     """:func:`fp8kit._kernels.bits.encode_unsigned` in a rounding mode.  Nearest modes keep
     ml_dtypes' rule (ties up); toward_positive rounds the magnitude up to the next power of
     two; toward_zero and toward_negative round it down (the format has no sign and no zero,
     so values below the smallest give the smallest); stochastic rounds up with probability
-    (x - 2**k) / 2**k.  ``lower_bias``: the source layout's bias is below the format's
-    (the words of float16 data, but for its subnormals: see fp8kit._kernels.lean)."""
+    (x - 2**k) / 2**k.  ``in_range``: every exponent of the source layout lands in the
+    format's range, neither below nor above it (float16's words, but for its subnormals:
+    see fp8kit._kernels.lean), so that no rule for either is compiled."""
     abs_mask, one, src_m, half, rebias, src_inf, max_code, ovf, inf_res, nan_code, c1, c0 = q
     # (in the words' width: Numba types uint16 & uint16, and uint16 - uint16, as int64, and
     # bfloat16's 16-bit lanes would run in 64-bit ones)
@@ -398,14 +399,13 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits, lower_bias=False):
         # (in the source's width: Numba types uint32 + uint32 as 64 bits, half the lanes;
         # no sum here reaches 2**32)
         e = shr(cast_like(a + inc, one), src_m, one)
-    if lower_bias:
-        # (float16's words: every exponent lands in the format's range; the rebias is
-        # negative, stored wrapped in the words' width)
+    if in_range:
+        # (float16's words: the rebias is negative, stored wrapped in the words' width)
         code = cast_like(e - rebias, one)
     else:
         code = cast_like(e - rebias, one) if e > rebias else zero
     nearest = mode == NEAREST_EVEN or mode == NEAREST_AWAY
-    if not nearest and rebias == zero:
+    if not in_range and not nearest and rebias == zero:
         # 2**-bias is a source subnormal: below 2**(1 - bias) the position between codes 0
         # and 1 is (a - c0) / c0, scaled here to the source's mantissa (the nearest modes
         # replace it by ml_dtypes' rule below: LLVM did not drop the overwritten work, and
@@ -416,11 +416,12 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits, lower_bias=False):
         else:
             low = shr(cast_like(frac + inc, one), src_m, one)
         code = low if a < c1 else code
-    if nearest:
+    if nearest and not in_range:
         code = (one if a > c0 else zero) if a < c1 else code  # ml_dtypes' rule
     if mode == TOWARD_ZERO or mode == TOWARD_NEGATIVE:
         ovf = max_code
-    code = ovf if code > max_code else code
+    if not in_range:
+        code = ovf if code > max_code else code
     code = inf_res if a == src_inf else code
     bad = (v != a) | (a == zero) | (a > src_inf)
     return nan_code if bad else code
