@@ -118,6 +118,33 @@ def test_fused_counts_where_float32_products_round_onto_the_limits(narrow):
         assert got[8] == exact_sat.sum() > 0 and got[9] > 0
 
 
+@pytest.mark.parametrize("order", ["growing", "shrinking", "late", "random"])
+def test_fused_max_rel_is_exact_wherever_the_largest_ratio_lies(order):
+    # the fused kernel divides only the elements whose error ratio may beat the chunk's
+    # largest so far (a candidate test on an FMA): ratios that grow along the data make
+    # every element a candidate, shrinking ones none after the first, a late peak one
+    # in the last segment; the figure must be the full kernel's, exactly
+    from fp8kit.study.metrics import fused_totals, metric_totals
+
+    fmt = fp8kit.get_format("float8_e4m3fn")
+    n = 3 * 1024 + 77  # (segments of 1024 elements: three and a part)
+    ramp = 1.0 + np.arange(n) * (0.0624 / n)  # (rounds to 1: ratio (x - 1) / x grows)
+    x = {
+        "growing": ramp,
+        "shrinking": ramp[::-1],
+        "late": np.r_[np.full(n - 5, 1.0 + 2.0**-10), 1.06, np.full(4, 1.0)],
+        "random": np.random.default_rng(4).uniform(0.5, 2.0, n),
+    }[order].astype(np.float32)
+    for shape in ((n,), (7, n // 7)):
+        xs = x[: int(np.prod(shape))].reshape(shape)
+        for scale in (np.ones((), np.float32), np.ones(shape, np.float32)):
+            got = fused_totals(xs, scale, fmt, "float32")
+            q = fp8kit.fake_convert(xs, scale, destination_type=fmt)
+            want = metric_totals(xs, q, np.broadcast_to(scale, shape).astype(np.float64), fmt)
+            assert got[3] == want[3] > 0, (order, shape)
+            assert got[2:4].tolist() == want[2:4].tolist()
+
+
 def test_delayed_rows_replay_the_steps():
     rng = np.random.default_rng(2)
     steps = (rng.standard_normal((12, 50)) * np.exp2(np.arange(12))[:, None]).astype(np.float32)
