@@ -466,10 +466,11 @@ class Kernel:
         disp.disable_compile()
         return disp
 
-    def _native(self):
+    def _native(self, ahead=False):
         """The kernel as native code from fp8kit's cache (:class:`fp8kit._kernels.native.
-        NumbaKernel`), or None where that route is not available here."""
-        if not numba_route() or not _JIT["cache"]:  # (tests: compiled anew, see conftest)
+        NumbaKernel`), or None where that route is not available here; ``ahead``: started
+        only (see :meth:`prefetch`)."""
+        if not _JIT["cache"] or not numba_route():  # (tests: compiled anew, see conftest)
             return None
         if not all(
             isinstance(t, types.Integer)
@@ -495,7 +496,20 @@ class Kernel:
         kernel = NumbaKernel(key, compile_kernel, self._sig, self._params, sizes,
                              self.function_passes)  # fmt: skip
         kernel.xo = self.xo  # (it reads neither lut nor table: see native.xo_call)
+        if ahead:
+            kernel.prefetch()
+            return None
         return kernel.build()
+
+    def prefetch(self) -> None:
+        """Start compiling the kernel now, where it is not built: its typing and lowering
+        here, its machine code on LLVM's worker thread, so that a call about to compile
+        another kernel first (an amax pass before the quantize-and-measure pass) does so
+        while this one's machine code is generated (see
+        :func:`fp8kit._kernels.native._address`).  Its first :meth:`build` waits for it."""
+        if self._built is None:
+            with _BUILD_LOCK:
+                self._native(ahead=True)
 
     def build(self, parallel: bool = False):
         """The compiled function (``parallel`` is ignored: one build serves both)."""

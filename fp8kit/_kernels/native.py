@@ -31,7 +31,8 @@ name and variant, :func:`fp8kit._kernels.registry.source_version` (a hash of eve
 source, so an edit to a helper never loads stale code), the versions of Numba, llvmlite and
 Python, Numba's optimisation level and the target (triple, CPU name and features).  A
 compile is announced as the event ``"fp8kit:compile"`` (Numba's kernels announce
-``"numba:compile"``).
+``"numba:compile"``).  LLVM's part of a compile (parse, passes, machine code) runs on a
+worker thread while the calling thread goes on in Python (:func:`_address`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 
 import llvmlite
@@ -602,15 +604,10 @@ def xo_entry():
 
 
 @functools.cache
-def _entries() -> dict | None:
-    """The three CPython entries (``entry``, ``generic``, and ``xo`` where the flags' offset
-    is known), compiled in one LLVM module the first time any of them is needed.  Together
-    they take about what the three took apart (0.04 s here), but all at a process's first
-    native call: a study of float64 data after a float32 one, which had needed only the
-    generic entry, compiled the other two on its own (0.013 + 0.009 s of its 0.16-0.18).
-    Straight-line code but for the argument loop: the short pipeline (:data:`LEAN_PASSES`)
-    optimises them in 0.020 s where the full one took 0.030, and 1,000-element calls
-    through them take as long (0.5-0.8 us, measured side by side)."""
+def _entry_plan() -> tuple | None:
+    """``(key, emit, names)`` of the module of the CPython entries (:func:`_entries`):
+    its cache key, its emitter and the entries it holds besides ``entry``; None where
+    this interpreter's layout of arrays is not the one they read."""
     layout = _array_layout()
     if layout is None:  # pragma: no cover - another ABI
         return None
@@ -636,10 +633,27 @@ def _entries() -> dict | None:
 
     llvm.add_symbol("PyExc_TypeError", id(TypeError))
     key = ("native_entries", layout, flags_at, np.__version__.split(".")[0])
+    return key, emit, tuple(more)
+
+
+@functools.cache
+def _entries() -> dict | None:
+    """The three CPython entries (``entry``, ``generic``, and ``xo`` where the flags' offset
+    is known), compiled in one LLVM module the first time any of them is needed.  Together
+    they take about what the three took apart (0.04 s here), but all at a process's first
+    native call: a study of float64 data after a float32 one, which had needed only the
+    generic entry, compiled the other two on its own (0.013 + 0.009 s of its 0.16-0.18).
+    Straight-line code but for the argument loop: the short pipeline (:data:`LEAN_PASSES`)
+    optimises them in 0.020 s where the full one took 0.030, and 1,000-element calls
+    through them take as long (0.5-0.8 us, measured side by side)."""
+    plan = _entry_plan()
+    if plan is None:  # pragma: no cover - another ABI
+        return None
+    key, emit, names = plan
     address = native_address(key, emit, ENTRY_TYPE, LEAN_PASSES)
     library, name = _BUILT[key][0], _BUILT[key][2]
     entries = {"entry": _builtin(address)}
-    for suffix in more:
+    for suffix in names:
         entries[suffix] = _builtin(library.get_pointer_to_function(f"{name}_{suffix}"))
     return entries
 
@@ -912,9 +926,55 @@ def _digest(key: tuple, codegen, passes: tuple | None = None) -> str:
         llvmlite.__version__,
         sys.version_info[:2],
         config.OPT,
-        codegen.magic_tuple(),
+        _magic_tuple(codegen),
     )
     return hashlib.sha256(repr(what).encode()).hexdigest()[:32]
+
+
+@functools.cache
+def _magic_tuple(codegen) -> tuple:
+    """Numba's ``codegen.magic_tuple()`` (the target's triple, CPU name and features),
+    asked once: it calls LLVM, which waits for llvmlite's lock while the worker thread
+    runs a pass pipeline (see :func:`_address`)."""
+    return codegen.magic_tuple()
+
+
+#: ABI sizes and alignments of LLVM types, by target data and type (see :func:`_quick_sizes`).
+_SIZES: dict = {}
+
+
+@contextlib.contextmanager
+def _quick_sizes(context):
+    """Numba's target ``context`` answering the ABI size and alignment of an LLVM type from
+    :data:`_SIZES` after asking LLVM once.
+
+    Why: llvmlite answers each by parsing a module of one global of the type (a kernel's
+    lowering asks 60-125 times); every such call takes llvmlite's lock, which LLVM's work
+    on the worker thread holds for 0.01-0.06 s at a time (:func:`_address`): measured,
+    0.10 s of a first sweep's lowering waited on it.  The answers depend on the type and
+    the target data alone.  The methods are replaced on the context instance for the
+    compile (under Numba's compiler lock) and removed after it."""
+    cls = type(context)
+
+    def sized(what):
+        plain = getattr(cls, what)
+
+        def get(ty):
+            key = (what, id(context.target_data), str(ty))
+            try:
+                return _SIZES[key]
+            except KeyError:
+                _SIZES[key] = value = plain(context, ty)
+                return value
+
+        return get
+
+    context.get_abi_sizeof = sized("get_abi_sizeof")
+    context.get_abi_alignment = sized("get_abi_alignment")
+    try:
+        yield
+    finally:
+        del context.get_abi_sizeof, context.get_abi_alignment
 
 
 def _file_name(name: str) -> str:
@@ -1040,19 +1100,23 @@ LEAN_PASSES = ("always_inliner", "sroa", "instruction_combine", "simplify_cfg")
 
 
 @functools.cache
-def _library_class(base: type, passes: tuple | None = None) -> type:
+def _library_class(base: type, passes: tuple | None = None, function_passes=False) -> type:
     """Numba's code library class ``base``, optimising once: Numba runs function passes,
     a cheap module pipeline (to gather reference counts for pruning) and the full one; a
     native kernel has no reference counts, and the full pipeline alone gives the same
     machine code speed (encode float32 -> float8_e4m3fn, 256K elements: 28.1 against
     29.4 us) in 0.040 s where the three took 0.050 (measured).  ``passes``: llvmlite's
     names of the passes to run instead (:data:`LEAN_PASSES`), where it has them all.
+    ``function_passes``: Numba's three, as Numba runs them, but the function passes run
+    on the library's whole module when it is optimised, not on each module as it is
+    added, so that all of LLVM's work is done by :func:`_machine_code` (on a worker
+    thread: see :func:`_address`).
 
-    This is fp8kit's one use of Numba's private pass-manager API, in both its shapes:
-    Numba 0.62 on (llvmlite's new pass manager) returns ``(manager, pass builder)`` from
-    ``_module_pass_manager()``; Numba 0.60-0.61 (the legacy pass manager, no pass builder,
-    hence no ``passes``) returns the manager alone.  Anything else falls back to Numba's
-    own pipeline (a RuntimeWarning, once: the same results, compiled more slowly)."""
+    This is fp8kit's one use of Numba's private pass-manager API: from Numba 0.62 on
+    (llvmlite's new pass manager, pyproject's floor) ``_module_pass_manager()`` and
+    ``_function_pass_manager()`` return ``(manager, pass builder)``.  Anything else falls
+    back to Numba's own pipeline (a RuntimeWarning, once: the same results, compiled more
+    slowly, on the calling thread)."""
     from llvmlite import binding as llvm
 
     adders = None
@@ -1063,24 +1127,83 @@ def _library_class(base: type, passes: tuple | None = None) -> type:
     warned = []
 
     class NativeLibrary(base):
+        def __init__(self, codegen, name):
+            from numba.core.codegen import CodeLibrary
+
+            # (no empty module parsed for the others to be linked into, and each module
+            # added kept as IR text: parsed and linked by the first thing that reads the
+            # library's module, llvm_steps on the worker thread; a kernel's compile then
+            # calls into LLVM on its own thread for nothing but the sizes of its types)
+            CodeLibrary.__init__(self, codegen, name)
+            self._linking_libraries = []
+            self._shared_module = None
+            self._texts, self._internal, self._module = [], [], None
+
+        @property
+        def _final_module(self):
+            if self._texts:
+                texts, self._texts = self._texts, []
+                for text in texts:
+                    module = llvm.parse_assembly(text)
+                    module.verify()
+                    if self._module is None:
+                        module.name = cgutils.normalize_ir_text(self.name)
+                        self._module = module
+                    else:
+                        self._module.link_in(module)
+                for name in self._internal:
+                    self._module.get_function(name).linkage = "internal"
+            return self._module
+
+        @_final_module.setter
+        def _final_module(self, module):
+            self._module = module
+
+        def add_ir_module(self, ir_module):
+            self._raise_if_finalized()
+            self._texts.append(cgutils.normalize_ir_text(str(ir_module)))
+
+        def add_llvm_module(self, ll_module):
+            self._final_module.link_in(ll_module)
+
+        def make_internal(self, name: str) -> None:
+            """The function ``name`` internal to the library (when its module is read)."""
+            self._internal.append(name)
+
         def _optimize_functions(self, ll_module):
-            ll_module.data_layout = self._codegen._data_layout
+            pass  # (see llvm_steps; the module's IR has the data layout: _module)
 
         def _optimize_final_module(self):
+            for step in self.llvm_steps():
+                step()
+
+        def llvm_steps(self) -> list:
+            """The library's optimisation as steps, each one call into LLVM, the pass
+            managers built here: so that the worker thread that runs them
+            (:func:`_machine_code`) needs Python's lock only between them, and lets a
+            compile a call waits for go first there.  With ``function_passes``, Numba's
+            three as Numba runs them (its function passes on each function defined, its
+            cheap module pipeline, its full one)."""
+            module, codegen = self._final_module, self._codegen
             try:
+                if function_passes:
+                    fpm, fpb = codegen._function_pass_manager()
+                    cheap, cpb = codegen._module_pass_manager(
+                        loop_vectorize=codegen._loopvect, slp_vectorize=False,
+                        opt=codegen._opt_level, cost="cheap")  # fmt: skip
+                    full, pb = codegen._module_pass_manager()
+                    steps = [functools.partial(fpm.run, f, fpb)
+                             for f in module.functions if not f.is_declaration]  # fmt: skip
+                    return [*steps, functools.partial(cheap.run, module, cpb),
+                            functools.partial(full.run, module, pb)]  # fmt: skip
                 if adders is not None:
-                    pb = self._codegen._pass_builder()
+                    pb = codegen._pass_builder()
                     mpm = llvm.create_new_module_pass_manager()
                     for adder in adders:
                         getattr(mpm, adder)()
-                    mpm.run(self._final_module, pb)
-                    return
-                made = self._codegen._module_pass_manager()
-                if isinstance(made, tuple):  # Numba >= 0.62: (manager, pass builder)
-                    mpm, pb = made
-                    mpm.run(self._final_module, pb)
-                else:  # Numba 0.60-0.61: the legacy module pass manager alone
-                    made.run(self._final_module)
+                else:
+                    mpm, pb = codegen._module_pass_manager()  # (Numba >= 0.62's shape)
+                return [functools.partial(mpm.run, module, pb)]
             except (AttributeError, TypeError, ValueError) as exc:
                 if not warned:
                     warned.append(exc)
@@ -1093,20 +1216,22 @@ def _library_class(base: type, passes: tuple | None = None) -> type:
                         RuntimeWarning,
                         stacklevel=2,
                     )
-                base._optimize_functions(self, self._final_module)
-                base._optimize_final_module(self)
+                return [functools.partial(base._optimize_functions, self, module),
+                        functools.partial(base._optimize_final_module, self)]  # fmt: skip
 
     return NativeLibrary
 
 
-def _compile(context, name: str, emit: Callable, fnty=FUNCTION_TYPE, passes=None):
+def _compile(context, name: str, emit: Callable, fnty=FUNCTION_TYPE, passes=None, finalize=True):
     """A code library of the function ``name`` of type ``fnty`` that ``emit`` writes,
-    compiled (under Numba's compiler lock; ``passes``: see :func:`_library_class`)."""
+    compiled (under Numba's compiler lock; ``passes``: see :func:`_library_class`); not
+    finalized where ``finalize`` is false (:func:`_machine_code` does LLVM's part)."""
     codegen = context.codegen()
     library = _library_class(codegen._library_class, passes)(codegen, name)
     library.enable_object_caching()
     library.add_ir_module(_module(context, name, emit, fnty))
-    library.finalize()
+    if finalize:
+        library.finalize()
     return library
 
 
@@ -1119,7 +1244,9 @@ def assembly(emit: Callable) -> str:
         return _compile(cpu_target.target_context, "fp8kit_assembly", emit).get_asm_str()
 
 
-def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None) -> int:
+def native_address(
+    key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None, ahead=False
+) -> int | None:
     """The address of the native kernel ``emit`` writes, compiled once per process (or
     loaded from the disk cache).
 
@@ -1127,33 +1254,227 @@ def native_address(key: tuple, emit: Callable, fnty=FUNCTION_TYPE, passes=None) 
     (``args``: its arguments) and returns its result (i32 for :data:`FUNCTION_TYPE`);
     ``key`` (a tuple of a name and plain values) names everything it depends on besides
     the kernel sources; ``passes``: the optimisation pipeline (:func:`_library_class`),
-    part of the disk cache's key."""
+    part of the disk cache's key; ``ahead``: see :func:`_address`."""
+    from numba.core.registry import cpu_target
+
+    def front(digest, name):
+        return _compile(cpu_target.target_context, name, emit, fnty, passes, finalize=False), name
+
+    return _address(key, key[0], front, passes, ahead)
+
+
+class _Job:
+    """A compile between its front end and its machine code: the code ``library`` (not
+    finalized, unless the route that compiled it finalized it), its function ``symbol``,
+    its cache file's ``name`` and folder (``write``), and ``code``, the future of its
+    machine code from a worker thread (:func:`_machine_code`); ``ahead``: started ahead
+    and not yet asked for; ``pid``: the process it was started in (a fork's child
+    compiles again)."""
+
+    def __init__(self, library, symbol: str, name: str, write, ahead: bool):
+        self.library, self.symbol, self.name, self.write = library, symbol, name, write
+        self.pid, self.ahead, self.code = os.getpid(), ahead, None
+        self.running = threading.Event()
+
+
+#: Compiles started ahead (:func:`_address` with ``ahead``), by key, until asked for.
+_AHEAD: dict = {}
+
+
+def _address(key: tuple, label: str, front: Callable, passes=None, ahead=False) -> int | None:
+    """The address of the function of ``key``: from this process's compiles, from the disk
+    cache (file ``fp8kit_<label>_<digest>``), or compiled: ``front(digest, name)`` gives
+    ``(library, symbol)``, the library not yet finalized, under Numba's compiler lock
+    with the collector paused; LLVM's part of the compile (:func:`_machine_code`: its
+    passes and machine code) then runs on a worker thread, and the code is loaded as a
+    disk-cache entry is (:func:`_finalize_with`).
+
+    Why a worker: LLVM's part holds no Python lock (llvmlite's calls release the GIL),
+    so meanwhile the calling thread collects the compile's garbage (0.01-0.03 s) or, with
+    ``ahead``, goes on to type and lower the next kernel a call needs: ``ahead`` returns
+    None after the front end, and the first call for ``key`` later waits for the machine
+    code (:meth:`fp8kit._kernels.codec.Kernel.prefetch`).  llvmlite runs one LLVM call at
+    a time, so the overlap is with Python's part of the work only."""
     with BUILD_LOCK:
         if key in _BUILT:
             return _BUILT[key][1]
+        job = _AHEAD.pop(key, None)
+        if job is not None and job.pid == os.getpid():
+            if ahead:
+                _AHEAD[key] = job
+                return None
+            job.ahead = False  # (asked for: its steps no longer wait for others')
+            return _finish(key, job)
         with global_compiler_lock:
             from numba.core.registry import cpu_target
 
-            context = cpu_target.target_context
-            codegen = context.codegen()
+            codegen = cpu_target.target_context.codegen()
             digest = _digest(key, codegen, passes)
-            name = f"fp8kit_{key[0]}_{digest}"
+            name = f"fp8kit_{label}_{digest}"
             write, read = _cache_dirs()
             loaded = _load(name, read, codegen)
-            if loaded is None:
-                with event.trigger_event(COMPILE_EVENT, data={"name": key[0]}), _no_gc():
-                    library = _compile(context, name, emit, fnty, passes)
-                    address = library.get_pointer_to_function(name)
-                _store(write, name, library, name)
-                outcome = "cache_misses"
-            else:
-                library = loaded[0]
-                address = library.get_pointer_to_function(name)
-                outcome = "cache_hits"
-        stats = _STATS.setdefault(address, Stats())
-        getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
-        _BUILT[key] = (library, address, name)  # (the library keeps the code alive)
-        return address
+            if loaded is not None:
+                return _publish(key, *loaded, "cache_hits")
+            with event.trigger_event(COMPILE_EVENT, data={"name": label}):
+                with _no_gc():
+                    library, symbol = front(digest, name)
+                    job = _Job(library, symbol, name, write, ahead)
+                    job.code = _submit(_machine_code, job)
+                    try:
+                        # (the worker in LLVM's passes, which need no Python lock, before
+                        # the collection that ending _no_gc sets off runs here)
+                        job.running.wait(0.05)
+                    except BaseException:  # (an interrupt: nobody asks for this one)
+                        if job.code.urgent:
+                            _URGENT.done()
+                        raise
+                if not ahead:
+                    return _finish(key, job)
+        _AHEAD[key] = job
+        return None
+
+
+def _finish(key: tuple, job: _Job) -> int:
+    """The address of ``job``'s function once its machine code is there, loaded (under
+    Numba's compiler lock) and written to the disk cache.  Where the worker failed, the
+    library is finalized by Numba's own route instead (a warning, once)."""
+    try:
+        try:
+            code = job.code.result()
+        except Exception as exc:  # noqa: BLE001 - Numba's or llvmlite's internals differ
+            _warn_once(
+                "worker",
+                "fp8kit finishes its kernels' compiles by Numba's own route (about "
+                f"0.01-0.1 s more on a first call): {exc!r}",
+            )
+            code = None
+        with global_compiler_lock:
+            _finalize_with(job.library, code)
+        _store(job.write, job.name, job.library, job.symbol)
+        return _publish(key, job.library, job.symbol, "cache_misses")
+    finally:
+        if job.code.urgent:  # (loading and storing call LLVM too: the others wait till here)
+            _URGENT.done()
+
+
+def _publish(key: tuple, library, symbol: str, outcome: str) -> int:
+    address = library.get_pointer_to_function(symbol)
+    stats = _STATS.setdefault(address, Stats())
+    getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
+    _BUILT[key] = (library, address, symbol)  # (the library keeps the code alive)
+    return address
+
+
+def _machine_code(job: _Job) -> bytes | None:
+    """LLVM's part of ``job``'s compile: its library's module parsed, its passes, as steps
+    (each one call into LLVM: :func:`_llvm_steps`), and its machine code as object code;
+    None where the library is finalized already, or links others (Numba's own route
+    finalizes those).
+
+    It touches nothing of Numba's but the library's own module and the target machine
+    Numba's code generator holds (as Numba's ``get_asm_str`` does), and llvmlite runs one
+    LLVM call at a time: so it runs on a worker thread, without Numba's compiler lock,
+    while the calling thread types and lowers.  A compile started ahead lets those a call
+    is waiting for go first, between its steps (measured: an amax kernel's machine code
+    0.1 s later behind the fused study kernel's otherwise)."""
+    library = job.library
+    try:
+        if library._finalized or library._linking_libraries:  # (see _finalize_with)
+            return None
+        steps = _llvm_steps(library)  # (the module parsed, the pass managers built)
+    finally:
+        job.running.set()
+    for step in steps:
+        _URGENT.wait_turn(job)
+        step()
+    library._final_module.verify()
+    _URGENT.wait_turn(job)
+    return library._codegen._tm.emit_object(library._final_module)
+
+
+class _Urgent:
+    """How many compiles a call is waiting for have their LLVM part to do, or their code
+    to load (see :func:`_machine_code`)."""
+
+    def __init__(self):
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def started(self) -> None:
+        with self._idle:
+            self._count += 1
+
+    def done(self) -> None:
+        with self._idle:
+            self._count -= 1
+            self._idle.notify_all()
+
+    def wait_turn(self, job: _Job) -> None:
+        """Until none is, where ``job`` was started ahead and is not asked for yet (a
+        second at most: a turn, never a deadlock)."""
+        if job.ahead:
+            with self._idle:
+                self._idle.wait_for(lambda: self._count <= 0 or not job.ahead, timeout=1.0)
+
+
+_URGENT = _Urgent()
+
+
+def _llvm_steps(library) -> list:
+    """:meth:`llvm_steps` of fp8kit's library classes (:func:`_library_class`); for
+    another library, its whole optimisation as one step."""
+    steps = getattr(library, "llvm_steps", None)
+    return steps() if steps is not None else [library._optimize_final_module]
+
+
+def _finalize_with(library, code: bytes | None) -> None:
+    """``library`` finalized (under Numba's compiler lock) with the machine code ``code``
+    from :func:`_machine_code`, as a disk-cache entry is loaded: Numba's JIT takes it from
+    the library's object cache instead of generating it (``code`` None, or Numba's
+    internals not those fp8kit knows: the library finalized by Numba's own route, its
+    passes run again)."""
+    if library._finalized:
+        return
+    if (
+        code is None
+        or library._linking_libraries
+        or not all(hasattr(library, a) for a in ("_set_compiled_object", "_finalize_final_module"))
+    ):
+        library.finalize()
+        return
+    library._set_compiled_object(code)
+    library._finalize_final_module()
+    library._compiled_object = code  # (the JIT took it: kept for the disk cache's copy)
+
+
+#: The LLVM worker threads, ``(process id, executors)``: one for compiles a call waits
+#: for, one for those started ahead (so that the latter, queued, never hold up the former).
+_WORKERS: list = []
+
+
+def _submit(fn: Callable, job: _Job, *args):
+    """A future of ``fn(job, *args)`` run on an LLVM worker thread (see :data:`_WORKERS`;
+    started at the first compile, a fork's child starts its own), or run here where no
+    thread starts.  ``future.urgent``: counted in :data:`_URGENT` until :func:`_finish`."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    urgent = not job.ahead
+    pid = os.getpid()
+    if not _WORKERS or _WORKERS[0][0] != pid:
+        _WORKERS[:] = [(pid, [ThreadPoolExecutor(1, thread_name_prefix=f"fp8kit-llvm-{k}")
+                              for k in ("now", "ahead")])]  # fmt: skip
+    if urgent:
+        _URGENT.started()
+    try:
+        future = _WORKERS[0][1][0 if urgent else 1].submit(fn, job, *args)
+    except RuntimeError:  # (no thread starts: the interpreter's shutdown, a thread limit)
+        future = Future()
+        try:
+            future.set_result(fn(job, *args))
+        except Exception as exc:  # noqa: BLE001 - handed over as the worker's would be
+            future.set_exception(exc)
+    future.urgent = urgent
+    return future
 
 
 #: Bit 32 of a checked kernel's result: an argument was refused (its index from bit 40).
@@ -1262,8 +1583,9 @@ def _adapter_emitter(fndesc, sig, bound: bool, sizes):
 
 
 def numba_address(
-    key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=(), function_passes=True
-) -> int:
+    key: tuple, compile_kernel: Callable, sig, bound: bool, sizes=(), function_passes=True,
+    ahead=False,
+) -> int | None:  # fmt: skip
     """The address of the C-callable function (:data:`CHECKED_TYPE`) around a Numba
     kernel of signature ``sig``, compiled once per process (or loaded from the disk cache).
 
@@ -1272,35 +1594,18 @@ def numba_address(
     called only where the cache misses, so that a cached kernel loads without Numba's
     typing or lowering (0.01 s where Numba's own cache takes 0.4-0.75).  ``key`` names
     everything the kernel depends on besides the kernel sources; ``bound`` and ``sizes``:
-    see :func:`_adapter_emitter`; ``function_passes``: see :func:`_compile_in_one_library`."""
+    see :func:`_adapter_emitter`; ``function_passes``: see :func:`_compile_in_one_library`;
+    ``ahead``: see :func:`_address`."""
     key = ("numba",) + tuple(key) + (str(sig), bound, tuple(sizes), bool(function_passes))
-    with BUILD_LOCK:
-        if key in _BUILT:
-            return _BUILT[key][1]
-        with global_compiler_lock:
-            from numba.core.registry import cpu_target
 
-            codegen = cpu_target.target_context.codegen()
-            digest = _digest(key, codegen)
-            name = f"fp8kit_{key[1]}_{digest}"
-            write, read = _cache_dirs()
-            loaded = _load(name, read, codegen)
-            if loaded is None:
-                compiling = event.trigger_event(COMPILE_EVENT, data={"name": key[1]})
-                with compiling, _no_gc(), _quick_typing():
-                    kernel = compile_kernel(f"fp8kit_{digest}")
-                    library, symbol = _compile_numba(kernel, sig, bound, sizes, digest,
-                                                     function_passes)  # fmt: skip
-                _store(write, name, library, symbol)
-                outcome = "cache_misses"
-            else:
-                library, symbol = loaded
-                outcome = "cache_hits"
-            address = library.get_pointer_to_function(symbol)
-        stats = _STATS.setdefault(address, Stats())
-        getattr(stats, outcome)[key] = getattr(stats, outcome).get(key, 0) + 1
-        _BUILT[key] = (library, address, symbol)
-        return address
+    def front(digest, name):
+        from numba.core.registry import cpu_target
+
+        with _quick_typing(), _quick_sizes(cpu_target.target_context):
+            kernel = compile_kernel(f"fp8kit_{digest}")
+            return _compile_numba(kernel, sig, bound, sizes, digest, function_passes)
+
+    return _address(key, key[1], front, None, ahead)
 
 
 def _compile_numba(kernel, sig, bound: bool, sizes, digest: str, function_passes=True) -> tuple:
@@ -1546,10 +1851,8 @@ def _compile_in_one_library(
     typing.refresh()
     target.refresh()
     codegen = target.codegen()
-    if function_passes:
-        library = codegen.create_library(f"fp8kit_{digest}")
-    else:
-        library = _library_class(codegen._library_class)(codegen, f"fp8kit_{digest}")
+    library = _library_class(codegen._library_class, None, bool(function_passes))(
+        codegen, f"fp8kit_{digest}")  # fmt: skip
     library.enable_object_caching()
     flags = compiler.Flags()
     disp.targetdescr.options.parse_as_flags(flags, disp.targetoptions)
@@ -1572,11 +1875,8 @@ def _compile_in_one_library(
     # s, as fast (a call per kernel call; 1,000-element calls, 256K and 4M elements, the
     # sweep, side by side).  (On the call sites, not the function: llvmlite 0.45's
     # add_function_attribute put it on the return value, which LLVM rejects.)
-    module = getattr(library, "_final_module", None)  # (else as Numba leaves them)
-    if module is not None:
-        module.get_function(fndesc.llvm_func_name).linkage = "internal"
-    library.finalize()
-    return library, name
+    library.make_internal(fndesc.llvm_func_name)
+    return library, name  # (finalized by _address: LLVM's part on the worker thread)
 
 
 def function_key(func) -> str:
@@ -1631,6 +1931,12 @@ class NumbaKernel(_NativeBase):
         self._sig, self._bound, self._sizes = sig, bound, tuple(sizes)
         self._function_passes = function_passes
 
+    def prefetch(self) -> None:
+        """Its compile started (:func:`_address` with ``ahead``); :meth:`build` finishes it."""
+        if self._built is None:
+            numba_address(self._key, self._emit, self._sig, self._bound, self._sizes,
+                          self._function_passes, ahead=True)  # fmt: skip
+
     def build(self, parallel: bool = False):
         if self._built is None:
             address = numba_address(self._key, self._emit, self._sig, self._bound, self._sizes,
@@ -1643,8 +1949,15 @@ class NumbaKernel(_NativeBase):
 
 def numba_route() -> bool:
     """Whether Numba kernels can run through the checked entry here (else through their
-    Numba dispatchers, as :func:`available`)."""
-    return checked_entry() is not None
+    Numba dispatchers, as :func:`available`).  Asked before a Numba kernel compiles: the
+    entries' compile is started then (:func:`_address` with ``ahead``), their machine code
+    generated while the kernel is typed, not before (0.02-0.03 s of a first call)."""
+    plan = _entry_plan()
+    if plan is None or "checked" not in plan[2]:
+        return False
+    if _entries.cache_info().currsize == 0:
+        native_address(plan[0], plan[1], ENTRY_TYPE, LEAN_PASSES, ahead=True)
+    return True
 
 
 _BUILT: dict = {}  # native functions by key: (code library, address, function name)

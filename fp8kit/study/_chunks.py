@@ -105,6 +105,30 @@ def add_stats(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+def _narrow_name(dtype: np.dtype) -> str:
+    """The fused kernel's ``narrow`` for data of ``dtype`` (its results rounded to it)."""
+    if dtype == np.dtype(ml_dtypes.bfloat16):
+        return "bfloat16"
+    return "float16" if dtype == np.dtype(np.float16) else np.dtype(dtype).name
+
+
+def _fused(wdt: np.dtype, fmt: FloatFormat, masked: bool) -> bool:
+    """Whether :func:`chunk_totals` quantizes and measures a job in one pass (the fused
+    kernel, :func:`fused_totals`): unmasked data worked on in float32, a format FakeConvert
+    rounds in place."""
+    return wdt == np.float32 and _args.rounds_in_place(fmt) and not masked
+
+
+def prefetch_fused(dtype: np.dtype, fmts: list[FloatFormat], masked: bool) -> None:
+    """Start compiling the fused kernel :func:`chunk_totals` will take for data of ``dtype``
+    and these formats, if it takes it (one compiled function serves every format), so that
+    its machine code is generated while the amax pass compiles and runs
+    (:meth:`fp8kit._kernels.codec.Kernel.prefetch`)."""
+    fmt = next((f for f in fmts if _fused(work_dtype(dtype), f, masked)), None)
+    if fmt is not None:
+        km.quantize_metrics_kernel(fmt, _narrow_name(np.dtype(dtype))).prefetch()
+
+
 def chunk_totals(
     y: Any,
     box: Box,
@@ -139,9 +163,7 @@ def chunk_totals(
         xm = xw if mask is None else np.where(mask, xw.dtype.type(np.nan), xw)
     nmasked = 0 if mask is None else int(np.count_nonzero(mask))
     qbuf = None
-    narrow_name = {np.dtype(np.float16): "float16"}.get(narrow, narrow.name)
-    if narrow == np.dtype(ml_dtypes.bfloat16):
-        narrow_name = "bfloat16"
+    narrow_name = _narrow_name(narrow)
     out = np.zeros((len(jobs), km.N_METRICS))
     stats = empty_stats(len(jobs))
     amaxes = {} if amaxes is None or mask is not None else dict(amaxes)
@@ -164,7 +186,7 @@ def chunk_totals(
             stats[j, ZERO_BLOCKS] = np.count_nonzero((am == 0) & (bad == 0))
             stats[j, BLOCKS] = am.size
         xv, sv = broadcast_view(xq, sc, lg.kind, lg.axis, lg.block)
-        if wdt == np.float32 and _args.rounds_in_place(fmt) and xm is xq:
+        if _fused(wdt, fmt, mask is not None):
             # one pass: quantize and measure, the quantized values never stored (where
             # no NaN or Inf is met: else the two passes below)
             totals = fused_totals(xv, sv, fmt, narrow_name)

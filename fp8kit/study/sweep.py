@@ -34,6 +34,7 @@ from ._chunks import (
     chunk_totals,
     empty_stats,
     plan_chunks,
+    prefetch_fused,
 )
 from ._groups import chunk_sums, crest_of, merge_sums, two_level_totals
 from .metrics import ErrorMetrics, add_totals
@@ -819,6 +820,8 @@ def study_tensor(
 
     # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
     # amaxes when its blocks lie along another axis (one amax pass instead of two)
+    # (its machine code generated while the amax pass compiles and runs)
+    prefetch_fused(x.dtype, fmts, masked)
     pre = _from_blocks(xw, shape, local, passes) if xw is not None else None
     if pre is not None:
         glob, pre = pre
