@@ -159,6 +159,18 @@ def test_a_library_that_links_others_is_left_to_numbas_route():
     assert finalized == [True]
 
 
+def test_a_library_with_nothing_added_has_an_empty_module():
+    """fp8kit's library class keeps its modules as text until its module is read; read
+    with nothing added, it is an empty module of the target, as Numba's is."""
+    from numba.core.registry import cpu_target
+
+    codegen = cpu_target.target_context.codegen()
+    library = native._library_class(codegen._library_class)(codegen, "fp8kit_empty")
+    module = library._final_module
+    assert module is library._final_module and not list(module.functions)
+    assert module.triple  # (the target's, from Numba's empty module)
+
+
 def test_a_failing_worker_falls_back_to_numbas_route_with_one_warning(anew, monkeypatch):
     """Where the worker's part fails (Numba's or llvmlite's internals not those fp8kit
     knows), the kernel is finalized by Numba's own route, with one warning."""
