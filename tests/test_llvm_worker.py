@@ -159,6 +159,24 @@ def test_a_library_that_links_others_is_left_to_numbas_route():
     assert finalized == [True]
 
 
+def test_the_route_that_compiles_the_adapter_apart_still_works(anew, monkeypatch):
+    """Where Numba's internals refuse the one-library route, the kernel is compiled by its
+    dispatcher and its adapter apart (Numba's public route): libraries finalized on the
+    calling thread, which the worker leaves alone."""
+    monkeypatch.setattr(native, "_TOGETHER", [False])
+    seen = []
+    plain = native._machine_code
+
+    def machine_code(job):
+        code = plain(job)
+        seen.append(code)
+        return code
+
+    monkeypatch.setattr(native, "_machine_code", machine_code)
+    assert np.array_equal(_codes(_encode_kernel()), _want())
+    assert seen == [None]
+
+
 def test_a_library_with_nothing_added_has_an_empty_module():
     """fp8kit's library class keeps its modules as text until its module is read; read
     with nothing added, it is an empty module of the target, as Numba's is."""
