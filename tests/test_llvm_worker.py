@@ -137,9 +137,12 @@ def test_a_compile_a_call_waits_for_goes_first():
     t.join()
     passed.clear()
     urgent.started()
-    job.ahead = False  # (asked for: no turn to wait)
-    step()
-    assert passed.is_set()
+    t = threading.Thread(target=step)
+    t.start()
+    assert not passed.wait(0.1)  # (held back again)
+    urgent.claim(job)  # (asked for: it waits no more, woken at once)
+    assert passed.wait(0.5)
+    t.join()
     urgent.done()
 
 

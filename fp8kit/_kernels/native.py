@@ -1307,7 +1307,7 @@ def _address(key: tuple, label: str, front: Callable, passes=None, ahead=False) 
             if ahead:
                 _AHEAD[key] = job
                 return None
-            job.ahead = False  # (asked for: its steps no longer wait for others')
+            _URGENT.claim(job)  # (asked for: its steps no longer wait for others')
             return _finish(key, job)
         with global_compiler_lock:
             from numba.core.registry import cpu_target
@@ -1413,6 +1413,12 @@ class _Urgent:
     def done(self) -> None:
         with self._idle:
             self._count -= 1
+            self._idle.notify_all()
+
+    def claim(self, job: _Job) -> None:
+        """``job``, started ahead, asked for now: it waits between its steps no more."""
+        with self._idle:
+            job.ahead = False
             self._idle.notify_all()
 
     def wait_turn(self, job: _Job) -> None:
