@@ -274,6 +274,13 @@ def test_the_sweep_starts_the_fused_kernel_ahead_where_it_takes_it(monkeypatch):
                         lambda dtype, fmts, masked: asked.append((dtype, masked)))  # fmt: skip
     fp8kit.study.sweep({"w": np.ones((4, 32), np.float32)}, ["float8_e4m3fn"])
     assert asked == [(np.dtype(np.float32), False)]
+    # (not where every job is NVFP4's, which take a pass of their own)
+    asked.clear()
+    x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+    fp8kit.study.sweep({"w": x}, ["float4_e2m1fn"], ["nvfp4"])
+    assert asked == []
+    fp8kit.study.sweep({"w": x}, ["float4_e2m1fn"], ["nvfp4", "block:32"])
+    assert asked == [(np.dtype(np.float32), False)]
 
 
 _ENTRIES_AHEAD = """

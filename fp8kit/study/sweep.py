@@ -820,8 +820,11 @@ def study_tensor(
 
     # one chunk: the per-tensor and per-channel amaxes taken from an MX grouping's block
     # amaxes when its blocks lie along another axis (one amax pass instead of two)
-    # (its machine code generated while the amax pass compiles and runs)
-    prefetch_fused(x.dtype, fmts, masked)
+    # The fused kernel started now, its machine code generated while the amax pass
+    # compiles and runs; where every spec is NVFP4's, none: their jobs take a pass of
+    # their own (_with_two_level), and a kernel started for nothing costs its front end
+    if any(kind != "nvfp4" for _, kind, _, _ in plan.specs):
+        prefetch_fused(x.dtype, fmts, masked)
     pre = _from_blocks(xw, shape, local, passes) if xw is not None else None
     if pre is not None:
         glob, pre = pre
