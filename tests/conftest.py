@@ -112,6 +112,18 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped in CI (every oracle must be installed): {report.longrepr}"
 
 
+@pytest.fixture(autouse=True)
+def _kernels_typed_once():
+    """No kernel a test compiles is typed twice: fp8kit's kernels are typed without Numba's
+    SSA pass, and one whose variable takes two types is typed again with it
+    (``native.SSA_RETRIES``, see ``native._retyped``): give each variable one type."""
+    from fp8kit._kernels import native
+
+    before = len(native.SSA_RETRIES)
+    yield
+    assert not native.SSA_RETRIES[before:], "typed again in SSA form (variable: one type)"
+
+
 @pytest.fixture
 def fresh_kernels(monkeypatch):
     """Kernels compiled anew (no disk cache, no shared builds, the kernel caches cleared

@@ -234,8 +234,10 @@ m = x.reshape(64, 64)
 for scaling in ("tensor", "channel", "block"):
     study.error_metrics(m, study.quantize(m, "float8_e4m3fn", scaling))
 study.sweep(m, ["float8_e4m3fn", "float4_e2m1fn"])
+fp8kit.fake_convert(x, np.float32(2), np.float32(0.5), "f8e4m3", mode="openvino")
+fp8kit.round_to(x, "float8_e4m3fn", flush_subnormals=True)
 lean = ("numba.np.arraymath" in sys.modules, "scipy.linalg" in sys.modules,
-        list(native.LEAN_RETRIES))
+        list(native.LEAN_RETRIES), list(native.SSA_RETRIES))
 
 import numba
 
@@ -261,7 +263,7 @@ def test_first_calls_load_only_the_lowering_kernels_use(tmp_path):
     out = subprocess.run([sys.executable, "-c", _LEAN_CODE], env=env, capture_output=True,
                          text=True, timeout=600, check=True).stdout  # fmt: skip
     lean, total, full = ast.literal_eval(out.strip().splitlines()[-1])
-    assert lean == (False, False, [])
+    assert lean == (False, False, [], [])
     assert total == 6.0 and full
 
 
@@ -339,6 +341,72 @@ def test_a_kernel_needing_more_lowering_compiles_with_all_of_it(tmp_path):
     result, retries = ast.literal_eval(out.strip().splitlines()[-1])
     assert result == 45
     assert len(retries) == 1 and retries[0][0] == "kernel"
+
+
+_SSA_CODE = """
+import ctypes
+import numpy as np
+from numba import njit, types
+from numba.core.compiler_lock import global_compiler_lock
+from fp8kit._kernels import native
+
+def retyped(a):
+    y = np.float32(a[0])
+    t = y * y  # (float32: the definition reaching here is float32)
+    if a[0] > 0:  # (another block: Numba renames a redefinition within one block itself)
+        y = t * 2.0  # (float64: typed without SSA, y would be float64 above too)
+    return np.int64(t * 2.0**40) + np.int64(y > 0)
+
+def merged(a):
+    if a[0] > 0:
+        v = np.uint32(7)
+    else:
+        v = np.uint64(9)
+    return np.int64(v + np.uint64(1))  # (uint64 either way: one type is enough)
+
+sig = types.int64(types.Array(types.float64, 1, "C", readonly=True))
+a = np.array([1.0 / 3.0])
+want, _ = native.kind_word(8, False)
+got = []
+for fn, digest in ((retyped, "ssatest1"), (merged, "ssatest2")):
+    with global_compiler_lock:  # (as numba_address holds it)
+        # (as fp8kit's kernels: without Numba's runtime, so the lean pipeline types them)
+        disp = njit(fn, _nrt=False, error_model="numpy")
+        library, symbol = native._compile_numba((fn, disp), sig, False, (), digest)
+        address = library.get_pointer_to_function(symbol)
+    call = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_int64)(address)
+    ptrs = (ctypes.c_void_p * 2)(0, a.ctypes.data)
+    ints = (ctypes.c_int64 * 2)(0, a.size)
+    kinds = (ctypes.c_int64 * 2)(0, want)
+    got.append((call(ptrs, ints, kinds, 2), int(njit(fn)(a)), list(native.SSA_RETRIES)))
+print(repr(got))
+"""
+
+
+def test_a_variable_of_two_types_compiles_in_ssa_form(tmp_path):
+    """Kernels are typed without Numba's SSA pass (one type per variable), checked after
+    typing: where a use would see another type in SSA form (here a float32 product that
+    typing without SSA computes in float64), the kernel is typed again in SSA form and
+    gives Numba's own result, the retry counted; where definitions of two types only meet
+    (their unification is what every use sees), no retry.  (fp8kit's own kernels never
+    retry: the lean test above.)"""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _SSA_CODE], env=env, capture_output=True,
+                         text=True, timeout=600, check=True).stdout  # fmt: skip
+    (got1, want1, retries1), (got2, want2, retries2) = ast.literal_eval(
+        out.strip().splitlines()[-1])  # fmt: skip
+    third = np.float32(1.0 / 3.0)
+    low = 0xFFFFFFFF  # (the entry returns the low 32 bits)
+    assert got1 == want1 & low == (int(np.float64(third * third) * 2.0**40) + 1) & low
+    assert got1 != (int(np.float64(third) * np.float64(third) * 2.0**40) + 1) & low  # float64
+    assert len(retries1) == 1 and retries1[0][0].endswith("retyped") and "y" in retries1[0][1]
+    assert got2 == want2 == 8 and retries2 == retries1
 
 
 _UPGRADE_CODE = """

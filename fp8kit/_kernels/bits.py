@@ -279,11 +279,13 @@ def _finish_with(v, a, code, p, ovf):
     # result is then 0: saturation, inward directed rounding); see _params.
     s = shr(sign_bit, sign_shift, zero)
     keep = abs_mask if s != zero else zero  # (all the low bits, or none; loop-invariant)
-    mag = ((mag & keep) | s) if (v > abs_mask and mag != zero) else mag
+    # (a name of its own: the or is 64-bit, and a variable keeps one type where Numba
+    # types without SSA, see fp8kit._kernels.native._lean_pipeline)
+    signed = ((mag & keep) | s) if (v > abs_mask and mag != zero) else mag
     # ... but -Inf, not saturating (the nominal overflow code is not max), is NaN in every
     # rounding mode (nearest-even's rule; pychop's too)
     neg_inf_nan = s == zero and nominal_ovf != max_mag
-    return nan_mag if (a > src_inf or (neg_inf_nan and a == src_inf and v > abs_mask)) else mag
+    return nan_mag if (a > src_inf or (neg_inf_nan and a == src_inf and v > abs_mask)) else signed
 
 
 @njit(inline="always")

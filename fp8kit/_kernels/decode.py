@@ -160,7 +160,7 @@ def _make_formula(parallel):
             prm[5],
         )  # noqa: E501
         scale, sp_code, sp_bits, nan_lo, nz_code = as_float(prm[6]), prm[7], prm[8], prm[9], prm[10]
-        seen = one - one
+        seen = cast_like(one - one, one)  # (the type of the or below: see native._retyped)
         step = (x.size + nchunks - 1) // nchunks
         for c in range(c_first, c_stop):
             prefer_512()

@@ -253,8 +253,10 @@ def fake_convert_kernel(
                     y = _store(y, node, q16, lut)
                     # |y| <= max of a float8 format < float16's max: no overflow, so
                     # rounding in place equals the float16 store and load
-                    y = as_float(ov_round16(as_bits(y), r16, openvino))
-                    qv = as_float(round_in_place(as_bits(y), r8))
+                    # (the bits passed on: ov_round16's are 64-bit, and a float64 y would
+                    # be y's one type where Numba types without SSA, see
+                    # fp8kit._kernels.native._lean_pipeline)
+                    qv = as_float(round_in_place(ov_round16(as_bits(y), r16, openvino), r8))
                     rr = f32_one / s
                     if has_shift:
                         rr = _store(rr, node, q16, lut)

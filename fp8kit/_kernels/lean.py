@@ -325,10 +325,10 @@ def _make_lean(
                     for g in range(0, done, _GROUP):
                         low = False
                         for t in range(_GROUP):
-                            v = xc[g + t]
-                            a = cast_like(v & w16[0], one16)
+                            v16 = xc[g + t]  # (not v: v is 32-bit, and a variable keeps one type)
+                            a = cast_like(v16 & w16[0], one16)
                             low |= off_lanes(a, least, one16, True)
-                            oc[g + t] = lean_code(v, w16, flip, False, False, clear, neg_zero,
+                            oc[g + t] = lean_code(v16, w16, flip, False, False, clear, neg_zero,
                                                   True, post)  # fmt: skip
                         if low:  # (the group again, widened)
                             for t in range(_GROUP):
@@ -345,11 +345,11 @@ def _make_lean(
                         xs, os = span(xc, b0, b0 + _LOOKUP_BLOCK), span(oc, b0, b0 + _LOOKUP_BLOCK)
                         low = False
                         for j in range(xs.size):
-                            v = xs[j]
+                            v16 = xs[j]
                             if check:
-                                a = cast_like(v & w16[0], one16)
+                                a = cast_like(v16 & w16[0], one16)
                                 low |= cast_like(a - one16, one16) < below
-                            os[j] = lean_code(v, w16, flip, False, False, clear, neg_zero, check)
+                            os[j] = lean_code(v16, w16, flip, False, False, clear, neg_zero, check)
                         if low:  # (the block again, widened: the FPU or the tiny step)
                             for j in range(xs.size):
                                 v = load_bits(xs, j, lut, load, one32)
@@ -472,11 +472,11 @@ def _make_unsigned(bits: int, width: int, half: bool, out_bits: int, mode: int):
                                 v = xs[g + t]
                                 a = cast_like(v & q[0], one16)
                                 low |= off_lanes(a, least16, one16, False)
-                                code = encode_unsigned_mode(v, q, mode, 0, 0, True)
+                                code16 = encode_unsigned_mode(v, q, mode, 0, 0, True)
                                 if planes:
-                                    buf[g + t] = code
+                                    buf[g + t] = code16
                                 else:
-                                    os[g + t] = code
+                                    os[g + t] = code16
                             if low:
                                 for t in range(_GROUP):
                                     v32 = load_bits(xs, g + t, lut, load, one32)

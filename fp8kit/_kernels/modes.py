@@ -194,8 +194,8 @@ def _make_mode(
                     for j in range(xs.size):
                         v = load_bits(xs, j, lut, load, one32)  # (16-bit data widened)
                         code = encode_mode_kind(v, p, q, o, mode, KIND_DET, mm, rnd, 0)
-                        if flush:
-                            code = flush_code(code, p, q[5])
+                        if flush:  # (in code's type: see fp8kit._kernels.native._retyped)
+                            code = cast_like(flush_code(code, p, q[5]), code)
                         if planes:
                             buf[j] = code
                         elif values16:

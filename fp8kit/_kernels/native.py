@@ -1709,6 +1709,11 @@ def _compile_together(kernel, sig, bound: bool, sizes, digest: str, function_pas
 
 _LEAN = [True]  # (False once the lean registries failed: see _compile_together)
 
+#: Kernels typed again in SSA form, their typing without it not the same
+#: (:func:`_lean_pipeline`): ``(qualified name, variable)``.  Empty for every kernel of
+#: fp8kit's (a test checks).
+SSA_RETRIES: list = []
+
 
 #: Kernels whose compile with Numba's lean registries failed (then compiled with all of
 #: them): ``(qualified name, error)``.  Empty for every kernel of fp8kit's (a test checks).
@@ -1785,23 +1790,10 @@ def _no_post_lowering(module, library) -> None:
 
 
 @functools.cache
-def _lean_pipeline():
-    """Numba's nopython pipeline less what an fp8kit kernel does not need (see
-    :func:`_pipeline_for`): a :class:`numba.core.compiler.CompilerBase`, built from
-    Numba's own list of passes (Numba's documented way to customise its compiler), so a
-    pass Numba adds still runs.
-
-    - ``InlineClosureLikes`` inlines closures (a ``make_function``); a flattened kernel
-      has none: it only analysed (0.015 s of the stochastic kernel's 0.27 s compile).
-    - ``NopythonRewrites`` fuses array expressions, which allocate: none in a kernel
-      compiled without Numba's runtime (0.013 s).
-    - ``IRLegalization`` also writes an ``ir.Del`` after each variable's last use, for
-      the runtime's reference counts: without the runtime every Del lowers to a load and
-      a store of zero and nothing else (491 of the stochastic kernel's 1,007 statements,
-      0.03-0.04 s of its lowering).  Its checks stay.
-    """
-    from numba.core import compiler, ir_utils, typed_passes, untyped_passes
-    from numba.core.compiler_machinery import AnalysisPass, PassManager, register_pass
+def _lean_passes() -> tuple:
+    """fp8kit's two passes of :func:`_lean_pipeline` (registered once per process)."""
+    from numba.core import ir_utils
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
 
     @register_pass(mutates_CFG=False, analysis_only=True)
     class CheckIR(AnalysisPass):
@@ -1817,6 +1809,61 @@ def _lean_pipeline():
             ir_utils.enforce_no_dels(state.func_ir)
             return False
 
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class OneTypeEach(AnalysisPass):
+        """Raises :class:`_Retyped` where typing without SSA differs (:func:`_retyped`)."""
+
+        _name = "fp8kit_one_type_each"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            name = _retyped(state)
+            if name is not None:
+                raise _Retyped(name)
+            return False
+
+    return CheckIR, OneTypeEach
+
+
+class _Retyped(Exception):
+    """A kernel's typing without SSA differs from Numba's in SSA form (:func:`_retyped`)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"variable {name!r} takes more than one type")
+        self.name = name
+
+
+@functools.cache
+def _lean_pipeline(ssa: bool = False):
+    """Numba's nopython pipeline less what an fp8kit kernel does not need (see
+    :func:`_pipeline_for`): a :class:`numba.core.compiler.CompilerBase`, built from
+    Numba's own list of passes (Numba's documented way to customise its compiler), so a
+    pass Numba adds still runs.
+
+    - ``ReconstructSSA`` (``ssa`` False; the compile's flags say so, see
+      :func:`_compile_in_one_library`) gives each definition of a variable a name of its
+      own, so that one variable may take several types: 0.02-0.025 s of the fused study
+      kernel's compile, and its phis' removal 0.007 s.  Without it Numba types each
+      variable once, as the unification of its definitions' types (as Numba did before
+      0.50), which is the same typing wherever every use sees the type every definition
+      reaching it gives (:func:`_retyped` checks, after type inference: else
+      :class:`_Retyped`, and the kernel compiles again with this pass).  Same machine
+      code, every kernel of a sweep (compared).
+    - ``InlineClosureLikes`` inlines closures (a ``make_function``); a flattened kernel
+      has none: it only analysed (0.015 s of the stochastic kernel's 0.27 s compile).
+    - ``NopythonRewrites`` fuses array expressions, which allocate: none in a kernel
+      compiled without Numba's runtime (0.013 s).
+    - ``IRLegalization`` also writes an ``ir.Del`` after each variable's last use, for
+      the runtime's reference counts: without the runtime every Del lowers to a load and
+      a store of zero and nothing else (491 of the stochastic kernel's 1,007 statements,
+      0.03-0.04 s of its lowering).  Its checks stay.
+    """
+    from numba.core import compiler, typed_passes, untyped_passes
+    from numba.core.compiler_machinery import PassManager
+
+    check_ir, one_type_each = _lean_passes()
     skip = (untyped_passes.InlineClosureLikes, typed_passes.NopythonRewrites)
 
     class LeanCompiler(compiler.CompilerBase):
@@ -1825,13 +1872,108 @@ def _lean_pipeline():
             pm = PassManager("fp8kit_nopython")
             for cls, what in full.passes:
                 if cls is typed_passes.IRLegalization:
-                    cls = CheckIR
+                    cls = check_ir
                 if cls not in skip:
                     pm.add_pass(cls, what)
+                if cls is typed_passes.NopythonTypeInference and not ssa:
+                    pm.add_pass(one_type_each, "fp8kit: the typing SSA gives")
             pm.finalize()
             return [pm]
 
     return LeanCompiler
+
+
+def _own_type(value, state):
+    """The type Numba gives the value ``value`` on its own (None where it is not known
+    here: treated as differing)."""
+    from numba.core import ir, types
+    from numba.core.typing.typeof import typeof
+
+    if isinstance(value, ir.Var):
+        got = state.typemap[value.name]
+    elif isinstance(value, ir.Arg):
+        got = state.args[value.index]
+    elif isinstance(value, (ir.Const, ir.Global, ir.FreeVar)):
+        got = typeof(value.value)
+    elif isinstance(value, ir.Expr) and value in state.calltypes:
+        got = state.calltypes[value].return_type
+    else:
+        return None
+    return types.unliteral(got)
+
+
+def _used(inst, ir):
+    """The variables statement ``inst`` reads."""
+    if not isinstance(inst, ir.Assign):
+        return inst.list_vars()
+    value = inst.value
+    if isinstance(value, ir.Var):
+        return [value]
+    return value.list_vars() if isinstance(value, ir.Expr) else []
+
+
+def _retyped(state):
+    """The first variable of a function typed without SSA (:func:`_lean_pipeline`) that
+    some use would see with another type in SSA form, or None.
+
+    Without SSA a variable has one type, the unification of all its definitions'; in SSA
+    form a use sees the unification of the definitions that reach it (a phi's, or the one
+    definition's own).  The typings are the same where, at every use, the definitions
+    reaching it unify to the variable's type: so a float32 value defined in one branch
+    and a float64 one in another are fine where they only meet, and are not where the
+    float32 one is used on its own (it would be computed in float64: found in the
+    OpenVINO FakeConvert kernel, whose bits then differed).  Only variables with
+    definitions of other types are looked at, by reaching definitions over the blocks
+    (Numba itself renames a redefinition within a block)."""
+    from numba.core import ir, types
+    from numba.core.analysis import compute_cfg_from_blocks
+
+    blocks = state.func_ir.blocks
+    defs = {}
+    for block in blocks.values():
+        for inst in block.body:
+            if isinstance(inst, ir.Assign):
+                defs.setdefault(inst.target.name, []).append(inst)
+    own = {}
+    suspects = []
+    for name, insts in defs.items():
+        if len(insts) < 2:
+            continue
+        want = types.unliteral(state.typemap[name])
+        for inst in insts:
+            own[id(inst)] = _own_type(inst.value, state)
+        if any(own[id(inst)] != want for inst in insts):
+            suspects.append(name)
+    if not suspects:
+        return None
+    cfg = compute_cfg_from_blocks(blocks)
+    order = sorted(blocks)
+    unify = state.typingctx.unify_types
+    for name in suspects:
+        want = types.unliteral(state.typemap[name])
+        out = {label: frozenset() for label in order}
+        changed = True
+        while changed:  # (reaching definitions of ``name``)
+            changed = False
+            for label in order:
+                cur = frozenset().union(*(out[p] for p, _ in cfg.predecessors(label)))
+                for inst in blocks[label].body:
+                    if isinstance(inst, ir.Assign) and inst.target.name == name:
+                        cur = frozenset((id(inst),))
+                if cur != out[label]:
+                    out[label], changed = cur, True
+        for label in order:
+            cur = frozenset().union(*(out[p] for p, _ in cfg.predecessors(label)))
+            for inst in blocks[label].body:
+                used = _used(inst, ir)
+                if cur and any(v.name == name for v in used):
+                    tys = [own[i] for i in cur]
+                    seen = None if None in tys else unify(*tys)
+                    if seen is None or types.unliteral(seen) != want:
+                        return name
+                if isinstance(inst, ir.Assign) and inst.target.name == name:
+                    cur = frozenset((id(inst),))
+    return None
 
 
 def _pipeline_for(func, flags, lean: bool):
@@ -1871,9 +2013,17 @@ def _compile_in_one_library(
     flags = disp._compiler._customize_flags(flags)
     flags.no_cpython_wrapper = flags.no_cfunc_wrapper = flags.no_compile = True
     pipeline = _pipeline_for(func, flags, lean)
-    kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
-                                         flags, {}, library=library,
-                                         pipeline_class=pipeline)  # fmt: skip
+    flags.enable_ssa = pipeline is compiler.Compiler  # (see _lean_pipeline)
+    try:
+        kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
+                                             flags, {}, library=library,
+                                             pipeline_class=pipeline)  # fmt: skip
+    except _Retyped as exc:  # (raised after typing: nothing is in the library yet)
+        SSA_RETRIES.append((func.__qualname__, exc.name))
+        flags.enable_ssa = True
+        kernel_done = compiler.compile_extra(typing, target, func, sig.args, sig.return_type,
+                                             flags, {}, library=library,
+                                             pipeline_class=_lean_pipeline(ssa=True))  # fmt: skip
     fndesc = kernel_done.fndesc
     # (the adapter in the kernel's library: one library to optimise, and LLVM may inline
     # the kernel into the adapter's call sites)

@@ -401,9 +401,12 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits, in_range=False):
         e = shr(cast_like(a + inc, one), src_m, one)
     if in_range:
         # (float16's words: the rebias is negative, stored wrapped in the words' width)
-        code = cast_like(e - rebias, one)
+        code0 = cast_like(e - rebias, one)
     else:
-        code = cast_like(e - rebias, one) if e > rebias else zero
+        code0 = cast_like(e - rebias, one) if e > rebias else zero
+    # (code0 a name of its own: stochastic's ``low`` is 64-bit, and a variable keeps one
+    # type wherever it is used alone, see fp8kit._kernels.native._retyped)
+    code = code0
     nearest = mode == NEAREST_EVEN or mode == NEAREST_AWAY
     if not in_range and not nearest and rebias == zero:
         # 2**-bias is a source subnormal: below 2**(1 - bias) the position between codes 0
@@ -415,7 +418,7 @@ def encode_unsigned_mode(v, q, mode, rnd, random_bits, in_range=False):
             low = _stochastic_up(frac, src_m, rnd, random_bits, one, limit, src_m)
         else:
             low = shr(cast_like(frac + inc, one), src_m, one)
-        code = low if a < c1 else code
+        code = low if a < c1 else code0
     if nearest and not in_range:
         code = (one if a > c0 else zero) if a < c1 else code  # ml_dtypes' rule
     if mode == TOWARD_ZERO or mode == TOWARD_NEGATIVE:
