@@ -257,3 +257,101 @@ def test_an_intact_file_loads_and_a_foreign_one_is_removed(tmp_path):
                                    "sha256": hashlib.sha256(payload).hexdigest()}))  # fmt: skip
     assert native._load("fp8kit_probe_ffff", [str(tmp_path)], codegen) is None
     assert not path.exists()
+
+
+# The matrix products' kernels (fp8kit._kernels.mma): compiled by Numba's dispatcher into
+# Numba's own disk cache, whose entries fp8kit checks (native.guard_numba_cache).
+_MM_WORK = """
+import json, warnings
+import ml_dtypes, numpy as np
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import fp8kit
+    from fp8kit._kernels import mma
+    hopper = ("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3")
+    a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
+    b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
+    a[:, 0] = b[0, :] = 448.0
+    got = fp8kit.matmul(a, b, instruction=hopper)
+    hits = sum(sum(d.stats.cache_hits.values()) for d in (mma.gemm_fast, mma.normalize_all))
+print(json.dumps({"got": got.tolist(), "hits": hits, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def _mm_run(cache_dir, prelude: str = "") -> dict:
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir)}
+    code = textwrap.dedent(prelude) + _MM_WORK
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def mm_warm(tmp_path_factory):
+    """Numba's cache filled with the matrix product's kernels by one process."""
+    folder = tmp_path_factory.mktemp("mm_warm")
+    first = _mm_run(folder)
+    assert first["hits"] == 0 and first["warnings"] == []
+    files = {p.relative_to(folder): p.read_bytes() for p in _files(folder) if "mma." in p.name}
+    assert sum(p.suffix == ".nbc" for p in files) == 2
+    return first["got"], files
+
+
+@pytest.mark.parametrize("fault", ["bit_flip", "truncated_index", "swapped", "unchecked"])
+def test_a_damaged_matmul_cache_entry_is_compiled_again(tmp_path, mm_warm, fault):
+    """Numba's own cache checks nothing: a damaged data file made every later `matmul`
+    raise (LLVM's bitcode parser) until deleted by hand, and another function's file
+    under the name could be called.  Its entries now carry a checksum of their name and
+    content: a damaged file or index, two functions' files swapped, or an entry written
+    without the check (by fp8kit before it) is compiled again, with a warning, the same
+    bits, and rewritten (the next process loads both kernels quietly)."""
+    want, files = mm_warm
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    data_files = sorted(tmp_path / rel for rel in files if rel.suffix == ".nbc")
+    if fault == "bit_flip":
+        for path in data_files:
+            blob = bytearray(path.read_bytes())
+            blob[len(blob) // 3] ^= 0x5A
+            path.write_bytes(bytes(blob))
+    elif fault == "truncated_index":
+        for rel in files:
+            if rel.suffix == ".nbi":
+                path = tmp_path / rel
+                path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif fault == "swapped":
+        first, second = (p.read_bytes() for p in data_files)
+        data_files[0].write_bytes(second)
+        data_files[1].write_bytes(first)
+    else:  # (the payload alone, as Numba writes it)
+        head = len(native._GUARD_MAGIC) + 32
+        for path in data_files:
+            path.write_bytes(path.read_bytes()[head:])
+    res = _mm_run(tmp_path)
+    assert res["got"] == want
+    assert any("compiles a cached kernel again" in w for w in res["warnings"]), res["warnings"]
+    again = _mm_run(tmp_path)
+    assert again == {"got": want, "hits": 2, "warnings": []}
+
+
+def test_a_damaged_matmul_entry_in_a_read_only_cache(tmp_path, mm_warm):
+    """A pre-warmed cache that cannot be written, one of whose entries is damaged: the
+    kernel is compiled in memory (the write refused, a warning), the others still load."""
+    want, files = mm_warm
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    path = sorted(tmp_path / rel for rel in files if rel.suffix == ".nbc")[0]
+    path.write_bytes(path.read_bytes()[:100])
+    read_only = """
+    import numba.core.caching as caching
+    def _refuse(self, filepath):
+        raise OSError(30, "Read-only file system")
+    caching.IndexDataCacheFile._open_for_write = _refuse
+    """
+    for _ in range(2):  # (nothing rewritten: the same in the next process)
+        res = _mm_run(tmp_path, read_only)
+        assert res["got"] == want and res["hits"] == 1
+        assert any("could not write" in w for w in res["warnings"]), res["warnings"]

@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from .bits import as_bits, as_float, fma, nvvm_rn
+from .native import guard_numba_cache
 
 
 @njit(inline="always")
@@ -557,11 +558,13 @@ def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gs
 
 def _kernel(func):
     """A CPU kernel, cached on disk where a cache location is writable (else compiled in
-    memory: a read-only install still works)."""
+    memory: a read-only install still works), its cache entries checked before use
+    (:func:`fp8kit._kernels.native.guard_numba_cache`)."""
     try:
-        return njit(nogil=True, cache=True)(func)
+        dispatcher = njit(nogil=True, cache=True)(func)
     except RuntimeError:
         return njit(nogil=True)(func)
+    return guard_numba_cache(dispatcher)
 
 
 @_kernel

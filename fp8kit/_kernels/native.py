@@ -909,6 +909,107 @@ def _quick_typing():
         operator.generic = full_generic
 
 
+#: The first bytes of a data file of Numba's own cache that :func:`guard_numba_cache`
+#: wrote (then the SHA-256 of the file's name and content, then the content).
+_GUARD_MAGIC = b"fp8kit-nbc-1\0"
+
+
+class _BadEntry(Exception):
+    """A data file of Numba's cache that :func:`guard_numba_cache` refuses."""
+
+
+def guard_numba_cache(dispatcher):
+    """``dispatcher`` (a ``@njit(cache=True)`` one: the matrix products' kernels, which
+    Numba's dispatcher compiles and caches) with its entries in Numba's disk cache checked
+    before use, as fp8kit's own cache checks its files: each data file written with the
+    SHA-256 of its name and content, and read only where both match and the name is one of
+    the function's; an entry that does not load (damaged, truncated, another function's,
+    written by another Numba) is compiled again and rewritten, with a warning once.
+
+    Why: Numba's cache checks nothing there.  A damaged data file made every later call
+    raise LLVM's bitcode parser's error until the file was deleted by hand, and a file of
+    another function under the name could be called.  Where Numba's cache internals are
+    not those fp8kit knows, the dispatcher is returned as it is (a warning, once)."""
+    cache = getattr(dispatcher, "_cache", None)
+    cache_file = getattr(cache, "_cache_file", None)
+    try:
+        base = cache_file._data_name_pattern.split("{")[0]  # (its data files' names)
+        open_for_write, data_path = cache_file._open_for_write, cache_file._data_path
+        dump, load_overload, save_overload = (
+            cache_file._dump,
+            cache.load_overload,
+            cache.save_overload,
+        )
+        load_index = cache_file._load_index
+        cache_file._load_data, cache_file._save_data  # noqa: B018 - (the two replaced)
+    except AttributeError as exc:
+        _warn_once(
+            "numba-cache",
+            "fp8kit cannot check the matrix products' kernels in Numba's disk cache: Numba's "
+            f"cache internals differ ({exc!r})",
+        )
+        return dispatcher
+
+    def digest(name: str, payload: bytes) -> bytes:
+        return hashlib.sha256(name.encode() + b"\0" + payload).digest()
+
+    def save_data(name, data):
+        payload = dump(data)
+        with open_for_write(data_path(name)) as f:  # (atomic: Numba's own)
+            f.write(_GUARD_MAGIC + digest(name, payload) + payload)
+
+    def load_data(name):
+        if not name.startswith(base):  # (an index that names another function's file)
+            raise _BadEntry(f"{name} is not an entry of {base}")
+        with open(data_path(name), "rb") as f:
+            blob = f.read()
+        head = len(_GUARD_MAGIC)
+        payload = blob[head + 32 :]
+        if blob[:head] != _GUARD_MAGIC or blob[head : head + 32] != digest(name, payload):
+            raise _BadEntry(f"{name}: damaged, or not written by fp8kit's check")
+        return pickle.loads(payload)
+
+    def guarded_index():
+        # (an index that does not load, or another function's entries in it: none of
+        # them, so that a save writes a fresh index and never another function's file)
+        try:
+            entries = load_index()
+        except Exception as exc:  # noqa: BLE001 - damaged: rewritten by the next save
+            _warn_once(
+                "numba-cache-entry",
+                f"fp8kit compiles a cached kernel again ({dispatcher.py_func.__qualname__}): "
+                f"its index in Numba's disk cache did not load ({exc!r})",
+            )
+            return {}
+        return {k: v for k, v in entries.items() if isinstance(v, str) and v.startswith(base)}
+
+    def guarded_load(sig, target_context):
+        try:
+            return load_overload(sig, target_context)
+        except Exception as exc:  # noqa: BLE001 - any unreadable entry: compiled again
+            _warn_once(
+                "numba-cache-entry",
+                f"fp8kit compiles a cached kernel again ({dispatcher.py_func.__qualname__}): "
+                f"its entry in Numba's disk cache did not load ({exc!r})",
+            )
+            return None  # (Numba then compiles and saves, over the entry)
+
+    def guarded_save(sig, data):
+        try:
+            save_overload(sig, data)
+        except OSError as exc:  # (a read-only cache whose entry was refused: kept in memory)
+            _warn_once(
+                "numba-cache-save",
+                f"fp8kit could not write a kernel to Numba's disk cache ({exc!r}): it is "
+                "compiled again in each process",
+            )
+
+    cache_file._save_data, cache_file._load_data = save_data, load_data
+    cache_file._load_index = guarded_index
+    cache.load_overload, cache.save_overload = guarded_load, guarded_save
+    return dispatcher
+
+
 def _warn_once(what: str, message: str) -> None:
     if what not in _WARNED:
         _WARNED.add(what)
