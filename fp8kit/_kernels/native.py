@@ -983,9 +983,24 @@ def guard_numba_cache(dispatcher):
             return {}
         return {k: v for k, v in entries.items() if isinstance(v, str) and v.startswith(base)}
 
+    def lean_load(sig, target_context):
+        # (a load lowers nothing: with Numba's lean registries it is spared the rest of
+        # Numba's lowering, numba.np.arraymath and the scipy.linalg that imports, 0.15-0.2 s
+        # of a first call from the cache; the runtime the kernels call is set up first)
+        if _LEAN[0]:
+            try:
+                from numba.core.runtime import rtsys
+
+                rtsys.initialize(target_context)
+                with _lean_registries():
+                    return load_overload(sig, target_context)
+            except (ImportError, AttributeError):  # (other Numba internals)
+                _LEAN[0] = False
+        return load_overload(sig, target_context)
+
     def guarded_load(sig, target_context):
         try:
-            return load_overload(sig, target_context)
+            return lean_load(sig, target_context)
         except Exception as exc:  # noqa: BLE001 - any unreadable entry: compiled again
             _warn_once(
                 "numba-cache-entry",
