@@ -16,6 +16,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 from fp8kit._kernels import native
@@ -359,3 +360,45 @@ def test_a_damaged_matmul_entry_in_a_read_only_cache(tmp_path, mm_warm):
         res = _mm_run(tmp_path, read_only)
         assert res["got"] == want and res["hits"] == 1
         assert any("could not write" in w for w in res["warnings"]), res["warnings"]
+
+
+_AFTER_LOAD = """
+import json
+import ml_dtypes, numba, numpy as np
+import fp8kit
+from fp8kit._kernels import mma
+hopper = ("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3")
+a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
+b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
+a[:, 0] = b[0, :] = 448.0
+got = fp8kit.matmul(a, b, instruction=hopper).tolist()
+hits = sum(sum(d.stats.cache_hits.values()) for d in (mma.gemm_fast, mma.normalize_all))
+
+@numba.njit
+def user(x):  # (a user's kernel using lowering no cached load set up)
+    return np.sum(x) + np.linalg.norm(x)
+
+x = np.linspace(-500, 500, 1001).astype(np.float32)
+want = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+print(json.dumps({"got": got, "hits": hits, "user": float(user(np.arange(4.0))),
+                  "round_to": bool(np.array_equal(fp8kit.round_to(x, "float8_e4m3fn"), want)),
+                  "exact": fp8kit.matmul(a, b, instruction="exact").tolist()}))
+"""
+
+
+def test_compiles_after_a_cached_matmul_load(tmp_path, mm_warm):
+    """A cached matmul kernel loads without Numba's refresh of its registries (a load
+    lowers nothing); whatever compiles afterwards in the process (a user's ``@njit``
+    using ``np.linalg``, fp8kit's own kernels, another matmul model) gets them as usual."""
+    want, files = mm_warm
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", _AFTER_LOAD], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["got"] == want and out["hits"] == 2 and out["round_to"]
+    assert out["user"] == 6.0 + 14**0.5
+    assert out["exact"][0][0] == float(np.float32(448.0 * 448.0 + 255 * 2.0**-9))  # (float32 out)
