@@ -909,11 +909,6 @@ def _quick_typing():
         operator.generic = full_generic
 
 
-#: The first bytes of a data file of Numba's own cache that :func:`guard_numba_cache`
-#: wrote (then the SHA-256 of the file's name and content, then the content).
-_GUARD_MAGIC = b"fp8kit-nbc-1\0"
-
-
 def _no_refresh() -> None:
     """A target context's refresh while a cached kernel loads (:func:`guard_numba_cache`)."""
 
@@ -925,10 +920,11 @@ class _BadEntry(Exception):
 def guard_numba_cache(dispatcher):
     """``dispatcher`` (a ``@njit(cache=True)`` one: the matrix products' kernels, which
     Numba's dispatcher compiles and caches) with its entries in Numba's disk cache checked
-    before use, as fp8kit's own cache checks its files: each data file written with the
-    SHA-256 of its name and content, and read only where both match and the name is one of
-    the function's; an entry that does not load (damaged, truncated, another function's,
-    written by another Numba) is compiled again and rewritten, with a warning once.
+    before use, as fp8kit's own cache checks its files: each data file a record of
+    :func:`_sealed` (its name and the SHA-256 of its content), read only where both match
+    and the name is one of the function's; an entry that does not load (damaged,
+    truncated, another function's, written by another Numba) is compiled again and
+    rewritten, with a warning once.
 
     Why: Numba's cache checks nothing there.  A damaged data file made every later call
     raise LLVM's bitcode parser's error until the file was deleted by hand, and a file of
@@ -954,24 +950,18 @@ def guard_numba_cache(dispatcher):
         )
         return dispatcher
 
-    def digest(name: str, payload: bytes) -> bytes:
-        return hashlib.sha256(name.encode() + b"\0" + payload).digest()
-
     def save_data(name, data):
-        payload = dump(data)
         with open_for_write(data_path(name)) as f:  # (atomic: Numba's own)
-            f.write(_GUARD_MAGIC + digest(name, payload) + payload)
+            pickle.dump(_sealed(name, dump(data)), f, protocol=4)
 
     def load_data(name):
         if not name.startswith(base):  # (an index that names another function's file)
             raise _BadEntry(f"{name} is not an entry of {base}")
         with open(data_path(name), "rb") as f:
-            blob = f.read()
-        head = len(_GUARD_MAGIC)
-        payload = blob[head + 32 :]
-        if blob[:head] != _GUARD_MAGIC or blob[head : head + 32] != digest(name, payload):
-            raise _BadEntry(f"{name}: damaged, or not written by fp8kit's check")
-        return pickle.loads(payload)
+            record = pickle.load(f)
+        if not isinstance(record, dict):  # (Numba's own entry, unchecked)
+            raise _BadEntry(f"{name}: not written with fp8kit's check")
+        return pickle.loads(_opened(record, name))
 
     def guarded_index():
         # (an index that does not load, or another function's entries in it: none of
@@ -1113,6 +1103,23 @@ def _file_name(name: str) -> str:
 PRUNE_AGE = 3600.0
 
 
+def _sealed(name: str, payload: bytes, **extra) -> dict:
+    """A cache record: ``payload`` with the name it was written for and its SHA-256 (read
+    back by :func:`_opened`); fp8kit's cache files and the guarded entries of Numba's
+    (:func:`guard_numba_cache`) alike."""
+    return {"name": name, "payload": payload, "sha256": hashlib.sha256(payload).hexdigest(),
+            **extra}  # fmt: skip
+
+
+def _opened(record, name: str) -> bytes:
+    """The payload of ``record`` (:func:`_sealed`), written for ``name`` and intact; else
+    ValueError."""
+    payload = record["payload"]
+    if record["name"] != name or record["sha256"] != hashlib.sha256(payload).hexdigest():
+        raise ValueError(f"{name}: damaged, or written for another entry")
+    return payload
+
+
 def _load(name: str, folders: list[str], codegen):
     """``(library, symbol)`` of the native function ``name`` from the first cache file in
     ``folders`` that is intact: written for this name, its checksum right, its code
@@ -1129,11 +1136,7 @@ def _load(name: str, folders: list[str], codegen):
             _discard(path)
             continue
         try:
-            payload = record["payload"]
-            ok = record["name"] == name and record["sha256"] == hashlib.sha256(payload).hexdigest()
-            if not ok:
-                raise ValueError(name)
-            library = codegen.unserialize_library(pickle.loads(payload))
+            library = codegen.unserialize_library(pickle.loads(_opened(record, name)))
             symbol = record["symbol"]
             if not library.get_pointer_to_function(symbol):
                 raise ValueError(symbol)
@@ -1160,8 +1163,7 @@ def _store(folder: str | None, name: str, library, symbol: str) -> None:
     try:
         os.makedirs(folder, exist_ok=True)
         payload = pickle.dumps(library.serialize_using_object_code(), protocol=4)
-        record = {"name": name, "symbol": symbol, "payload": payload,
-                  "sha256": hashlib.sha256(payload).hexdigest()}  # fmt: skip
+        record = _sealed(name, payload, symbol=symbol)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".fp8kit-", suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             pickle.dump(record, f, protocol=4)
