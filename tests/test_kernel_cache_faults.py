@@ -260,24 +260,60 @@ def test_an_intact_file_loads_and_a_foreign_one_is_removed(tmp_path):
     assert not path.exists()
 
 
-# The matrix products' kernels (fp8kit._kernels.mma): compiled by Numba's dispatcher into
-# Numba's own disk cache, whose entries fp8kit checks (native.guard_numba_cache).
+# The matrix products' kernels (fp8kit._kernels.mma) run as native code from fp8kit's
+# cache, as every kernel does; where the checked entry is not available (another ABI,
+# _DISPATCHER here) every kernel runs by its Numba dispatcher, whose entries in Numba's
+# own cache fp8kit checks (native.guard_numba_cache).
+_DISPATCHER = """
+from fp8kit._kernels import codec
+codec.numba_route = lambda: False
+"""
 _MM_WORK = """
 import json, warnings
 import ml_dtypes, numpy as np
+from numba.core import event
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    import fp8kit
-    from fp8kit._kernels import mma
-    hopper = ("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3")
-    a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
-    b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
-    a[:, 0] = b[0, :] = 448.0
-    got = fp8kit.matmul(a, b, instruction=hopper)
-    hits = sum(sum(d.stats.cache_hits.values()) for d in (mma.gemm_fast, mma.normalize_all))
+    with event.install_recorder("fp8kit:compile") as rec:
+        import fp8kit
+        from fp8kit._kernels import mma
+        hopper = ("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3")
+        a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
+        b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
+        a[:, 0] = b[0, :] = 448.0
+        got = fp8kit.matmul(a, b, instruction=hopper)
+    kernels = (mma.kernel("fast", np.float32), mma.kernel("normalize"))
+    hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
 import sys
 print(json.dumps({"got": got.tolist(), "hits": hits, "warnings": [str(w.message) for w in caught],
+                  "native": [type(k).__name__ == "NativeCall" for k in kernels],
+                  "compiled": len(rec.buffer) // 2,
                   "arraymath": "numba.np.arraymath" in sys.modules}))
+"""
+_MM_FILES = {
+    "native": lambda p: p.suffix == ".native" and ("gemm_fast" in p.name or "normalize" in p.name),
+    "dispatcher": lambda p: "mma." in p.name,  # (Numba's index and data files)
+}
+
+
+_REFUSE_WRITES = """
+import numba.core.caching as caching
+def _refuse(self, filepath):
+    raise OSError(30, "Read-only file system")
+caching.IndexDataCacheFile._open_for_write = _refuse
+"""
+
+
+# Reads this test's cache alone: with no writable location every existing one is read,
+# the package's own __pycache__ too, where other tests' processes leave intact entries.
+_ONLY_HERE = """
+import os
+from fp8kit._kernels import native
+_dirs = native._cache_dirs
+def _here():
+    write, read = _dirs()
+    return write, [p for p in read if p.startswith(os.environ["NUMBA_CACHE_DIR"])]
+native._cache_dirs = _here
 """
 
 
@@ -290,77 +326,88 @@ def _mm_run(cache_dir, prelude: str = "") -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def mm_warm(tmp_path_factory):
-    """Numba's cache filled with the matrix product's kernels by one process."""
-    folder = tmp_path_factory.mktemp("mm_warm")
-    first = _mm_run(folder)
+@pytest.fixture(scope="module", params=["native", "dispatcher"])
+def mm_warm(request, tmp_path_factory):
+    """A cache filled with the matrix product's two kernels (the fast one, the table of
+    (s, e)) by one process, on each route: ``(route, prelude, bits, the kernels' files)``."""
+    route = request.param
+    prelude = _DISPATCHER if route == "dispatcher" else ""
+    folder = tmp_path_factory.mktemp(f"mm_warm_{route}")
+    first = _mm_run(folder, prelude)
     assert first["hits"] == 0 and first["warnings"] == []
-    files = {p.relative_to(folder): p.read_bytes() for p in _files(folder) if "mma." in p.name}
-    assert sum(p.suffix == ".nbc" for p in files) == 2
-    return first["got"], files
+    assert first["native"] == [route == "native"] * 2
+    files = {p.relative_to(folder): p.read_bytes() for p in _files(folder)}
+    kernel_files = [p for p in files if _MM_FILES[route](p)]
+    assert len(kernel_files) == (2 if route == "native" else 4), kernel_files
+    return route, prelude, first["got"], files
+
+
+def _mm_fill(tmp_path, files) -> list:
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    return [tmp_path / rel for rel in files]
 
 
 @pytest.mark.parametrize("fault", ["bit_flip", "truncated_index", "swapped", "unchecked"])
 def test_a_damaged_matmul_cache_entry_is_compiled_again(tmp_path, mm_warm, fault):
-    """Numba's own cache checks nothing: a damaged data file made every later `matmul`
-    raise (LLVM's bitcode parser) until deleted by hand, and another function's file
-    under the name could be called.  Its entries now carry a checksum of their name and
-    content: a damaged file or index, two functions' files swapped, or an entry written
-    without the check (by fp8kit before it) is compiled again, with a warning, the same
-    bits, and rewritten (the next process loads both kernels quietly)."""
-    want, files = mm_warm
-    for rel, data in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
-    data_files = sorted(tmp_path / rel for rel in files if rel.suffix == ".nbc")
+    """The matmul kernels' cache entries damaged, on both routes: the kernels compile
+    again, the bits are the same, and the entries are rewritten (the next process loads
+    both quietly, without Numba's lowering: not numba.np.arraymath and the scipy.linalg
+    it imports).
+
+    On the dispatcher route, Numba's own cache checks nothing: a damaged data file made
+    every later ``matmul`` raise (LLVM's bitcode parser) until deleted by hand, and
+    another function's file under the name could be called.  Its entries now carry a
+    checksum of their name and content: a damaged file or index, two functions' files
+    swapped, or an entry written without the check is compiled again, with a warning."""
+    route, prelude, want, files = mm_warm
+    paths = [p for p in _mm_fill(tmp_path, files) if _MM_FILES[route](p)]
+    data_files = sorted(p for p in paths if p.suffix in (".native", ".nbc"))
+    assert len(data_files) == 2
     if fault == "bit_flip":
         for path in data_files:
             blob = bytearray(path.read_bytes())
             blob[len(blob) // 3] ^= 0x5A
             path.write_bytes(bytes(blob))
-    elif fault == "truncated_index":
-        for rel in files:
-            if rel.suffix == ".nbi":
-                path = tmp_path / rel
+    elif fault == "truncated_index":  # (fp8kit's own files: each its own index)
+        for path in paths:
+            if path.suffix in (".nbi", ".native"):
                 path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     elif fault == "swapped":
         first, second = (p.read_bytes() for p in data_files)
         data_files[0].write_bytes(second)
         data_files[1].write_bytes(first)
-    else:  # (the payload alone, as Numba writes it)
+    else:  # (the payload alone, as Numba writes it; fp8kit's file without its record)
         import pickle
 
         for path in data_files:
             path.write_bytes(pickle.loads(path.read_bytes())["payload"])
-    res = _mm_run(tmp_path)
+    res = _mm_run(tmp_path, prelude)
     assert res["got"] == want
-    assert any("compiles a cached kernel again" in w for w in res["warnings"]), res["warnings"]
-    again = _mm_run(tmp_path)
-    # (and loaded with Numba's lean registries: not numba.np.arraymath and the
-    # scipy.linalg it imports, 0.15-0.2 s of a first call from the cache)
-    assert again == {"got": want, "hits": 2, "warnings": [], "arraymath": False}
+    if route == "native":
+        assert res["compiled"] == 2 and res["hits"] == 0
+    else:
+        assert any("compiles a cached kernel again" in w for w in res["warnings"]), res
+    again = _mm_run(tmp_path, prelude)
+    assert again["got"] == want and again["hits"] == 2 and again["warnings"] == []
+    assert again["compiled"] == 0 and not again["arraymath"]
 
 
 def test_a_damaged_matmul_entry_in_a_read_only_cache(tmp_path, mm_warm):
     """A pre-warmed cache that cannot be written, one of whose entries is damaged: the
-    kernel is compiled in memory (the write refused, a warning), the others still load."""
-    want, files = mm_warm
-    for rel, data in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
-    path = sorted(tmp_path / rel for rel in files if rel.suffix == ".nbc")[0]
+    kernel is compiled in memory (the write refused, a warning), the other still loads."""
+    route, prelude, want, files = mm_warm
+    paths = _mm_fill(tmp_path, files)
+    path = sorted(p for p in paths if _MM_FILES[route](p) and p.suffix in (".native", ".nbc"))[0]
     path.write_bytes(path.read_bytes()[:100])
-    read_only = """
-    import numba.core.caching as caching
-    def _refuse(self, filepath):
-        raise OSError(30, "Read-only file system")
-    caching.IndexDataCacheFile._open_for_write = _refuse
-    """
+    # (the dispatcher route: Numba's writes refused, as where only its index can be
+    # found; with no writable location at all Numba's dispatcher caches nothing)
+    read_only = prelude + (_READ_ONLY + _ONLY_HERE if route == "native" else _REFUSE_WRITES)
     for _ in range(2):  # (nothing rewritten: the same in the next process)
         res = _mm_run(tmp_path, read_only)
         assert res["got"] == want and res["hits"] == 1
-        assert any("could not write" in w for w in res["warnings"]), res["warnings"]
+        assert any("writable" in w or "could not write" in w for w in res["warnings"]), res
 
 
 _AFTER_LOAD = """
@@ -373,7 +420,8 @@ a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
 b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
 a[:, 0] = b[0, :] = 448.0
 got = fp8kit.matmul(a, b, instruction=hopper).tolist()
-hits = sum(sum(d.stats.cache_hits.values()) for d in (mma.gemm_fast, mma.normalize_all))
+kernels = (mma.kernel("fast", np.float32), mma.kernel("normalize"))
+hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
 
 @numba.njit
 def user(x):  # (a user's kernel using lowering no cached load set up)
@@ -391,12 +439,11 @@ def test_compiles_after_a_cached_matmul_load(tmp_path, mm_warm):
     """A cached matmul kernel loads without Numba's refresh of its registries (a load
     lowers nothing); whatever compiles afterwards in the process (a user's ``@njit``
     using ``np.linalg``, fp8kit's own kernels, another matmul model) gets them as usual."""
-    want, files = mm_warm
-    for rel, data in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
+    route, prelude, want, files = mm_warm
+    _mm_fill(tmp_path, files)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-c", _AFTER_LOAD], env=env, capture_output=True,
+    code = textwrap.dedent(prelude) + _AFTER_LOAD
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=300)  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])

@@ -682,6 +682,33 @@ def stack_buffer(typingctx, size, dtype):
     return arrty(size, dtype), codegen
 
 
+@intrinsic
+def grid(typingctx, arr, rows, cols):
+    """The 1-D C-contiguous array ``arr`` seen as a ``rows`` x ``cols`` C-contiguous one (a
+    view, no memory owner): how a kernel on the checked entry, which passes 1-D arrays,
+    indexes a matrix.  The caller checks ``rows * cols == arr.size`` (see
+    :func:`fp8kit._kernels.mma.fits`).  Not ``arr.reshape``: Numba compiles its check
+    of the shape as a function of its own on every cold first call."""
+    ok = isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+    if not ok or not all(isinstance(t, types.Integer) for t in (rows, cols)):
+        return None
+    retty = arr.copy(ndim=2)
+
+    def codegen(context, builder, signature, args):
+        src = context.make_array(signature.args[0])(context, builder, args[0])
+        shape = [
+            context.cast(builder, v, t, types.intp)
+            for v, t in zip(args[1:], signature.args[1:], strict=True)
+        ]
+        ary = context.make_array(retty)(context, builder)
+        context.populate_array(ary, data=src.data, shape=shape, itemsize=src.itemsize,
+                               strides=[builder.mul(shape[1], src.itemsize), src.itemsize],
+                               meminfo=None)  # fmt: skip
+        return ary._getvalue()
+
+    return retty(arr, rows, cols), codegen
+
+
 #: Bytes per streaming store: one AVX-512 register, one cache line.
 STREAM_BYTES = 64
 #: How far ahead of its input :func:`vector_blocks` prefetches (bytes; where

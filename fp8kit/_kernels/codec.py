@@ -55,7 +55,14 @@ from .bits import (
     stream_block,
 )
 from .flatten import FlattenError, flatten
-from .native import NumbaKernel, _NativeBase, function_key, native_count, numba_route
+from .native import (
+    NumbaKernel,
+    _NativeBase,
+    function_key,
+    guard_numba_cache,
+    native_count,
+    numba_route,
+)
 from .registry import BUILD_LOCK, source_version
 from .rounding import _LO as _LO32
 from .rounding import (
@@ -459,6 +466,8 @@ class Kernel:
             if "cannot cache" not in str(exc):
                 raise
             disp = njit(**{**opts, "cache": False})(func)
+        else:
+            disp = guard_numba_cache(disp) if cache else disp
         with _cache_lock(disp) if cache else contextlib.nullcontext():
             if _FLATTEN:
                 _compile_flattened(disp, func)

@@ -27,13 +27,15 @@ Lanes whose step holds a non-finite operand or accumulator take the scalar step 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, types
 
-from .bits import as_bits, as_float, fma, nvvm_rn
-from .native import guard_numba_cache
+from .bits import as_bits, as_float, chunk_range, fma, grid, nvvm_rn, stack_buffer
+from .codec import Kernel, _array
+from .registry import source_version
 
 
 @njit(inline="always")
@@ -183,7 +185,7 @@ def aligned(s, e, emax, f):
     return ftrunc(s * pow2(d))
 
 
-@njit
+@njit(inline="always")
 def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
     """T-FDPA / ST-FDPA: ``length`` products of row m of A and row n of B^T from k0, and c,
     aligned to their largest exponent (zero terms take ``p[P_EZERO]``), truncated to F
@@ -556,67 +558,111 @@ def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gs
     return np.float64(acc32)
 
 
-def _kernel(func):
-    """A CPU kernel, cached on disk where a cache location is writable (else compiled in
-    memory: a read-only install still works), its cache entries checked before use
-    (:func:`fp8kit._kernels.native.guard_numba_cache`)."""
-    try:
-        dispatcher = njit(nogil=True, cache=True)(func)
-    except RuntimeError:
-        return njit(nogil=True)(func)
-    return guard_numba_cache(dispatcher)
+@njit(inline="always")
+def fits(a, dims, i):
+    """Whether ``dims[2 i], dims[2 i + 1]`` (the ``i``-th matrix's shape, see
+    :func:`fp8kit.mma._engine.shapes`) holds as many elements as the 1-D array ``a``."""
+    return dims[2 * i] >= 0 and dims[2 * i + 1] >= 0 and dims[2 * i] * dims[2 * i + 1] == a.size
 
 
-@_kernel
-def gemm_generic(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscale_b, out, spec):
-    """Every output of rows of chunk range ``spec`` (see :func:`fp8kit._parallel.chunk_spec`)
-    by the scalar model: out[m, n] for A rows m, B^T rows n."""
-    nchunks = spec & 0xFFFFF
-    first = (spec >> 20) & 0xFFFFF
-    stop = (spec >> 40) & 0xFFFFF
-    if stop == 0:
-        stop = nchunks
-    rows = out.shape[0]
-    buf = np.empty(SCRATCH, np.float64)
-    for m in range(rows * first // nchunks, rows * stop // nchunks):
-        for n in range(out.shape[1]):
-            out[m, n] = output(
-                sa, ea, sb, eb, va, vb, m, n, va.shape[1], c[m, n], p,
-                scale_a, scale_b, gscale_a, gscale_b, buf,
-            )  # fmt: skip
+@njit(inline="always")
+def matrix(a, dims, i):
+    """The 1-D array ``a`` as the ``i``-th matrix of ``dims`` (checked by :func:`fits`)."""
+    return grid(a, dims[2 * i], dims[2 * i + 1])
 
 
-@_kernel
-def gemm_accumulate(va, vb, c, p, out, spec):
-    """The accumulators that are not hardware (EXACT, SEQUENTIAL, PAIRWISE: one step over
-    all of K) for rows of chunk range ``spec``: a kernel of their own, so that using them
-    compiles none of the instruction models."""
-    nchunks = spec & 0xFFFFF
-    first = (spec >> 20) & 0xFFFFF
-    stop = (spec >> 40) & 0xFFFFF
-    if stop == 0:
-        stop = nchunks
-    rows = out.shape[0]
-    k = va.shape[1]
-    model = p[P_MODEL]
-    buf = np.empty(SCRATCH, np.float64)
-    for m in range(rows * first // nchunks, rows * stop // nchunks):
-        for n in range(out.shape[1]):
-            x = c[m, n]
-            if model == EXACT:
-                out[m, n] = exact_dot(va, vb, m, n, 0, k, x, buf)
-            elif model == SEQUENTIAL:
-                out[m, n] = step_fma(va, vb, m, n, 0, k, x, p)
-            else:
-                out[m, n] = pairwise_dot(va, vb, m, n, 0, k, x, buf)
+#: What a kernel returns where its shapes do not fit its arrays (it writes nothing).
+BAD_SHAPES = 1
 
 
-@_kernel
-def normalize_all(v, esub, s, e):
-    """:func:`normalize` of every element of the 1-D float64 array ``v`` into ``s`` and
-    ``e``: the operands' (s, e) arrays and per-code tables take the kernels' own rule."""
-    for i in range(v.size):
-        s[i], e[i] = normalize(v[i], esub)
+def _generic(parallel):
+    # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
+    # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
+    version = source_version()
+
+    def gemm_generic(sa1, ea1, sb1, eb1, va1, vb1, c1, p, scale_a1, scale_b1, gscale_a1,
+                     gscale_b1, out1, dims, spec):  # fmt: skip
+        """Every output of rows of chunk range ``spec`` (see
+        :func:`fp8kit._parallel.chunk_spec`) by the scalar model: out[m, n] for A rows m,
+        B^T rows n (the arrays 1-D, ``dims`` their shapes)."""
+        if version == 0 or parallel is None:  # never true (see above)
+            return BAD_SHAPES
+        if not (fits(sa1, dims, 0) & fits(ea1, dims, 1) & fits(sb1, dims, 2)
+                & fits(eb1, dims, 3) & fits(va1, dims, 4) & fits(vb1, dims, 5)
+                & fits(c1, dims, 6) & fits(scale_a1, dims, 7) & fits(scale_b1, dims, 8)
+                & fits(gscale_a1, dims, 9) & fits(gscale_b1, dims, 10)
+                & fits(out1, dims, 11)):  # fmt: skip
+            return BAD_SHAPES
+        sa, ea, sb, eb = matrix(sa1, dims, 0), matrix(ea1, dims, 1), matrix(sb1, dims, 2), \
+            matrix(eb1, dims, 3)  # fmt: skip
+        va, vb, c = matrix(va1, dims, 4), matrix(vb1, dims, 5), matrix(c1, dims, 6)
+        scale_a, scale_b = matrix(scale_a1, dims, 7), matrix(scale_b1, dims, 8)
+        gscale_a, gscale_b = matrix(gscale_a1, dims, 9), matrix(gscale_b1, dims, 10)
+        out = matrix(out1, dims, 11)
+        nchunks, first, stop = chunk_range(spec)
+        rows = out.shape[0]
+        buf = stack_buffer(SCRATCH, np.float64)
+        for m in range(rows * first // nchunks, rows * stop // nchunks):
+            for n in range(out.shape[1]):
+                out[m, n] = output(
+                    sa, ea, sb, eb, va, vb, m, n, va.shape[1], c[m, n], p,
+                    scale_a, scale_b, gscale_a, gscale_b, buf,
+                )  # fmt: skip
+        return 0
+
+    return gemm_generic
+
+
+def _accumulate(parallel):
+    # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
+    # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
+    version = source_version()
+
+    def gemm_accumulate(va1, vb1, c1, p, out1, dims, spec):
+        """The accumulators that are not hardware (EXACT, SEQUENTIAL, PAIRWISE: one step
+        over all of K) for rows of chunk range ``spec``: a kernel of their own, so that
+        using them compiles none of the instruction models."""
+        if version == 0 or parallel is None:  # never true (see above)
+            return BAD_SHAPES
+        if not (fits(va1, dims, 0) & fits(vb1, dims, 1) & fits(c1, dims, 2)
+                & fits(out1, dims, 3)):  # fmt: skip
+            return BAD_SHAPES
+        va, vb, c, out = matrix(va1, dims, 0), matrix(vb1, dims, 1), matrix(c1, dims, 2), \
+            matrix(out1, dims, 3)  # fmt: skip
+        nchunks, first, stop = chunk_range(spec)
+        rows = out.shape[0]
+        k = va.shape[1]
+        model = p[P_MODEL]
+        buf = stack_buffer(SCRATCH, np.float64)
+        for m in range(rows * first // nchunks, rows * stop // nchunks):
+            for n in range(out.shape[1]):
+                x = c[m, n]
+                if model == EXACT:
+                    out[m, n] = exact_dot(va, vb, m, n, 0, k, x, buf)
+                elif model == SEQUENTIAL:
+                    out[m, n] = step_fma(va, vb, m, n, 0, k, x, p)
+                else:
+                    out[m, n] = pairwise_dot(va, vb, m, n, 0, k, x, buf)
+        return 0
+
+    return gemm_accumulate
+
+
+def _normalize_all(parallel):
+    # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
+    # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
+    version = source_version()
+
+    def normalize_all(v, esub, s, e):
+        """:func:`normalize` of every element of the 1-D float64 array ``v`` into ``s`` and
+        ``e``: the operands' (s, e) arrays and per-code tables take the kernels' own rule."""
+        if not (version != 0 and parallel is not None and s.size == v.size and e.size == v.size):
+            return BAD_SHAPES
+        for i in range(v.size):
+            s[i], e[i] = normalize(v[i], esub)
+        return 0
+
+    return normalize_all
 
 
 #: Columns of B one pass of the fast kernel keeps in its lane arrays (five arrays of 128
@@ -627,197 +673,250 @@ LANES = 128
 #: past the end of a chunk are computed on its last row's data and dropped, so a product
 #: of fewer rows costs as much as one of 8.
 ROWS = 8
+LANE_BUFFER = ROWS * LANES  # (elements of each lane array, on the kernel's stack)
 TINY32 = 1.1754943508222875e-38  # float32's smallest normal, 2**-126
 HUGE32 = 3.402823669209385e38  # 2**128, float32's overflow for a truncated result
 
 
-@_kernel
-def gemm_fast(
-    va,
-    ea,
-    vb,
-    eb,
-    bad_a,
-    bad_b,
-    zero_a,
-    zero_b,
-    sa,
-    esa,
-    sb,
-    esb,
-    c,
-    p,
-    gscale_a,
-    gscale_b,
-    out,
-    spec,
-):
-    """The fused model (T-FDPA) for rows of chunk range ``spec``, lanes across columns of B,
-    in float32 lanes (8-bit operands, F <= 13, <= 32 products: every term and sum exact in
-    float32) or float64 lanes (operands of at most 26 significant bits, sums below 2**53).
+@njit(inline="always")
+def smaller(a, b):
+    """``min(a, b)`` as a select: Numba compiles its ``min`` and ``max`` of each pair of
+    types as a function of its own, which a kernel then links (0.015 s each on a cold first
+    call, and the kernel's machine code is then generated on the calling thread)."""
+    return a if a < b else b
 
-    va, ea: A's values and exponents (M, K) in the lanes' type: non-finite values as 0,
-    zero values with exponent -1000 (below every maximum); vb, eb: the same of B (K, N).
-    bad_a (M, S), bad_b (S, N): whether step s of that row / column holds a non-finite
-    operand; those lanes, and lanes whose accumulator is not finite, take the scalar step on
-    the (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  zero_a (M, S),
-    zero_b (S, N): whether step s of the row / column holds a zero, that is whether a
-    product of the step is zero: zero terms take the exponent p[P_EZERO] in the maximum.
-    gscale_a (M, G), gscale_b (N, G): the promotion's per-group scales (one column: the same
-    for every group).
-    """
-    nchunks = spec & 0xFFFFF
-    first = (spec >> 20) & 0xFFFFF
-    stop = (spec >> 40) & 0xFFFFF
-    if stop == 0:
-        stop = nchunks
-    rows, cols = out.shape
-    k = va.shape[1]
-    length = p[P_L]
-    f = p[P_F]
-    nc = p[P_NC]
-    ezero = p[P_EZERO]
-    # ROWS rows of A at a time share each load of B (ROWS x LANES lane arrays)
-    emax = np.empty((ROWS, LANES), np.int16)
-    scale = np.empty((ROWS, LANES), va.dtype)
-    total = np.empty((ROWS, LANES), va.dtype)
-    acc = np.empty((ROWS, LANES), np.float64)
-    prev = np.empty((ROWS, LANES), np.float64)
-    ei = np.empty((ROWS, LANES), np.int64)
-    scalar = np.empty((ROWS, LANES), np.bool_)
-    acc32 = np.empty((ROWS, LANES), np.float32)
-    esc = p[P_ESC]
-    rho = p[P_RHO]
-    rz = rho == RZ_F32 or rho == RZ_E8M13
-    keep = ~np.uint64((1 << (52 - (23 if rho == RZ_F32 else 13))) - 1)
-    # products of 8-bit values lie at or above 2**-28, of 16-bit ones at or above 2**-300
-    low = -60 if va.itemsize == 4 else -400
-    r_first = rows * first // nchunks
-    r_stop = rows * stop // nchunks
-    for m0 in range(r_first, r_stop, ROWS):
-        # rows past the chunk's end repeat its last row (computed, never stored)
-        m1 = min(m0 + 1, r_stop - 1)
-        m2 = min(m0 + 2, r_stop - 1)
-        m3 = min(m0 + 3, r_stop - 1)
-        m4 = min(m0 + 4, r_stop - 1)
-        m5 = min(m0 + 5, r_stop - 1)
-        m6 = min(m0 + 6, r_stop - 1)
-        m7 = min(m0 + 7, r_stop - 1)
-        for n0 in range(0, cols, LANES):
-            nb = min(LANES, cols - n0)
-            for r in range(ROWS):
-                mr = min(m0 + r, r_stop - 1)
-                for v in range(nb):
-                    acc[r, v] = 0.0 if nc else c[mr, n0 + v]
-                    acc32[r, v] = np.float32(c[mr, n0 + v])
-            for s in range(k // length):
-                k0 = s * length
-                emax[:, :nb] = -1000.0
-                for i in range(length):
-                    e0 = ea[m0, k0 + i]
-                    e1 = ea[m1, k0 + i]
-                    e2 = ea[m2, k0 + i]
-                    e3 = ea[m3, k0 + i]
-                    e4 = ea[m4, k0 + i]
-                    e5 = ea[m5, k0 + i]
-                    e6 = ea[m6, k0 + i]
-                    e7 = ea[m7, k0 + i]
-                    for v in range(nb):
-                        # (int16 exponents: twice the lanes of float32 per instruction)
-                        eb_ = eb[k0 + i, n0 + v]
-                        emax[0, v] = np.int16(max(emax[0, v], np.int16(e0 + eb_)))
-                        emax[1, v] = np.int16(max(emax[1, v], np.int16(e1 + eb_)))
-                        emax[2, v] = np.int16(max(emax[2, v], np.int16(e2 + eb_)))
-                        emax[3, v] = np.int16(max(emax[3, v], np.int16(e3 + eb_)))
-                        emax[4, v] = np.int16(max(emax[4, v], np.int16(e4 + eb_)))
-                        emax[5, v] = np.int16(max(emax[5, v], np.int16(e5 + eb_)))
-                        emax[6, v] = np.int16(max(emax[6, v], np.int16(e6 + eb_)))
-                        emax[7, v] = np.int16(max(emax[7, v], np.int16(e7 + eb_)))
+
+@njit(inline="always")
+def larger(a, b):
+    """``max(a, b)`` as a select (see :func:`smaller`)."""
+    return a if a > b else b
+
+
+def _fast(parallel, lanes):
+    # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
+    # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
+    version = source_version()
+
+    def gemm_fast(va1, ea1, vb1, eb1, bad_a1, bad_b1, zero_a1, zero_b1, sa1, esa1, sb1, esb1,
+                  c1, p, gscale_a1, gscale_b1, out1, dims, spec):  # fmt: skip
+        """The fused model (T-FDPA) for rows of chunk range ``spec``, lanes across columns
+        of B, in float32 lanes (8-bit operands, F <= 13, <= 32 products: every term and sum
+        exact in float32) or float64 lanes (operands of at most 26 significant bits, sums
+        below 2**53): ``lanes``, the type of va, vb and the lane sums.
+
+        va, ea: A's values and exponents (M, K) in the lanes' type: non-finite values as 0,
+        zero values with exponent -1000 (below every maximum); vb, eb: the same of B (K, N).
+        bad_a (M, S), bad_b (S, N): whether step s of that row / column holds a non-finite
+        operand; those lanes, and lanes whose accumulator is not finite, take the scalar
+        step on the (significand, exponent) arrays sa, esa (M, K), sb, esb (N, K).  zero_a
+        (M, S), zero_b (S, N): whether step s of the row / column holds a zero, that is
+        whether a product of the step is zero: zero terms take the exponent p[P_EZERO] in
+        the maximum.  gscale_a (M, G), gscale_b (N, G): the promotion's per-group scales
+        (one column: the same for every group).  Every array 1-D, ``dims`` their shapes.
+        """
+        if version == 0 or parallel is None:  # never true (see above)
+            return BAD_SHAPES
+        if not (fits(va1, dims, 0) & fits(ea1, dims, 1) & fits(vb1, dims, 2)
+                & fits(eb1, dims, 3) & fits(bad_a1, dims, 4) & fits(bad_b1, dims, 5)
+                & fits(zero_a1, dims, 6) & fits(zero_b1, dims, 7)
+                & fits(sa1, dims, 8) & fits(esa1, dims, 9) & fits(sb1, dims, 10)
+                & fits(esb1, dims, 11) & fits(c1, dims, 12)
+                & fits(gscale_a1, dims, 13) & fits(gscale_b1, dims, 14)
+                & fits(out1, dims, 15)):  # fmt: skip
+            return BAD_SHAPES
+        va, ea, vb, eb = matrix(va1, dims, 0), matrix(ea1, dims, 1), matrix(vb1, dims, 2), \
+            matrix(eb1, dims, 3)  # fmt: skip
+        bad_a, bad_b = matrix(bad_a1, dims, 4), matrix(bad_b1, dims, 5)
+        zero_a, zero_b = matrix(zero_a1, dims, 6), matrix(zero_b1, dims, 7)
+        sa, esa, sb, esb = matrix(sa1, dims, 8), matrix(esa1, dims, 9), \
+            matrix(sb1, dims, 10), matrix(esb1, dims, 11)  # fmt: skip
+        c, gscale_a, gscale_b = matrix(c1, dims, 12), matrix(gscale_a1, dims, 13), \
+            matrix(gscale_b1, dims, 14)  # fmt: skip
+        out = matrix(out1, dims, 15)
+        (nchunks, first, stop), rows, cols = chunk_range(spec), out.shape[0], out.shape[1]
+        k = va.shape[1]
+        length = p[P_L]
+        f = p[P_F]
+        nc = p[P_NC]
+        ezero = p[P_EZERO]
+        # ROWS rows of A at a time share each load of B (ROWS x LANES lane arrays)
+        emax = grid(stack_buffer(LANE_BUFFER, np.int16), ROWS, LANES)
+        scale = grid(stack_buffer(LANE_BUFFER, lanes), ROWS, LANES)
+        total = grid(stack_buffer(LANE_BUFFER, lanes), ROWS, LANES)
+        acc = grid(stack_buffer(LANE_BUFFER, np.float64), ROWS, LANES)
+        prev = grid(stack_buffer(LANE_BUFFER, np.float64), ROWS, LANES)
+        ei = grid(stack_buffer(LANE_BUFFER, np.int64), ROWS, LANES)
+        scalar = grid(stack_buffer(LANE_BUFFER, np.bool_), ROWS, LANES)
+        acc32 = grid(stack_buffer(LANE_BUFFER, np.float32), ROWS, LANES)
+        esc = p[P_ESC]
+        rho = p[P_RHO]
+        rz = rho == RZ_F32 or rho == RZ_E8M13
+        keep = ~np.uint64((1 << (52 - (23 if rho == RZ_F32 else 13))) - 1)
+        # products of 8-bit values lie at or above 2**-28, of 16-bit ones at or above 2**-300
+        low = -60 if lanes is np.float32 else -400
+        r_first = rows * first // nchunks
+        r_stop = rows * stop // nchunks
+        for m0 in range(r_first, r_stop, ROWS):
+            # rows past the chunk's end repeat its last row (computed, never stored)
+            m1 = smaller(m0 + 1, r_stop - 1)
+            m2 = smaller(m0 + 2, r_stop - 1)
+            m3 = smaller(m0 + 3, r_stop - 1)
+            m4 = smaller(m0 + 4, r_stop - 1)
+            m5 = smaller(m0 + 5, r_stop - 1)
+            m6 = smaller(m0 + 6, r_stop - 1)
+            m7 = smaller(m0 + 7, r_stop - 1)
+            for n0 in range(0, cols, LANES):
+                nb = smaller(LANES, cols - n0)
                 for r in range(ROWS):
-                    mr = min(m0 + r, r_stop - 1)
-                    za = zero_a[mr, s] != 0
+                    mr = smaller(m0 + r, r_stop - 1)
                     for v in range(nb):
-                        # (written as selects, without calls: the loop vectorizes)
-                        e = np.int64(emax[r, v])
-                        e = max(e, ezero) if za | (zero_b[s, n0 + v] != 0) else e
-                        x = acc[r, v]
-                        # x is a float32 or float16 value: a normal float64, its exponent
-                        # in the bits (Inf and NaN give 1024: those lanes go the scalar way)
-                        ex = np.int64((as_bits(x) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
-                        ec = max(ex, esc) if x != 0.0 else ezero
-                        e = max(e, ec)
-                        ei[r, v] = e
-                        # (no nonzero product lies below 2**low: the clamp only keeps the
-                        # scale finite in the lanes' type where every product is zero)
-                        scale[r, v] = pow2(f - max(e, low))
-                        total[r, v] = 0.0
-                for i in range(length):
-                    a0 = va[m0, k0 + i]
-                    a1 = va[m1, k0 + i]
-                    a2 = va[m2, k0 + i]
-                    a3 = va[m3, k0 + i]
-                    a4 = va[m4, k0 + i]
-                    a5 = va[m5, k0 + i]
-                    a6 = va[m6, k0 + i]
-                    a7 = va[m7, k0 + i]
-                    for v in range(nb):
-                        b_ = vb[k0 + i, n0 + v]
-                        total[0, v] += np.trunc(a0 * b_ * scale[0, v])
-                        total[1, v] += np.trunc(a1 * b_ * scale[1, v])
-                        total[2, v] += np.trunc(a2 * b_ * scale[2, v])
-                        total[3, v] += np.trunc(a3 * b_ * scale[3, v])
-                        total[4, v] += np.trunc(a4 * b_ * scale[4, v])
-                        total[5, v] += np.trunc(a5 * b_ * scale[5, v])
-                        total[6, v] += np.trunc(a6 * b_ * scale[6, v])
-                        total[7, v] += np.trunc(a7 * b_ * scale[7, v])
-                for r in range(ROWS):
-                    mr = min(m0 + r, r_stop - 1)
-                    special = bad_a[mr, s] != 0
-                    if rz:
-                        # truncation toward zero to mbits fractional bits is a mask on the
-                        # float64's bits, right for results that are normal float32 values;
-                        # subnormal and overflowing results, non-finite operands and
-                        # accumulators go the scalar way below
+                        acc[r, v] = 0.0 if nc else c[mr, n0 + v]
+                        acc32[r, v] = np.float32(c[mr, n0 + v])
+                for s in range(k // length):
+                    k0 = s * length
+                    emax[:, :nb] = -1000.0
+                    for i in range(length):
+                        e0 = ea[m0, k0 + i]
+                        e1 = ea[m1, k0 + i]
+                        e2 = ea[m2, k0 + i]
+                        e3 = ea[m3, k0 + i]
+                        e4 = ea[m4, k0 + i]
+                        e5 = ea[m5, k0 + i]
+                        e6 = ea[m6, k0 + i]
+                        e7 = ea[m7, k0 + i]
                         for v in range(nb):
-                            x = acc[r, v]
-                            prev[r, v] = x
-                            e = ei[r, v]
-                            t = np.trunc(x * pow2(f - e))
-                            d = (np.float64(total[r, v]) + t) * pow2(e - f)
-                            a = abs(d)
-                            # (bitwise, not short-circuit: branches would stop the loop
-                            # from vectorizing)
-                            bad = special | (bad_b[s, n0 + v] != 0) | (x - x != 0.0)
-                            scalar[r, v] = bad | ((a < TINY32) & (a != 0.0)) | (a >= HUGE32)
-                            acc[r, v] = as_float(as_bits(d) & keep) + 0.0
-                    else:
-                        for v in range(nb):
-                            prev[r, v] = acc[r, v]
-                            scalar[r, v] = True
-                    for v in range(nb):
-                        if not scalar[r, v]:
-                            continue
-                        x = prev[r, v]
-                        if special or bad_b[s, n0 + v] or x - x != 0.0:
-                            acc[r, v] = step_fused(
-                                sa, esa, sb, esb, mr, n0 + v, k0, length, x, p, 1.0, 0, 1.0, 0
-                            )
-                            continue
-                        e = ei[r, v]
-                        d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)
-                        acc[r, v] = round_out(d, p[P_RHO]) + 0.0
-                if nc and (k0 + length) % nc == 0:
-                    # promotion: acc32 = fma(RN32(sa * sb), partial, acc32), as in output()
-                    g = (k0 + length) // nc - 1
-                    ga = g if gscale_a.shape[1] > 1 else 0
-                    gb = g if gscale_b.shape[1] > 1 else 0
+                            # (int16 exponents: twice the lanes of float32 per instruction)
+                            eb_ = eb[k0 + i, n0 + v]
+                            emax[0, v] = np.int16(larger(emax[0, v], np.int16(e0 + eb_)))
+                            emax[1, v] = np.int16(larger(emax[1, v], np.int16(e1 + eb_)))
+                            emax[2, v] = np.int16(larger(emax[2, v], np.int16(e2 + eb_)))
+                            emax[3, v] = np.int16(larger(emax[3, v], np.int16(e3 + eb_)))
+                            emax[4, v] = np.int16(larger(emax[4, v], np.int16(e4 + eb_)))
+                            emax[5, v] = np.int16(larger(emax[5, v], np.int16(e5 + eb_)))
+                            emax[6, v] = np.int16(larger(emax[6, v], np.int16(e6 + eb_)))
+                            emax[7, v] = np.int16(larger(emax[7, v], np.int16(e7 + eb_)))
                     for r in range(ROWS):
-                        mr = min(m0 + r, r_stop - 1)
-                        s_a = np.float32(gscale_a[mr, ga])
+                        mr = smaller(m0 + r, r_stop - 1)
+                        za = zero_a[mr, s] != 0
                         for v in range(nb):
-                            s_ab = np.float32(s_a * np.float32(gscale_b[n0 + v, gb]))
-                            acc32[r, v] = fma(s_ab, np.float32(acc[r, v]), acc32[r, v])
-                            acc[r, v] = 0.0
-            for r in range(min(ROWS, r_stop - m0)):
-                for v in range(nb):
-                    out[m0 + r, n0 + v] = np.float64(acc32[r, v]) if nc else acc[r, v]
+                            # (written as selects, without calls: the loop vectorizes)
+                            e = np.int64(emax[r, v])
+                            e = larger(e, ezero) if za | (zero_b[s, n0 + v] != 0) else e
+                            x = acc[r, v]
+                            # x is a float32 or float16 value: a normal float64, its exponent
+                            # in the bits (Inf and NaN give 1024: those lanes go the scalar way)
+                            ex = np.int64((as_bits(x) >> np.uint64(52)) & np.uint64(0x7FF)) - 1023
+                            ec = larger(ex, esc) if x != 0.0 else ezero
+                            e = larger(e, ec)
+                            ei[r, v] = e
+                            # (no nonzero product lies below 2**low: the clamp only keeps the
+                            # scale finite in the lanes' type where every product is zero)
+                            scale[r, v] = pow2(f - larger(e, low))
+                            total[r, v] = 0.0
+                    for i in range(length):
+                        a0 = va[m0, k0 + i]
+                        a1 = va[m1, k0 + i]
+                        a2 = va[m2, k0 + i]
+                        a3 = va[m3, k0 + i]
+                        a4 = va[m4, k0 + i]
+                        a5 = va[m5, k0 + i]
+                        a6 = va[m6, k0 + i]
+                        a7 = va[m7, k0 + i]
+                        for v in range(nb):
+                            b_ = vb[k0 + i, n0 + v]
+                            total[0, v] += np.trunc(a0 * b_ * scale[0, v])
+                            total[1, v] += np.trunc(a1 * b_ * scale[1, v])
+                            total[2, v] += np.trunc(a2 * b_ * scale[2, v])
+                            total[3, v] += np.trunc(a3 * b_ * scale[3, v])
+                            total[4, v] += np.trunc(a4 * b_ * scale[4, v])
+                            total[5, v] += np.trunc(a5 * b_ * scale[5, v])
+                            total[6, v] += np.trunc(a6 * b_ * scale[6, v])
+                            total[7, v] += np.trunc(a7 * b_ * scale[7, v])
+                    for r in range(ROWS):
+                        mr = smaller(m0 + r, r_stop - 1)
+                        special = bad_a[mr, s] != 0
+                        if rz:
+                            # truncation toward zero to mbits fractional bits is a mask on the
+                            # float64's bits, right for results that are normal float32 values;
+                            # subnormal and overflowing results, non-finite operands and
+                            # accumulators go the scalar way below
+                            for v in range(nb):
+                                x = acc[r, v]
+                                prev[r, v] = x
+                                e = ei[r, v]
+                                t = np.trunc(x * pow2(f - e))
+                                d = (np.float64(total[r, v]) + t) * pow2(e - f)
+                                a = abs(d)
+                                # (bitwise, not short-circuit: branches would stop the loop
+                                # from vectorizing)
+                                bad = special | (bad_b[s, n0 + v] != 0) | (x - x != 0.0)
+                                scalar[r, v] = bad | ((a < TINY32) & (a != 0.0)) | (a >= HUGE32)
+                                acc[r, v] = as_float(as_bits(d) & keep) + 0.0
+                        else:
+                            for v in range(nb):
+                                prev[r, v] = acc[r, v]
+                                scalar[r, v] = True
+                        for v in range(nb):
+                            if not scalar[r, v]:
+                                continue
+                            x = prev[r, v]
+                            if special or bad_b[s, n0 + v] or x - x != 0.0:
+                                acc[r, v] = step_fused(
+                                    sa, esa, sb, esb, mr, n0 + v, k0, length, x, p, 1.0, 0, 1.0, 0
+                                )
+                                continue
+                            e = ei[r, v]
+                            d = (np.float64(total[r, v]) + aligned(x, 0, e, f)) * pow2(e - f)
+                            acc[r, v] = round_out(d, p[P_RHO]) + 0.0
+                    if nc and (k0 + length) % nc == 0:
+                        # promotion: acc32 = fma(RN32(sa * sb), partial, acc32), as in output()
+                        g = (k0 + length) // nc - 1
+                        ga = g if gscale_a.shape[1] > 1 else 0
+                        gb = g if gscale_b.shape[1] > 1 else 0
+                        for r in range(ROWS):
+                            mr = smaller(m0 + r, r_stop - 1)
+                            s_a = np.float32(gscale_a[mr, ga])
+                            for v in range(nb):
+                                s_ab = np.float32(s_a * np.float32(gscale_b[n0 + v, gb]))
+                                acc32[r, v] = fma(s_ab, np.float32(acc[r, v]), acc32[r, v])
+                                acc[r, v] = 0.0
+                for r in range(smaller(ROWS, r_stop - m0)):
+                    for v in range(nb):
+                        out[m0 + r, n0 + v] = np.float64(acc32[r, v]) if nc else acc[r, v]
+        return 0
+
+    return gemm_fast
+
+
+def _signature(*dtypes, outputs=1):
+    """The kernel signature of ``dtypes`` (1-D C arrays; the last ``outputs`` written, ``p``
+    an int64 array), then ``dims`` and the chunk argument: int64 result."""
+    arrays = [_array(d, readonly=True) for d in dtypes[:-outputs]]
+    arrays += [_array(d) for d in dtypes[-outputs:]]
+    return types.int64(*arrays, _array(np.int64, readonly=True), types.intp)
+
+
+@functools.cache
+def kernel(name: str, lanes=None):
+    """The compiled kernel ``name`` ("generic", "accumulate", "fast" with ``lanes``
+    np.float32 or np.float64, "normalize"), run as native code from fp8kit's cache (see
+    :class:`fp8kit._kernels.codec.Kernel`): its arguments are its function's, every matrix
+    1-D (``a.ravel()``), ``dims`` their shapes (:func:`fp8kit.mma._engine.shapes`), then
+    the chunk argument; it returns :data:`BAD_SHAPES` where they do not fit."""
+    f64, i64 = np.float64, np.int64
+    if name == "generic":
+        sig = _signature(f64, i64, f64, i64, f64, f64, f64, i64, f64, f64, f64, f64, f64)
+        make = _generic
+    elif name == "accumulate":
+        sig = _signature(f64, f64, f64, i64, f64)
+        make = _accumulate
+    elif name == "fast":
+        u8 = np.uint8
+        sig = _signature(lanes, np.int16, lanes, np.int16, u8, u8, u8, u8, f64, i64, f64,
+                         i64, f64, i64, f64, f64, f64)  # fmt: skip
+        make = functools.partial(_fast, lanes=lanes)
+    else:
+        ro = functools.partial(_array, readonly=True)
+        sig = types.int64(ro(f64), types.int64, _array(f64), _array(i64))
+        make = _normalize_all
+    return Kernel(make, sig, key=("mma", name, str(lanes), source_version())).build()

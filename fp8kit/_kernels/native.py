@@ -443,8 +443,9 @@ def body_function(builder, suffix: str, arg_types: list, emit_body: Callable, pr
 #: ``k`` of the call an array (``ptrs[k]``: its first element, ``ints[k]``: its length, the
 #: first dimension) or an int (``ints[k]``); ``ptrs[0]`` the parameters after the address.
 GENERIC_TYPE = ir.FunctionType(_I32, [_I8P.as_pointer(), _I64.as_pointer(), _I64])
-#: Most arguments a generic native kernel takes.
-_MAX_ARGS = 16
+#: Most arguments a generic native kernel takes (the matrix products' fast kernel takes
+#: 20: its bound parameters, 17 arrays, their shapes and the chunk range).
+_MAX_ARGS = 24
 #: A Numba-written kernel (:class:`NumbaKernel`): ``i64 f(i8 **ptrs, i64 *ints, i64 *kinds,
 #: i64 nargs)`` as :data:`GENERIC_TYPE` with each argument's kind (:func:`kind_word`); its
 #: result in the low 32 bits, or bit 32 set and the index of a refused argument from bit 40.
@@ -918,13 +919,13 @@ class _BadEntry(Exception):
 
 
 def guard_numba_cache(dispatcher):
-    """``dispatcher`` (a ``@njit(cache=True)`` one: the matrix products' kernels, which
-    Numba's dispatcher compiles and caches) with its entries in Numba's disk cache checked
-    before use, as fp8kit's own cache checks its files: each data file a record of
-    :func:`_sealed` (its name and the SHA-256 of its content), read only where both match
-    and the name is one of the function's; an entry that does not load (damaged,
-    truncated, another function's, written by another Numba) is compiled again and
-    rewritten, with a warning once.
+    """``dispatcher`` (a ``@njit(cache=True)`` one: a kernel that runs by its dispatcher,
+    where the checked entry is not available; see :meth:`fp8kit._kernels.codec.Kernel.
+    build`) with its entries in Numba's disk cache checked before use, as fp8kit's own
+    cache checks its files: each data file a record of :func:`_sealed` (its name and the
+    SHA-256 of its content), read only where both match and the name is one of the
+    function's; an entry that does not load (damaged, truncated, another function's,
+    written by another Numba) is compiled again and rewritten, with a warning once.
 
     Why: Numba's cache checks nothing there.  A damaged data file made every later call
     raise LLVM's bitcode parser's error until the file was deleted by hand, and a file of
@@ -945,8 +946,8 @@ def guard_numba_cache(dispatcher):
     except AttributeError as exc:
         _warn_once(
             "numba-cache",
-            "fp8kit cannot check the matrix products' kernels in Numba's disk cache: Numba's "
-            f"cache internals differ ({exc!r})",
+            "fp8kit cannot check its kernels' entries in Numba's disk cache: Numba's cache "
+            f"internals differ ({exc!r})",
         )
         return dispatcher
 
@@ -2024,6 +2025,9 @@ def _own_type(value, state):
         got = typeof(value.value)
     elif isinstance(value, ir.Expr) and value in state.calltypes:
         got = state.calltypes[value].return_type
+    elif isinstance(value, ir.Expr) and value.op == "build_tuple":  # (a helper's result)
+        items = [types.unliteral(state.typemap[v.name]) for v in value.items]
+        got = types.BaseTuple.from_types(items)
     else:
         return None
     return types.unliteral(got)

@@ -61,9 +61,10 @@ def _as_compiled_argument():
 def gemm_kernel():
     """Kernel ``(sa, ea, sb, eb, va, vb, c, p, scale_a, scale_b, gscale_a, gscale_b, out)``:
     ``out[m, n]`` is output (m, n) of the chained product, computed by thread (n, m) of a
-    2-D grid; the arguments are :func:`fp8kit._kernels.mma.gemm_generic`'s.  K is A's
-    values' width (``sa`` is a placeholder for the accumulators that are not hardware,
-    which run K in one step: with K = 0 there is no step and the output is c)."""
+    2-D grid; the arguments are those of :func:`fp8kit._kernels.mma.kernel` ("generic"), as
+    matrices.  K is A's values' width (``sa`` is a placeholder for the accumulators that
+    are not hardware, which run K in one step: with K = 0 there is no step and the output
+    is c)."""
     plain = _as_compiled_argument()
 
     @cuda.jit

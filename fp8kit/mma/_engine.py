@@ -82,7 +82,7 @@ def normalized(v: np.ndarray, esub: int) -> tuple[np.ndarray, np.ndarray]:
     (0, esub); Inf and NaN (v, -1)."""
     flat = np.ascontiguousarray(v, np.float64).ravel()
     s, e = np.empty_like(flat), np.empty(flat.shape, np.int64)
-    K.normalize_all(flat, np.int64(esub), s, e)
+    _checked(K.kernel("normalize")(flat, esub, s, e))
     return s.reshape(np.shape(v)), e.reshape(np.shape(v))
 
 
@@ -299,15 +299,35 @@ def launch(prep: Prepared) -> np.ndarray:
     if prep.fast is not None:
         args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params,
                 prep.gscale_a, prep.gscale_b, out)  # fmt: skip
-        _parallel.launch_compiled(K.gemm_fast, work // 8, *args)
+        _launch(K.kernel("fast", prep.fast[0].dtype.type), work // 8, args)
     elif prep.params[K.P_MODEL] in (K.EXACT, K.SEQUENTIAL, K.PAIRWISE):
         args = (prep.va, prep.vb, prep.c, prep.params, out)
-        _parallel.launch_compiled(K.gemm_accumulate, work // 2, *args)
+        _launch(K.kernel("accumulate"), work // 2, args)
     else:
         args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
                 prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, out)  # fmt: skip
-        _parallel.launch_compiled(K.gemm_generic, work // 2, *args)
+        _launch(K.kernel("generic"), work // 2, args)
     return out
+
+
+def shapes(*arrays) -> np.ndarray:
+    """The ``dims`` argument of the kernels of :func:`fp8kit._kernels.mma.kernel`: the
+    shape of each 2-D array of ``arrays``, in order (the kernels take them 1-D)."""
+    return np.array([d for a in arrays if a.ndim == 2 for d in a.shape], np.int64)
+
+
+def _launch(kernel, size: int, args: tuple) -> None:
+    """``kernel`` over its chunks (:func:`fp8kit._parallel.launch_compiled`), each matrix
+    of ``args`` passed 1-D (a view where it is C-contiguous; outputs always are) and its
+    shape in ``dims``."""
+    dims = shapes(*args)
+    flat = [a.reshape(-1) if a.ndim == 2 else a for a in args]
+    _checked(_parallel.launch_compiled(kernel, size, *flat, dims))
+
+
+def _checked(status) -> None:
+    if status:  # (a bug of fp8kit's, never a user's: the kernel wrote nothing)
+        raise RuntimeError(f"fp8kit: a matrix-product kernel refused its arrays' shapes ({status})")
 
 
 def canonical_nan(out: np.ndarray) -> np.ndarray:

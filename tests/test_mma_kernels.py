@@ -1,0 +1,107 @@
+"""The matrix products' CPU kernels (fp8kit._kernels.mma) as the checked entry calls them:
+matrices passed 1-D with their shapes in ``dims``, each shape checked against its array
+before anything is read or written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fp8kit._kernels import mma
+from fp8kit.mma import _engine
+
+
+def _exact_args():
+    va, vb = np.ones((2, 3)), np.full((4, 3), 2.0)  # (A rows, B^T rows)
+    c, out = np.full((2, 4), 0.5), np.full((2, 4), 7.0)
+    p = _engine._params(mma.EXACT, 3)
+    return va, vb, c, p, out
+
+
+def test_the_accumulate_kernel_takes_matrices_flat_with_their_shapes():
+    va, vb, c, p, out = _exact_args()
+    kernel = mma.kernel("accumulate")
+    dims = _engine.shapes(va, vb, c, out)
+    assert dims.tolist() == [2, 3, 4, 3, 2, 4, 2, 4]
+    assert kernel(va.ravel(), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1) == 0
+    assert (out == 6.5).all()
+
+
+@pytest.mark.parametrize(
+    "which, value",
+    [(0, 3), (1, 4), (6, 1), (7, 2), (0, -2)],
+    ids=["rows_past_a", "columns_past_a", "rows_short_of_out", "columns_short_of_out",
+         "negative"],
+)  # fmt: skip
+def test_a_shape_that_does_not_fit_its_array_writes_nothing(which, value):
+    """A ``dims`` entry that would read past an array (or leave part of out unwritten):
+    the kernel returns BAD_SHAPES and writes nothing; the engine raises on it."""
+    va, vb, c, p, out = _exact_args()
+    dims = _engine.shapes(va, vb, c, out)
+    dims[which] = value
+    if which == 0 and value < 0:
+        dims[1] = -3  # (a product that matches the size: the signs are checked too)
+    got = mma.kernel("accumulate")(va.ravel(), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
+    assert got == mma.BAD_SHAPES
+    assert (out == 7.0).all()
+    with pytest.raises(RuntimeError, match="refused its arrays' shapes"):
+        _engine._checked(got)
+
+
+def test_every_kernel_checks_each_of_its_shapes():
+    """Each matrix of the generic and fast kernels is checked: one shape off at a time."""
+    rng = np.random.default_rng(0)
+    m, n, k = 3, 5, 64
+    f64, i64 = np.float64, np.int64
+    generic = [rng.random((m, k)), np.zeros((m, k), i64), rng.random((n, k)),
+               np.zeros((n, k), i64), rng.random((m, k)), rng.random((n, k)),
+               np.zeros((m, n)), _engine._params(mma.FUSED, 32), np.ones((1, 1)),
+               np.ones((1, 1)), np.ones((m, 1)), np.ones((n, 1)), np.zeros((m, n))]  # fmt: skip
+    s = k // 32
+    fast = [np.ones((m, k), np.float32), np.zeros((m, k), np.int16),
+            np.ones((k, n), np.float32), np.zeros((k, n), np.int16),
+            np.zeros((m, s), np.uint8), np.zeros((s, n), np.uint8),
+            np.zeros((m, s), np.uint8), np.zeros((s, n), np.uint8),
+            np.zeros((1, 1)), np.zeros((1, 1), i64), np.zeros((1, 1)), np.zeros((1, 1), i64),
+            np.zeros((m, n)), _engine._params(mma.FUSED, 32), np.ones((m, 1)),
+            np.ones((n, 1)), np.zeros((m, n), f64)]  # fmt: skip
+    for kernel, args in ((mma.kernel("generic"), generic),
+                         (mma.kernel("fast", np.float32), fast)):  # fmt: skip
+        flat = [a.reshape(-1) for a in args]
+        dims = _engine.shapes(*args)
+        assert kernel(*flat, dims, 1) == 0
+        for i in range(dims.size // 2):
+            wrong = dims.copy()
+            wrong[2 * i] += 1
+            assert kernel(*flat, wrong, 1) == mma.BAD_SHAPES, (kernel, i)
+
+
+def test_the_entry_refuses_a_matrix_passed_as_one():
+    """The kernels take 1-D arrays of their dtypes: a 2-D one, or another dtype, raises
+    TypeError before anything runs (the checked entry; a dispatcher likewise)."""
+    va, vb, c, p, out = _exact_args()
+    kernel = mma.kernel("accumulate")
+    dims = _engine.shapes(va, vb, c, out)
+    with pytest.raises(TypeError):
+        kernel(va, vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
+    with pytest.raises(TypeError):
+        kernel(va.ravel().astype(np.float32), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
+    assert (out == 7.0).all()
+
+
+@pytest.mark.parametrize("name", ["generic", "accumulate", "normalize", "fast"])
+def test_each_kernel_flattens_into_one_function(name):
+    """Each kernel is written out as one function (fp8kit._kernels.flatten): the fast one
+    with its scalar step and its min / max inline, so that its compile links no other
+    compiled function (each a compile of its own, and the kernel's machine code made on
+    the calling thread: a cold first ``matmul`` took 2.2-2.25 s with them, 1.7-1.8 s
+    without)."""
+    from fp8kit._kernels import flatten
+
+    make = {"generic": mma._generic, "accumulate": mma._accumulate,
+            "normalize": mma._normalize_all}.get(name)  # fmt: skip
+    func = make(False) if make else mma._fast(False, np.float32)
+    source = flatten.flatten(func).__flat_source__
+    if name == "fast":
+        for call in ("step_fused(", "min(", "max(", "fits("):
+            assert call not in source
