@@ -701,6 +701,13 @@ PUBLIC_COLD = {
         ".astype(np.float32))",
         "fp8kit.fake_convert(big2d, np.where(np.arange(1024)[:, None] % 7 == 0, np.nan, 1.5)"
         ".astype(np.float32), mode='openvino')"),
+    # the matrix products: one kernel per model (the fused model's fast kernel first)
+    "matmul Hopper wgmma e4m3, then fp32-pairwise": (
+        "fp8kit.matmul(a8, b8, instruction=('Hopper', 'wgmma', 'm64n256k32.f32.e4m3.e4m3'))",
+        "fp8kit.matmul(a8, b8, instruction='fp32-pairwise')"),
+    "matmul CDNA3 fp8, then exact": (
+        "fp8kit.matmul(a8z, b8z, instruction=('CDNA3', 'mfma', 'f32_32x32x16_fp8_fp8'))",
+        "fp8kit.matmul(a8, b8, instruction='exact')"),
 }  # fmt: skip
 
 _COLD_CODE = """
@@ -719,6 +726,9 @@ ints = (big * 1000).astype(np.int16)
 codes4, codes6 = codes & np.uint8(15), codes & np.uint8(63)
 packed4 = (codes4[::2] | (codes4[1::2] << np.uint8(4)))
 codes16 = bigh.view(np.uint16)
+a8 = big[: 64 * 512].reshape(64, 512).astype(ml_dtypes.float8_e4m3fn)
+b8 = big[: 512 * 256].reshape(512, 256).astype(ml_dtypes.float8_e4m3fn)
+a8z, b8z = a8.astype(ml_dtypes.float8_e4m3fnuz), b8.astype(ml_dtypes.float8_e4m3fnuz)
 t0, c0 = time.perf_counter(), time.process_time()
 {first}
 t1, c1 = time.perf_counter(), time.process_time()

@@ -282,7 +282,7 @@ with warnings.catch_warnings(record=True) as caught:
         b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
         a[:, 0] = b[0, :] = 448.0
         got = fp8kit.matmul(a, b, instruction=hopper)
-    kernels = (mma.kernel("fast", np.float32), mma.kernel("normalize"))
+    kernels = (mma.kernel("fast", lanes=np.float32), mma.kernel("normalize"))
     hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
 import sys
 print(json.dumps({"got": got.tolist(), "hits": hits, "warnings": [str(w.message) for w in caught],
@@ -420,7 +420,7 @@ a = np.full((2, 256), 1.0, ml_dtypes.float8_e4m3fn)
 b = np.full((256, 3), 2.0**-9, ml_dtypes.float8_e4m3fn)
 a[:, 0] = b[0, :] = 448.0
 got = fp8kit.matmul(a, b, instruction=hopper).tolist()
-kernels = (mma.kernel("fast", np.float32), mma.kernel("normalize"))
+kernels = (mma.kernel("fast", lanes=np.float32), mma.kernel("normalize"))
 hits = sum(sum(k.stats.cache_hits.values()) for k in kernels)
 
 @numba.njit

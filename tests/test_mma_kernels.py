@@ -4,6 +4,8 @@ before anything is read or written."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -20,7 +22,7 @@ def _exact_args():
 
 def test_the_accumulate_kernel_takes_matrices_flat_with_their_shapes():
     va, vb, c, p, out = _exact_args()
-    kernel = mma.kernel("accumulate")
+    kernel = mma.kernel("accumulate", mma.EXACT)
     dims = _engine.shapes(va, vb, c, out)
     assert dims.tolist() == [2, 3, 4, 3, 2, 4, 2, 4]
     assert kernel(va.ravel(), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1) == 0
@@ -41,7 +43,8 @@ def test_a_shape_that_does_not_fit_its_array_writes_nothing(which, value):
     dims[which] = value
     if which == 0 and value < 0:
         dims[1] = -3  # (a product that matches the size: the signs are checked too)
-    got = mma.kernel("accumulate")(va.ravel(), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
+    kernel = mma.kernel("accumulate", mma.EXACT)
+    got = kernel(va.ravel(), vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
     assert got == mma.BAD_SHAPES
     assert (out == 7.0).all()
     with pytest.raises(RuntimeError, match="refused its arrays' shapes"):
@@ -65,8 +68,8 @@ def test_every_kernel_checks_each_of_its_shapes():
             np.zeros((1, 1)), np.zeros((1, 1), i64), np.zeros((1, 1)), np.zeros((1, 1), i64),
             np.zeros((m, n)), _engine._params(mma.FUSED, 32), np.ones((m, 1)),
             np.ones((n, 1)), np.zeros((m, n), f64)]  # fmt: skip
-    for kernel, args in ((mma.kernel("generic"), generic),
-                         (mma.kernel("fast", np.float32), fast)):  # fmt: skip
+    for kernel, args in ((mma.kernel("generic", mma.FUSED), generic),
+                         (mma.kernel("fast", lanes=np.float32), fast)):  # fmt: skip
         flat = [a.reshape(-1) for a in args]
         dims = _engine.shapes(*args)
         assert kernel(*flat, dims, 1) == 0
@@ -80,7 +83,7 @@ def test_the_entry_refuses_a_matrix_passed_as_one():
     """The kernels take 1-D arrays of their dtypes: a 2-D one, or another dtype, raises
     TypeError before anything runs (the checked entry; a dispatcher likewise)."""
     va, vb, c, p, out = _exact_args()
-    kernel = mma.kernel("accumulate")
+    kernel = mma.kernel("accumulate", mma.EXACT)
     dims = _engine.shapes(va, vb, c, out)
     with pytest.raises(TypeError):
         kernel(va, vb.ravel(), c.ravel(), p, out.ravel(), dims, 1)
@@ -91,17 +94,26 @@ def test_the_entry_refuses_a_matrix_passed_as_one():
 
 @pytest.mark.parametrize("name", ["generic", "accumulate", "normalize", "fast"])
 def test_each_kernel_flattens_into_one_function(name):
-    """Each kernel is written out as one function (fp8kit._kernels.flatten): the fast one
-    with its scalar step and its min / max inline, so that its compile links no other
-    compiled function (each a compile of its own, and the kernel's machine code made on
-    the calling thread: a cold first ``matmul`` took 2.2-2.25 s with them, 1.7-1.8 s
-    without)."""
+    """Each kernel is written out as one function (fp8kit._kernels.flatten), its model's
+    code alone: its compile links no other compiled function (each a compile of its own,
+    and the kernel's machine code then made on the calling thread).  A cold first
+    ``matmul`` took 2.2-2.25 s with the fast kernel's scalar step, min and max linked,
+    1.7-1.8 s without; a first CDNA3 product 7.3 s with every model in its kernel."""
     from fp8kit._kernels import flatten
 
-    make = {"generic": mma._generic, "accumulate": mma._accumulate,
-            "normalize": mma._normalize_all}.get(name)  # fmt: skip
-    func = make(False) if make else mma._fast(False, np.float32)
-    source = flatten.flatten(func).__flat_source__
-    if name == "fast":
-        for call in ("step_fused(", "min(", "max(", "fits("):
-            assert call not in source
+    make = {"generic": functools.partial(mma._generic, model=mma.PAIRS),
+            "accumulate": functools.partial(mma._accumulate, model=mma.EXACT),
+            "normalize": mma._normalize_all,
+            "fast": functools.partial(mma._fast, lanes=np.float32)}[name]  # fmt: skip
+    source = flatten.flatten(make(False)).__flat_source__
+    for call in ("step(", "step_fused(", "exact_dot(", "output(", "min(", "max(", "fits("):
+        assert call not in source
+    if name == "generic":  # (the two-stage model's sums, not the other models')
+        assert "_fused_sum" in source and "expansion" not in source and "ftz" not in source
+    if name == "accumulate":
+        assert "expansion" in source and "pairwise" not in source
+
+
+def test_a_kernel_is_one_model_s():
+    with pytest.raises(ValueError, match="model is 99"):
+        mma.kernel("generic", 99)

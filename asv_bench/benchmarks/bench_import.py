@@ -24,14 +24,20 @@ import fp8kit
 x = np.random.default_rng(0).standard_normal(4096, dtype=np.float32)
 codes = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
 big = np.random.default_rng(0).standard_normal(1 << 20, dtype=np.float32)
+a8 = big[: 64 * 512].reshape(64, 512).astype(ml_dtypes.float8_e4m3fn)
+b8 = big[: 512 * 256].reshape(512, 256).astype(ml_dtypes.float8_e4m3fn)
+a8z, b8z = a8.astype(ml_dtypes.float8_e4m3fnuz), b8.astype(ml_dtypes.float8_e4m3fnuz)
+HOPPER = ("Hopper", "wgmma", "m64n256k32.f32.e4m3.e4m3")
 """
 
 # Fills the (fresh) cache from another process first, for the warm-cache variant.
 _WARM_CACHE = """
 subprocess.run(
     [sys.executable, "-c",
-     "import numpy as np, fp8kit; x = np.zeros(8, np.float32); "
-     "fp8kit.decode(fp8kit.encode(x, 'float8_e4m3fn'), 'float8_e4m3fn')"],
+     "import numpy as np, ml_dtypes, fp8kit; x = np.zeros(8, np.float32); "
+     "fp8kit.decode(fp8kit.encode(x, 'float8_e4m3fn'), 'float8_e4m3fn'); "
+     "a = np.ones((4, 64), ml_dtypes.float8_e4m3fn); "
+     "fp8kit.matmul(a, a.T.copy(), instruction=('Hopper', 'wgmma', 'm64n256k32.f32.e4m3.e4m3'))"],
     check=True,
 )
 """
@@ -39,6 +45,7 @@ subprocess.run(
 _FIRST_CALL = {
     "encode": "fp8kit.encode(x, 'float8_e4m3fn')",
     "decode": "fp8kit.decode(codes, 'float8_e4m3fn')",
+    "matmul": "fp8kit.matmul(a8, b8, instruction=HOPPER)",
 }
 
 
@@ -62,11 +69,11 @@ timeraw_first_call_compile.param_names = ["op"]
 
 
 def timeraw_first_call_cached(op):
-    """First encode/decode call when another process already filled the Numba cache."""
+    """First encode/decode/matmul call when another process already filled the cache."""
     return _FIRST_CALL[op], _FIRST_CALL_SETUP.format(warm=_WARM_CACHE)
 
 
-timeraw_first_call_cached.params = ["encode", "decode"]
+timeraw_first_call_cached.params = ["encode", "decode", "matmul"]
 timeraw_first_call_cached.param_names = ["op"]
 
 
@@ -167,6 +174,12 @@ _PUBLIC_COLD = {
     "'bfloat16', rounding='stochastic_c', seed=1, random_bits=8)",
     "encode_float64_stochastic_e8m0_23_bits": "fp8kit.encode(big.astype(np.float64), "
     "'float8_e8m0fnu', rounding='stochastic', seed=1, random_bits=23)",
+    # the matrix products (one kernel per model; the fused model's fast kernel)
+    "matmul_hopper": "fp8kit.matmul(a8, b8, instruction=HOPPER)",
+    "matmul_cdna3": "fp8kit.matmul(a8z, b8z, instruction=('CDNA3', 'mfma', "
+    "'f32_32x32x16_fp8_fp8'))",
+    "matmul_exact": "fp8kit.matmul(a8, b8, instruction='exact')",
+    "scaled_mm": "fp8kit.scaled_mm(a8, b8, 1.0, 1.0, out_dtype=np.float32)",
 }
 
 
@@ -176,7 +189,7 @@ def timeraw_public_cold(op):
 
 
 _DEFAULT_COLD = ["trivial_njit", "encode", "decode", "round_to", "cast", "fake_convert",
-                 "study_sweep"]  # fmt: skip
+                 "study_sweep", "matmul_hopper"]  # fmt: skip
 timeraw_public_cold.params = list(_PUBLIC_COLD) if FULL else _DEFAULT_COLD
 timeraw_public_cold.param_names = ["op"]
 timeraw_public_cold.timeout = 300

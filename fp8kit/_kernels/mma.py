@@ -214,7 +214,7 @@ def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
     return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
 
 
-@njit
+@njit(inline="always")
 def step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b):
     """GST-FDPA: groups of ``p[P_GROUP]`` products summed in float32 (exact for fp4), each
     group times its block's two scales with the scales' exponent as the group's, then
@@ -263,7 +263,7 @@ def fused_sum(sa, ea, sb, eb, m, n, k0, length, stride, f, overflow_inf):
         if overflow_inf and (e + (1 if abs(s) >= 2.0 else 0)) >= 128:
             s = s * math.inf
         if s == 0.0:
-            e = NO_EXP
+            e = np.int64(NO_EXP)
         if e > emax:
             emax = e
     total = 0.0
@@ -273,7 +273,7 @@ def fused_sum(sa, ea, sb, eb, m, n, k0, length, stride, f, overflow_inf):
         if overflow_inf and (e + (1 if abs(s) >= 2.0 else 0)) >= 128:
             s = s * math.inf
         if s == 0.0:
-            e = NO_EXP
+            e = np.int64(NO_EXP)
         total += aligned(s, e, emax, f)
     return total * pow2(-f), emax
 
@@ -287,14 +287,14 @@ def scaled_floor(x, k, bits):
     return ffloor(x * pow2(d)) * pow2(-bits)
 
 
-@njit
-def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p):
+@njit(inline="always")
+def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p, model):
     """TR-FDPA (CDNA3 16-bit and xf32) and GTR-FDPA (CDNA3 fp8, even and odd products
     apart): the products fused at F bits, then c and the dot product aligned, rounded
     down to F2 + 1 and F bits, summed and rounded down to F2 bits, then to fp32."""
     f = p[P_F]
     f2 = p[P_F2]
-    if p[P_MODEL] == PAIRS:
+    if model == PAIRS:
         s_even, e_even = fused_sum(sa, ea, sb, eb, m, n, k0, length, 2, f, False)
         s_odd, e_odd = fused_sum(sa, ea, sb, eb, m, n, k0 + 1, length - 1, 2, f, False)
         e_dot = e_even if e_even > e_odd else e_odd
@@ -305,7 +305,7 @@ def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p):
     emax = e_dot if e_dot > ce else ce
     s_dot = scaled_floor(s_dot, e_dot - emax, f2 + 1)
     cs = scaled_floor(cs, ce - emax, f)
-    if p[P_MODEL] == PAIRS and ce < emax - f - 1:
+    if model == PAIRS and ce < emax - f - 1:
         cs = 0.0
     s, e = normalize((s_dot + cs) * pow2(emax), -126)
     s = ffloor(s * pow2(f2)) * pow2(-f2)
@@ -322,7 +322,7 @@ def two_sum(a, b):
     return s, (a - (s - bb)) + (b - bb)
 
 
-@njit
+@njit(inline="always")
 def expansion_add(x, buf, count):
     """Add x to the expansion buf[:count] (increasing magnitude, nonoverlapping) exactly;
     returns the new count (zero components dropped)."""
@@ -339,7 +339,7 @@ def expansion_add(x, buf, count):
     return j
 
 
-@njit
+@njit(inline="always")
 def expansion_to_f32(buf, count):
     """The expansion's exact value rounded once to float32 (nearest-even), as float64."""
     x = buf[count - 1]
@@ -367,7 +367,7 @@ def expansion_to_f32(buf, count):
     return down
 
 
-@njit
+@njit(inline="always")
 def exact_dot(va, vb, m, n, k0, length, c, buf):
     """c plus every product of the slice, summed exactly (products split by fma), rounded
     once to float32; NaN/Inf as IEEE arithmetic gives them."""
@@ -394,7 +394,7 @@ def exact_dot(va, vb, m, n, k0, length, c, buf):
     return expansion_to_f32(buf, compress(buf, count))
 
 
-@njit
+@njit(inline="always")
 def compress(buf, count):
     """Shewchuk's Compress (both sweeps): the same value as buf[:count] in nonadjacent
     components of increasing magnitude, the largest within one ulp of the whole sum (which
@@ -448,7 +448,7 @@ def ftz_add(x, y):
     return np.float32(flush32(np.float64(x + y), True))
 
 
-@njit
+@njit(inline="always")
 def step_ftz(va, vb, m, n, k0, length, c, p):
     """CDNA2: products in fp32 from inputs with subnormals flushed, added by pairs (P = 2)
     or pairs of pairs (P = 4) into c with fp32 additions flushing subnormal results; c is
@@ -466,21 +466,21 @@ def step_ftz(va, vb, m, n, k0, length, c, p):
     return np.float64(acc)
 
 
-@njit
+@njit(inline="always")
 def step_fma(va, vb, m, n, k0, length, c, p):
     """A chain of fused multiply-adds in float64 (or float32 where p[P_F32OPS])."""
-    if p[P_F32OPS]:
-        acc = np.float32(c)
+    if p[P_F32OPS]:  # (a variable of its own: one type per variable, see native.py)
+        acc32 = np.float32(c)
         for i in range(length):
-            acc = fma(np.float32(va[m, k0 + i]), np.float32(vb[n, k0 + i]), acc)
-        return np.float64(acc)
+            acc32 = fma(np.float32(va[m, k0 + i]), np.float32(vb[n, k0 + i]), acc32)
+        return np.float64(acc32)
     acc = c
     for i in range(length):
         acc = fma(va[m, k0 + i], vb[n, k0 + i], acc)
     return acc
 
 
-@njit
+@njit(inline="always")
 def pairwise_dot(va, vb, m, n, k0, length, c, buf):
     """fp32 products summed by a balanced binary tree (a binary counter: partial sums of
     2**j products meet their equal), the tree's roots from the smallest, then c."""
@@ -508,10 +508,12 @@ def pairwise_dot(va, vb, m, n, k0, length, c, buf):
     return np.float64(np.float32(np.float32(c) + total))
 
 
-@njit
-def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf):
-    """One instruction step (one fused dot-add of the model) for output (m, n)."""
-    model = p[P_MODEL]
+@njit(inline="always")
+def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf, model):
+    """One instruction step (one fused dot-add of the model ``model``, ``p[P_MODEL]``) for
+    output (m, n).  The CPU kernels pass the model as a constant (one kernel per model,
+    :func:`kernel`): written into a kernel (:mod:`fp8kit._kernels.flatten`), only its
+    branch is compiled."""
     if model == FUSED:
         return step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, 1.0, 0, 1.0, 0)
     if model == FUSED_SCALED:
@@ -522,7 +524,7 @@ def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf):
     if model == GROUPED:
         return step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b)
     if model == TWO_STAGE or model == PAIRS:
-        return step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p)
+        return step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p, model)
     if model == FTZ_ADD:
         return step_ftz(va, vb, m, n, k0, length, c, p)
     if model == FMA or model == SEQUENTIAL:
@@ -532,30 +534,34 @@ def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf):
     return exact_dot(va, vb, m, n, k0, length, c, buf)  # EXACT_SUM, EXACT
 
 
-@njit
-def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gscale_b, buf):
+@njit(inline="always")
+def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gscale_b, buf,
+           model):  # fmt: skip
     """One output of the chained product: the instruction over K in steps of L, its result
     fed back as c; with promotion (p[P_NC] > 0) the instruction's accumulator restarts at
     +0 every NC elements and is added into an fp32 accumulator (``fma(sa * sb, partial,
     acc)``, sa * sb rounded to fp32: the group's scales, 1 where there are none)."""
     length = p[P_L]
     nc = p[P_NC]
-    if nc == 0:
-        acc = c
-        for k0 in range(0, k, length):
-            acc = step(sa, ea, sb, eb, va, vb, m, n, k0, length, acc, p, scale_a, scale_b, buf)
-        return acc
+    # (one loop for both, so that a kernel holds the model's step once: without promotion
+    # one group of all of K, fed c)
+    span = nc if nc else k
+    acc = c
     acc32 = np.float32(c)
-    for g in range(k // nc):
-        part = 0.0
-        for k0 in range(g * nc, (g + 1) * nc, length):
-            part = step(sa, ea, sb, eb, va, vb, m, n, k0, length, part, p, scale_a, scale_b, buf)
-        # (a single column holds every group's scales: prepare's default without scales)
-        ga = gscale_a[m, g if gscale_a.shape[1] > 1 else 0]
-        gb = gscale_b[n, g if gscale_b.shape[1] > 1 else 0]
-        s = np.float32(np.float32(ga) * np.float32(gb))
-        acc32 = fma(s, np.float32(part), acc32)
-    return np.float64(acc32)
+    for g in range(k // nc if nc else 1):
+        part = acc if nc == 0 else 0.0
+        for k0 in range(g * span, (g + 1) * span, length):
+            part = step(sa, ea, sb, eb, va, vb, m, n, k0, length, part, p, scale_a, scale_b,
+                        buf, model)  # fmt: skip
+        if nc == 0:
+            acc = part
+        else:
+            # (a single column holds every group's scales: prepare's default without them)
+            ga = gscale_a[m, g if gscale_a.shape[1] > 1 else 0]
+            gb = gscale_b[n, g if gscale_b.shape[1] > 1 else 0]
+            s = np.float32(np.float32(ga) * np.float32(gb))
+            acc32 = fma(s, np.float32(part), acc32)
+    return acc if nc == 0 else np.float64(acc32)
 
 
 @njit(inline="always")
@@ -575,7 +581,7 @@ def matrix(a, dims, i):
 BAD_SHAPES = 1
 
 
-def _generic(parallel):
+def _generic(parallel, model):
     # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
     # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
     version = source_version()
@@ -606,14 +612,14 @@ def _generic(parallel):
             for n in range(out.shape[1]):
                 out[m, n] = output(
                     sa, ea, sb, eb, va, vb, m, n, va.shape[1], c[m, n], p,
-                    scale_a, scale_b, gscale_a, gscale_b, buf,
+                    scale_a, scale_b, gscale_a, gscale_b, buf, model,
                 )  # fmt: skip
         return 0
 
     return gemm_generic
 
 
-def _accumulate(parallel):
+def _accumulate(parallel, model):
     # (closed over: Numba's own cache, where the kernel runs by its dispatcher, then keys
     # it by every kernel source; parallel is ignored, see fp8kit._kernels.codec.Kernel)
     version = source_version()
@@ -632,7 +638,6 @@ def _accumulate(parallel):
         nchunks, first, stop = chunk_range(spec)
         rows = out.shape[0]
         k = va.shape[1]
-        model = p[P_MODEL]
         buf = stack_buffer(SCRATCH, np.float64)
         for m in range(rows * first // nchunks, rows * stop // nchunks):
             for n in range(out.shape[1]):
@@ -897,19 +902,24 @@ def _signature(*dtypes, outputs=1):
 
 
 @functools.cache
-def kernel(name: str, lanes=None):
-    """The compiled kernel ``name`` ("generic", "accumulate", "fast" with ``lanes``
-    np.float32 or np.float64, "normalize"), run as native code from fp8kit's cache (see
-    :class:`fp8kit._kernels.codec.Kernel`): its arguments are its function's, every matrix
-    1-D (``a.ravel()``), ``dims`` their shapes (:func:`fp8kit.mma._engine.shapes`), then
-    the chunk argument; it returns :data:`BAD_SHAPES` where they do not fit."""
+def kernel(name: str, model: int = FUSED, lanes=None):
+    """The compiled kernel ``name`` ("generic" and "accumulate" of the model ``model``,
+    "fast" with ``lanes`` np.float32 or np.float64, "normalize"), run as native code from
+    fp8kit's cache (see :class:`fp8kit._kernels.codec.Kernel`): its arguments are its
+    function's, every matrix 1-D (``a.ravel()``), ``dims`` their shapes
+    (:func:`fp8kit.mma._engine.shapes`), then the chunk argument; it returns
+    :data:`BAD_SHAPES` where they do not fit.  One kernel per model: a product compiles
+    its model's code alone (a first CDNA3 product with an empty cache took 7.3 s with
+    every model in one kernel)."""
     f64, i64 = np.float64, np.int64
+    if name in ("generic", "accumulate") and model not in MODELS.values():
+        raise ValueError(f"model is {model!r}; allowed: {sorted(MODELS.values())}")
     if name == "generic":
         sig = _signature(f64, i64, f64, i64, f64, f64, f64, i64, f64, f64, f64, f64, f64)
-        make = _generic
+        make = functools.partial(_generic, model=int(model))
     elif name == "accumulate":
         sig = _signature(f64, f64, f64, i64, f64)
-        make = _accumulate
+        make = functools.partial(_accumulate, model=int(model))
     elif name == "fast":
         u8 = np.uint8
         sig = _signature(lanes, np.int16, lanes, np.int16, u8, u8, u8, u8, f64, i64, f64,
@@ -919,4 +929,5 @@ def kernel(name: str, lanes=None):
         ro = functools.partial(_array, readonly=True)
         sig = types.int64(ro(f64), types.int64, _array(f64), _array(i64))
         make = _normalize_all
-    return Kernel(make, sig, key=("mma", name, str(lanes), source_version())).build()
+    key = ("mma", name, int(model), str(lanes), source_version())
+    return Kernel(make, sig, key=key).build()

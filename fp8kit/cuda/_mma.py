@@ -33,7 +33,7 @@ import numpy as np
 from numba import cuda, float64, njit
 
 from .._kernels.bits import as_bits, cast_like
-from .._kernels.mma import CANONICAL_NAN, SCRATCH, output
+from .._kernels.mma import CANONICAL_NAN, P_MODEL, SCRATCH, output
 from ..formats import get_format
 from ._kernels import encode_element
 
@@ -75,7 +75,7 @@ def gemm_kernel():
             out[m, n] = output(
                 plain(sa), plain(ea), plain(sb), plain(eb), plain(va), plain(vb),
                 m, n, va.shape[1], c[m, n], plain(p), plain(scale_a), plain(scale_b),
-                plain(gscale_a), plain(gscale_b), buf,
+                plain(gscale_a), plain(gscale_b), buf, p[P_MODEL],
             )  # fmt: skip
 
     return kernel

@@ -296,17 +296,18 @@ def launch(prep: Prepared) -> np.ndarray:
     if m == 0 or n == 0:
         return out
     work = m * n * max(k, 1)
+    model = int(prep.params[K.P_MODEL])
     if prep.fast is not None:
         args = (*prep.fast, prep.sa, prep.ea, prep.sb, prep.eb, prep.c, prep.params,
                 prep.gscale_a, prep.gscale_b, out)  # fmt: skip
-        _launch(K.kernel("fast", prep.fast[0].dtype.type), work // 8, args)
-    elif prep.params[K.P_MODEL] in (K.EXACT, K.SEQUENTIAL, K.PAIRWISE):
+        _launch(K.kernel("fast", lanes=prep.fast[0].dtype.type), work // 8, args)
+    elif model in (K.EXACT, K.SEQUENTIAL, K.PAIRWISE):
         args = (prep.va, prep.vb, prep.c, prep.params, out)
-        _launch(K.kernel("accumulate"), work // 2, args)
+        _launch(K.kernel("accumulate", model), work // 2, args)
     else:
         args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, prep.c, prep.params,
                 prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, out)  # fmt: skip
-        _launch(K.kernel("generic"), work // 2, args)
+        _launch(K.kernel("generic", model), work // 2, args)
     return out
 
 

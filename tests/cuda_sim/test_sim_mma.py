@@ -118,7 +118,8 @@ def compiled():
     prep = _engine.prepare("exact", np.ones((1, 1)), np.ones((1, 1)), np.zeros((1, 1)))
     buf = np.empty(K.SCRATCH)
     args = (prep.sa, prep.ea, prep.sb, prep.eb, prep.va, prep.vb, 0, 0, 1, 0.0, prep.params,
-            prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, buf)  # fmt: skip
+            prep.scale_a, prep.scale_b, prep.gscale_a, prep.gscale_b, buf,
+            int(prep.params[K.P_MODEL]))  # fmt: skip
     assert K.output(*args) == 1.0
 
 
