@@ -186,3 +186,19 @@ def test_every_model_compiles_lean_and_flat(tmp_path):
     assert out["lean"] == [] and out["ssa"] == [] and out["flatten"] == []
     # (normalize, two fast kernels, 7 generic models, 3 accumulators; the entries module)
     assert out["built"] == 13 and out["native"] == 14
+
+
+def test_the_model_steps_are_written_into_cpu_kernels_and_called_on_a_gpu():
+    """The model steps are ``@written_in``: the flattener writes them into the CPU kernels
+    (one function per model), while numba.cuda compiles each as a device function of its
+    own.  With them ``inline="always"`` the GPU kernel, which holds every model, took 66 s
+    to compile for a GPU (Numba's inliner over every model at every call site) where it
+    takes 7 s (``tests/test_cuda.py``)."""
+    from fp8kit._kernels import flatten
+
+    steps = [mma.output, mma.step, mma.step_fused, mma.step_grouped, mma.step_two_stage,
+             mma.step_ftz, mma.step_fma, mma.pairwise_dot, mma.exact_dot, mma.compress,
+             mma.expansion_add, mma.expansion_to_f32]  # fmt: skip
+    for fn in steps:
+        assert flatten._is_inline(fn), fn
+        assert fn.targetoptions.get("inline", "never") != "always", fn

@@ -56,8 +56,24 @@ _PURE_CALLS: set = set()
 
 
 def _is_inline(obj) -> bool:
+    if getattr(obj, "_fp8kit_written_in", False) and hasattr(obj, "py_func"):
+        return True
     opts = getattr(obj, "targetoptions", None)
     return isinstance(opts, dict) and opts.get("inline") == "always" and hasattr(obj, "py_func")
+
+
+def written_in(func):
+    """``@njit`` of ``func`` that the flattener writes into the CPU kernels calling it, as
+    it writes an ``inline="always"`` helper, while numba.cuda still compiles it as a device
+    function of its own, called: the matrix products' model steps, whose GPU kernel (every
+    model, read at run time) took 66 s to compile with all of them inline where it takes
+    7 s with them called.  Not flattened (a construct the flattener does not know), a CPU
+    kernel calls it too."""
+    from numba import njit
+
+    dispatcher = njit(func)
+    dispatcher._fp8kit_written_in = True
+    return dispatcher
 
 
 @functools.cache

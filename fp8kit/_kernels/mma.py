@@ -4,6 +4,14 @@ One source serves both targets: the ``@njit`` scalar functions below are what th
 kernels call and what :mod:`fp8kit.cuda._mma` compiles for the GPU (numba.cuda compiles
 ``@njit`` functions it calls as device functions), so the two give the same bits.
 
+The CPU kernels (:func:`kernel`) are fp8kit kernels like the others: compiled once per
+machine to object code in fp8kit's cache, called through the checked entry, with their
+matrices 1-D and the shapes beside them (:func:`fits`, :func:`matrix`).  Each model is a
+kernel of its own: the model is a constant there, and the flattener
+(:mod:`fp8kit._kernels.flatten`) writes every helper into the kernel (``@written_in``
+ones too), so it holds the model's code alone, in one function.  On the GPU the model is
+read from the parameters and the ``@written_in`` steps are device functions, called.
+
 Every step is exact in float64 until the step's own rounding (:func:`round_out`):
 
 * operands arrive as (significand, exponent) pairs, ``x = s * 2**e`` with ``1 <= |s| < 2``
@@ -18,7 +26,7 @@ NaN and Inf need no branch: they flow through the same float64 arithmetic as in 
 published model (``trunc(inf) = inf``, ``inf * 0 = nan``, ``inf - inf = nan``), and the
 caller writes NaN results as the canonical NaN of the output type.
 
-The fast path (:func:`gemm_fast`) is the same rule for 8-bit (and narrower) operands,
+The fast path (``kernel("fast")``) is the same rule for 8-bit (and narrower) operands,
 proven exact in float32 instead: a product of two such values has at most 8 significant
 bits, scaled by a power of two and truncated to ``F <= 13`` fractional bits it is an
 integer below ``2**(F + 2)``, and ``products`` of them (at most 32) sum below ``2**20``.
@@ -35,6 +43,7 @@ from numba import njit, types
 
 from .bits import as_bits, as_float, chunk_range, fma, grid, nvvm_rn, stack_buffer
 from .codec import Kernel, _array
+from .flatten import written_in
 from .registry import source_version
 
 
@@ -185,7 +194,7 @@ def aligned(s, e, emax, f):
     return ftrunc(s * pow2(d))
 
 
-@njit(inline="always")
+@written_in
 def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
     """T-FDPA / ST-FDPA: ``length`` products of row m of A and row n of B^T from k0, and c,
     aligned to their largest exponent (zero terms take ``p[P_EZERO]``), truncated to F
@@ -214,7 +223,7 @@ def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
     return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
 
 
-@njit(inline="always")
+@written_in
 def step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b):
     """GST-FDPA: groups of ``p[P_GROUP]`` products summed in float32 (exact for fp4), each
     group times its block's two scales with the scales' exponent as the group's, then
@@ -287,7 +296,7 @@ def scaled_floor(x, k, bits):
     return ffloor(x * pow2(d)) * pow2(-bits)
 
 
-@njit(inline="always")
+@written_in
 def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p, model):
     """TR-FDPA (CDNA3 16-bit and xf32) and GTR-FDPA (CDNA3 fp8, even and odd products
     apart): the products fused at F bits, then c and the dot product aligned, rounded
@@ -322,7 +331,7 @@ def two_sum(a, b):
     return s, (a - (s - bb)) + (b - bb)
 
 
-@njit(inline="always")
+@written_in
 def expansion_add(x, buf, count):
     """Add x to the expansion buf[:count] (increasing magnitude, nonoverlapping) exactly;
     returns the new count (zero components dropped)."""
@@ -339,7 +348,7 @@ def expansion_add(x, buf, count):
     return j
 
 
-@njit(inline="always")
+@written_in
 def expansion_to_f32(buf, count):
     """The expansion's exact value rounded once to float32 (nearest-even), as float64."""
     x = buf[count - 1]
@@ -367,7 +376,7 @@ def expansion_to_f32(buf, count):
     return down
 
 
-@njit(inline="always")
+@written_in
 def exact_dot(va, vb, m, n, k0, length, c, buf):
     """c plus every product of the slice, summed exactly (products split by fma), rounded
     once to float32; NaN/Inf as IEEE arithmetic gives them."""
@@ -394,7 +403,7 @@ def exact_dot(va, vb, m, n, k0, length, c, buf):
     return expansion_to_f32(buf, compress(buf, count))
 
 
-@njit(inline="always")
+@written_in
 def compress(buf, count):
     """Shewchuk's Compress (both sweeps): the same value as buf[:count] in nonadjacent
     components of increasing magnitude, the largest within one ulp of the whole sum (which
@@ -448,7 +457,7 @@ def ftz_add(x, y):
     return np.float32(flush32(np.float64(x + y), True))
 
 
-@njit(inline="always")
+@written_in
 def step_ftz(va, vb, m, n, k0, length, c, p):
     """CDNA2: products in fp32 from inputs with subnormals flushed, added by pairs (P = 2)
     or pairs of pairs (P = 4) into c with fp32 additions flushing subnormal results; c is
@@ -466,7 +475,7 @@ def step_ftz(va, vb, m, n, k0, length, c, p):
     return np.float64(acc)
 
 
-@njit(inline="always")
+@written_in
 def step_fma(va, vb, m, n, k0, length, c, p):
     """A chain of fused multiply-adds in float64 (or float32 where p[P_F32OPS])."""
     if p[P_F32OPS]:  # (a variable of its own: one type per variable, see native.py)
@@ -480,7 +489,7 @@ def step_fma(va, vb, m, n, k0, length, c, p):
     return acc
 
 
-@njit(inline="always")
+@written_in
 def pairwise_dot(va, vb, m, n, k0, length, c, buf):
     """fp32 products summed by a balanced binary tree (a binary counter: partial sums of
     2**j products meet their equal), the tree's roots from the smallest, then c."""
@@ -508,7 +517,7 @@ def pairwise_dot(va, vb, m, n, k0, length, c, buf):
     return np.float64(np.float32(np.float32(c) + total))
 
 
-@njit(inline="always")
+@written_in
 def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf, model):
     """One instruction step (one fused dot-add of the model ``model``, ``p[P_MODEL]``) for
     output (m, n).  The CPU kernels pass the model as a constant (one kernel per model,
@@ -534,7 +543,7 @@ def step(sa, ea, sb, eb, va, vb, m, n, k0, length, c, p, scale_a, scale_b, buf, 
     return exact_dot(va, vb, m, n, k0, length, c, buf)  # EXACT_SUM, EXACT
 
 
-@njit(inline="always")
+@written_in
 def output(sa, ea, sb, eb, va, vb, m, n, k, c, p, scale_a, scale_b, gscale_a, gscale_b, buf,
            model):  # fmt: skip
     """One output of the chained product: the instruction over K in steps of L, its result

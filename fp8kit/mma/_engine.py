@@ -130,7 +130,7 @@ def instruction_params(inst, nc: int) -> np.ndarray:
 
 def _fast_lanes(inst):
     """The lane type of the fast kernel for this instruction, or None (see
-    :func:`fp8kit._kernels.mma.gemm_fast`): float32 where its proof holds (both operands 8-bit
+    ``fp8kit._kernels.mma.kernel("fast")``): float32 where its proof holds (both operands 8-bit
     or narrower, F <= 13, at most 32 products), else float64 for operands of at most 26
     significant bits (products exact) and F <= 35 (sums below 2**53); the fused model only."""
     ta, tb = TYPES[inst.a_type], TYPES[inst.b_type]
