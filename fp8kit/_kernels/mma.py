@@ -939,4 +939,11 @@ def kernel(name: str, model: int = FUSED, lanes=None):
         sig = types.int64(ro(f64), types.int64, _array(f64), _array(i64))
         make = _normalize_all
     key = ("mma", name, int(model), str(lanes), source_version())
-    return Kernel(make, sig, key=key).build()
+    built = Kernel(make, sig, key=key)
+    # The fast kernel without Numba's function passes (LLVM's module pipeline alone, see
+    # fp8kit._kernels.native._compile_in_one_library): LLVM's part of its first call
+    # 0.78 -> 0.48 s, as fast (e4m3 and bfloat16 products, eight processes of each in
+    # turns: docs/measurements.md).  The scalar models' gained 0.02-0.05 s: not worth a
+    # second measurement of their speed.
+    built.function_passes = name != "fast"
+    return built.build()
