@@ -161,7 +161,7 @@ for acc in ("exact", "fp32", "fp32-pairwise"):
     fp8kit.matmul(np.ones((4, 8), np.float32), np.ones((8, 3), np.float32), instruction=acc)
 print(json.dumps({"models": models, "lean": native.LEAN_RETRIES, "ssa": native.SSA_RETRIES,
                   "flatten": codec.FLATTEN_FALLBACKS,
-                  "built": mma.kernel.cache_info().currsize,
+                  "built": mma._kernel.cache_info().currsize,
                   "native": native.native_count()}))
 """
 
@@ -202,3 +202,46 @@ def test_the_model_steps_are_written_into_cpu_kernels_and_called_on_a_gpu():
     for fn in steps:
         assert flatten._is_inline(fn), fn
         assert fn.targetoptions.get("inline", "never") != "always", fn
+
+
+_REFUSED_CALL = """
+import json
+import ml_dtypes, numpy as np
+from numba.core import event
+import fp8kit
+hopper = ("Hopper", "wgmma", "m64n8k32.f32.e4m3.e4m3")
+with event.install_recorder("fp8kit:compile") as rec:
+    try:
+        fp8kit.matmul(np.ones((2, 32), np.float32), np.ones((32, 3), np.float32),
+                      instruction=hopper)
+    except TypeError as exc:
+        refused = str(exc)
+refused_compiles = len(rec.buffer)
+with event.install_recorder("fp8kit:compile") as rec:
+    a, b = np.ones((2, 32), ml_dtypes.float8_e4m3fn), np.ones((32, 3), ml_dtypes.float8_e4m3fn)
+    got = fp8kit.matmul(a, b, instruction=hopper)
+names = [e.data["name"] for _, e in rec.buffer if e.is_start]
+print(json.dumps({"refused": refused, "refused_compiles": refused_compiles, "names": names,
+                  "got": float(got[0, 0])}))
+"""
+
+
+def test_a_first_fast_product_starts_its_kernel_first_and_a_refused_one_none(tmp_path):
+    """A first fast product starts compiling its kernel before the operands' tables (whose
+    own small kernel then compiles while LLVM works on the big one: 0.1 s of a 1.5 s first
+    call); a call whose operands are not the instruction's types raises before anything
+    compiles."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", _REFUSED_CALL], env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert "float32" in out["refused"] and out["refused_compiles"] == 0
+    kernels = [n for n in out["names"] if n != "native_entries"]
+    assert kernels == ["gemm_fast", "normalize_all"], out["names"]
+    assert out["got"] == 32.0

@@ -910,7 +910,6 @@ def _signature(*dtypes, outputs=1):
     return types.int64(*arrays, _array(np.int64, readonly=True), types.intp)
 
 
-@functools.cache
 def kernel(name: str, model: int = FUSED, lanes=None):
     """The compiled kernel ``name`` ("generic" and "accumulate" of the model ``model``,
     "fast" with ``lanes`` np.float32 or np.float64, "normalize"), run as native code from
@@ -920,6 +919,19 @@ def kernel(name: str, model: int = FUSED, lanes=None):
     :data:`BAD_SHAPES` where they do not fit.  One kernel per model: a product compiles
     its model's code alone (a first CDNA3 product with an empty cache took 7.3 s with
     every model in one kernel)."""
+    return _kernel(name, int(model), lanes).build()
+
+
+def prefetch(name: str, model: int = FUSED, lanes=None) -> None:
+    """Start compiling :func:`kernel` ``(name, model, lanes)`` where it is not built: its
+    front end now, its machine code on LLVM's worker thread while the caller goes on
+    (:meth:`fp8kit._kernels.codec.Kernel.prefetch`).  A first fast product starts its
+    kernel before the operands' tables, whose own kernel then compiles beside it."""
+    _kernel(name, int(model), lanes).prefetch()
+
+
+@functools.cache
+def _kernel(name: str, model: int, lanes) -> Kernel:
     f64, i64 = np.float64, np.int64
     if name in ("generic", "accumulate") and model not in MODELS.values():
         raise ValueError(f"model is {model!r}; allowed: {sorted(MODELS.values())}")
@@ -946,4 +958,4 @@ def kernel(name: str, model: int = FUSED, lanes=None):
     # turns: docs/measurements.md).  The scalar models' gained 0.02-0.05 s: not worth a
     # second measurement of their speed.
     built.function_passes = name != "fast"
-    return built.build()
+    return built

@@ -239,6 +239,11 @@ def prepare(inst, a, b, c, *, nc=0, scale_a=None, scale_b=None, gscale_a=None, g
     if fast and not isinstance(inst, str) and inst.tf32 == TYPES[inst.a_type].tf32:
         lanes = _fast_lanes(inst)
     if lanes is not None:
+        # (its compile started, while the operands' tables are made; where the operands
+        # are the instruction's types, so that a call about to raise compiles nothing)
+        if all(getattr(x, "dtype", None) == TYPES[t].dtype
+               for x, t in ((a, inst.a_type), (b, inst.b_type))):  # fmt: skip
+            K.prefetch("fast", lanes=lanes)
         quick = _prepare_fast(inst, a, b, c, lanes)
     if quick is not None:
         sa, ea, sb, eb, arrays = quick
