@@ -186,6 +186,16 @@ def round_out(v, rho):
 
 
 @njit(inline="always")
+def quiet(x):
+    """``x``, or float64's quiet NaN (0x7FF8000000000000) where ``x`` is a NaN.  Which NaN
+    an invalid operation leaves (x86's default NaN is negative; of two NaN operands,
+    either) depends on how a compiler orders the operations: the CPU kernel of a model and
+    its GPU twin, compiled apart, differed in the sign.  The models whose output is the
+    canonical NaN anyway (the fused, block-scaled and CDNA3 steps) return this one."""
+    return x if x == x else math.nan
+
+
+@njit(inline="always")
 def aligned(s, e, emax, f):
     """One term aligned to ``emax`` and truncated to ``f`` fractional bits, times 2**f."""
     d = e - emax + f
@@ -220,7 +230,7 @@ def step_fused(sa, ea, sb, eb, m, n, k0, length, c, p, ssa, esa, ssb, esb):
         if s == 0.0:
             e = ezero
         total += aligned(s, e, emax, f)
-    return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
+    return quiet(round_out(total * pow2(emax - f), p[P_RHO]) + 0.0)
 
 
 @written_in
@@ -258,7 +268,7 @@ def step_grouped(va, vb, m, n, k0, length, c, p, scale_a, scale_b):
                     emax = es
             else:
                 total += aligned(np.float64(acc) * ss, es, emax, f)
-    return round_out(total * pow2(emax - f), p[P_RHO]) + 0.0
+    return quiet(round_out(total * pow2(emax - f), p[P_RHO]) + 0.0)
 
 
 @njit(inline="always")
@@ -319,7 +329,7 @@ def step_two_stage(sa, ea, sb, eb, m, n, k0, length, c, p, model):
     s, e = normalize((s_dot + cs) * pow2(emax), -126)
     s = ffloor(s * pow2(f2)) * pow2(-f2)
     if s != s or s - s != 0.0:
-        return np.float64(np.float32(s))
+        return quiet(np.float64(np.float32(s)))
     return np.float64(np.float32(s * pow2(e)))
 
 
