@@ -342,13 +342,6 @@ def mm_warm(request, tmp_path_factory):
     return route, prelude, first["got"], files
 
 
-def _mm_fill(tmp_path, files) -> list:
-    for rel, data in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(data)
-    return [tmp_path / rel for rel in files]
-
-
 @pytest.mark.parametrize("fault", ["bit_flip", "truncated_index", "swapped", "unchecked"])
 def test_a_damaged_matmul_cache_entry_is_compiled_again(tmp_path, mm_warm, fault):
     """The matmul kernels' cache entries damaged, on both routes: the kernels compile
@@ -362,7 +355,7 @@ def test_a_damaged_matmul_cache_entry_is_compiled_again(tmp_path, mm_warm, fault
     checksum of their name and content: a damaged file or index, two functions' files
     swapped, or an entry written without the check is compiled again, with a warning."""
     route, prelude, want, files = mm_warm
-    paths = [p for p in _mm_fill(tmp_path, files) if _MM_FILES[route](p)]
+    paths = [p for p in _fill(tmp_path, files) if _MM_FILES[route](p)]
     data_files = sorted(p for p in paths if p.suffix in (".native", ".nbc"))
     assert len(data_files) == 2
     if fault == "bit_flip":
@@ -398,7 +391,7 @@ def test_a_damaged_matmul_entry_in_a_read_only_cache(tmp_path, mm_warm):
     """A pre-warmed cache that cannot be written, one of whose entries is damaged: the
     kernel is compiled in memory (the write refused, a warning), the other still loads."""
     route, prelude, want, files = mm_warm
-    paths = _mm_fill(tmp_path, files)
+    paths = _fill(tmp_path, files)
     path = sorted(p for p in paths if _MM_FILES[route](p) and p.suffix in (".native", ".nbc"))[0]
     path.write_bytes(path.read_bytes()[:100])
     # (the dispatcher route: Numba's writes refused, as where only its index can be
@@ -440,7 +433,7 @@ def test_compiles_after_a_cached_matmul_load(tmp_path, mm_warm):
     lowers nothing); whatever compiles afterwards in the process (a user's ``@njit``
     using ``np.linalg``, fp8kit's own kernels, another matmul model) gets them as usual."""
     route, prelude, want, files = mm_warm
-    _mm_fill(tmp_path, files)
+    _fill(tmp_path, files)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     code = textwrap.dedent(prelude) + _AFTER_LOAD
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -682,31 +682,51 @@ def stack_buffer(typingctx, size, dtype):
     return arrty(size, dtype), codegen
 
 
-@intrinsic
-def grid(typingctx, arr, rows, cols):
+@njit(inline="always")
+def grid(arr, rows, cols):
     """The 1-D C-contiguous array ``arr`` seen as a ``rows`` x ``cols`` C-contiguous one (a
     view, no memory owner): how a kernel on the checked entry, which passes 1-D arrays,
     indexes a matrix.  The caller checks ``rows * cols == arr.size`` (see
     :func:`fp8kit._kernels.mma.fits`).  Not ``arr.reshape``: Numba compiles its check
     of the shape as a function of its own on every cold first call."""
+    return _matrix_view(arr, rows, cols, cols * arr.itemsize)
+
+
+@intrinsic
+def _matrix_view(typingctx, arr, rows, cols, row_bytes):
+    """:func:`grid`, its row stride in bytes computed by the caller."""
     ok = isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
-    if not ok or not all(isinstance(t, types.Integer) for t in (rows, cols)):
+    if not ok or not all(isinstance(t, types.Integer) for t in (rows, cols, row_bytes)):
         return None
     retty = arr.copy(ndim=2)
 
     def codegen(context, builder, signature, args):
         src = context.make_array(signature.args[0])(context, builder, args[0])
-        shape = [
+        rows, cols, row_bytes = (
             context.cast(builder, v, t, types.intp)
             for v, t in zip(args[1:], signature.args[1:], strict=True)
-        ]
+        )
         ary = context.make_array(retty)(context, builder)
-        context.populate_array(ary, data=src.data, shape=shape, itemsize=src.itemsize,
-                               strides=[builder.mul(shape[1], src.itemsize), src.itemsize],
-                               meminfo=None)  # fmt: skip
+        context.populate_array(ary, data=src.data, shape=[rows, cols], itemsize=src.itemsize,
+                               strides=[row_bytes, src.itemsize], meminfo=None)  # fmt: skip
         return ary._getvalue()
 
-    return retty(arr, rows, cols), codegen
+    return retty(arr, rows, cols, row_bytes), codegen
+
+
+@njit(inline="always")
+def smaller(a, b):
+    """The smaller of two numbers as a select (NaN not considered): it vectorizes, and
+    unlike Numba's ``min`` it is not a function of its own that a kernel links (0.015 s
+    each on a cold first call, and the kernel's machine code then made on the calling
+    thread)."""
+    return a if a < b else b
+
+
+@njit(inline="always")
+def larger(a, b):
+    """The larger of two numbers as a select (see :func:`smaller`)."""
+    return a if a > b else b
 
 
 #: Bytes per streaming store: one AVX-512 register, one cache line.

@@ -29,6 +29,7 @@ from .bits import (
     chunk_items,
     chunk_range,
     fma,
+    larger,
     prefer_512,
     round_in_place,
     span,
@@ -132,12 +133,6 @@ def fsum_add(total, value):
 
 
 @njit(inline="always")
-def umax(a, b):
-    """The larger of two unsigned integers (an unsigned maximum: it vectorizes)."""
-    return a if a > b else b
-
-
-@njit(inline="always")
 def bits_max(slot, best):
     """The float64 ``slot`` (non-negative) or the value with the bits ``best``, the larger
     (the bits of non-negative float64 numbers order as their values)."""
@@ -187,14 +182,14 @@ def full_metrics(x, xo, q, qo, scale, so, runs, m, ovf, tie_up, tiny, row):
         se = fsum_add(se, e * e)
         ss = fsum_add(ss, xs * xs)
         ae = abs(e)
-        mabs = umax(as_bits(ae), mabs)
+        mabs = larger(as_bits(ae), mabs)
         nz = ok & (ax != zero)
         n_flushed += nz & (qv == zero)
         y = ax * s
         n_sat += ok & ((y > ovf) | ((y == ovf) & tie_up))
         n_sub += ok & (qv != zero) & (aq * s < tiny)
         rel = ae / ax if nz else zero
-        mrel = umax(as_bits(rel), mrel)
+        mrel = larger(as_bits(rel), mrel)
         n_nan += xv != xv
         n_inf += ax == inf
         n_lost += finite_x & (not q_finite)
@@ -325,13 +320,13 @@ def run_amax(bits, lo, n, mask, inf_bits, zero):
     v = span(bits, lo, lo + n)  # (a view indexed from 0: no wraparound checks)
     top = zero
     for j in range(n):
-        top = umax(cast_like(v[j] & mask, zero), top)
+        top = larger(cast_like(v[j] & mask, zero), top)
     fin = top
     if top >= inf_bits:
         fin = zero
         for j in range(n):
             a = cast_like(v[j] & mask, zero)
-            fin = umax(a if a < inf_bits else zero, fin)
+            fin = larger(a if a < inf_bits else zero, fin)
     return top, fin
 
 
@@ -425,7 +420,7 @@ def amax_cols_kernel(data_dtype: np.dtype) -> Kernel:
                         a = cast_like(row[k] & mask, zero)
                         finite = a < inf_bits
                         a = a if finite else zero
-                        out[k] = umax(a, out[k])
+                        out[k] = larger(a, out[k])
                         flags[k] = flags[k] if finite else one
 
         return kernel
@@ -549,10 +544,10 @@ def fused_segment(xv, xo, qbuf, sbuf, m, r8, kind, narrow, ovf, tie_up, tiny, ro
         se = fsum_add(se, e * e)
         ss = fsum_add(ss, xd * xd)
         ae = abs(e)
-        mabs = umax(as_bits(ae), mabs)
+        mabs = larger(as_bits(ae), mabs)
         ax = abs(xd)
         if fma(neg_mr, ax, ae) > hh * ax:
-            mrel = umax(as_bits(ae / ax if ax != zero else zero), mrel)
+            mrel = larger(as_bits(ae / ax if ax != zero else zero), mrel)
     if se + ss < np.float64(np.inf):
         row[SUM_SQ_ERR] += se
         row[SUM_SQ_SIG] += ss

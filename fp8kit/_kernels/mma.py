@@ -41,7 +41,17 @@ import math
 import numpy as np
 from numba import njit, types
 
-from .bits import as_bits, as_float, chunk_range, fma, grid, nvvm_rn, stack_buffer
+from .bits import (
+    as_bits,
+    as_float,
+    chunk_range,
+    fma,
+    grid,
+    larger,
+    nvvm_rn,
+    smaller,
+    stack_buffer,
+)
 from .codec import Kernel, _array
 from .flatten import written_in
 from .registry import source_version
@@ -700,20 +710,6 @@ ROWS = 8
 LANE_BUFFER = ROWS * LANES  # (elements of each lane array, on the kernel's stack)
 TINY32 = 1.1754943508222875e-38  # float32's smallest normal, 2**-126
 HUGE32 = 3.402823669209385e38  # 2**128, float32's overflow for a truncated result
-
-
-@njit(inline="always")
-def smaller(a, b):
-    """``min(a, b)`` as a select: Numba compiles its ``min`` and ``max`` of each pair of
-    types as a function of its own, which a kernel then links (0.015 s each on a cold first
-    call, and the kernel's machine code is then generated on the calling thread)."""
-    return a if a < b else b
-
-
-@njit(inline="always")
-def larger(a, b):
-    """``max(a, b)`` as a select (see :func:`smaller`)."""
-    return a if a > b else b
 
 
 def _fast(parallel, lanes):
